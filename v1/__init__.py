@@ -1,0 +1,120 @@
+"""v1: LLM evaluation and RL environments as Taskset + Harness, every model call intercepted.
+
+    import v1 as vf
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from v1.clients import Client, OpenAIChatCompletionsClient
+from v1.config import (
+    ClientConfig,
+    Config,
+    EndpointClientConfig,
+    EnvConfig,
+    HarnessConfig,
+    ProgramConfig,
+    SandboxConfig,
+    TasksetConfig,
+    ToolsetConfig,
+)
+from v1.errors import (
+    ConfigError,
+    EndpointError,
+    Error,
+    InvalidModelResponseError,
+    ModelError,
+    NotSupportedError,
+    OverlongPromptError,
+    ProgramError,
+    RolloutStopped,
+    SandboxError,
+    StateFieldError,
+    TaskError,
+    ToolError,
+)
+from v1.harness import Harness
+from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardown, update
+from v1.state import State
+from v1.task import Task
+from v1.taskset import Taskset
+from v1.toolset import Toolset
+from v1.types import (
+    GenerateMetadata,
+    GenerateOutputs,
+    Messages,
+    Response,
+    ResponseMessage,
+    ResponseTokens,
+    RolloutOutput,
+    RolloutTiming,
+    TimeSpan,
+    TimeSpans,
+    TokenUsage,
+    Tool,
+    ToolCall,
+    TrajectoryStep,
+    TrajectoryStepTokens,
+    Usage,
+)
+
+try:
+    __version__ = version("v1")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0+local"
+
+__all__ = [
+    "Client",
+    "ClientConfig",
+    "Config",
+    "ConfigError",
+    "EndpointClientConfig",
+    "EndpointError",
+    "EnvConfig",
+    "Error",
+    "GenerateMetadata",
+    "GenerateOutputs",
+    "Harness",
+    "HarnessConfig",
+    "InvalidModelResponseError",
+    "Messages",
+    "ModelError",
+    "NotSupportedError",
+    "OpenAIChatCompletionsClient",
+    "OverlongPromptError",
+    "ProgramConfig",
+    "ProgramError",
+    "Response",
+    "ResponseMessage",
+    "ResponseTokens",
+    "RolloutOutput",
+    "RolloutStopped",
+    "RolloutTiming",
+    "SandboxConfig",
+    "SandboxError",
+    "State",
+    "StateFieldError",
+    "Task",
+    "TaskError",
+    "Taskset",
+    "TasksetConfig",
+    "TimeSpan",
+    "TimeSpans",
+    "TokenUsage",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "Toolset",
+    "ToolsetConfig",
+    "TrajectoryStep",
+    "TrajectoryStepTokens",
+    "Usage",
+    "__version__",
+    "advantage",
+    "cleanup",
+    "metric",
+    "reward",
+    "setup",
+    "stop",
+    "teardown",
+    "update",
+]

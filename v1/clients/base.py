@@ -1,0 +1,132 @@
+"""`Client`: translate provider-agnostic prompts, tools and responses to one provider API."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from v1.config import ClientConfig
+from v1.errors import Error, ModelError
+from v1.types import Messages, Response, SamplingArgs, Tool
+
+logger = logging.getLogger(__name__)
+
+ClientT = TypeVar("ClientT")
+MessagesT = TypeVar("MessagesT")
+ResponseT = TypeVar("ResponseT")
+ToolT = TypeVar("ToolT")
+
+RETRY_WAIT_INITIAL = 0.25
+RETRY_WAIT_MAX = 30.0
+
+
+class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
+    """Wraps one provider SDK client and translates to and from v1's types.
+
+    Built from a `ClientConfig`, the client owns its SDK client and retries
+    retryable failures `config.max_retries` times (exponential backoff with
+    jitter). Wrapping an existing SDK client object leaves retries to that object.
+    """
+
+    client_type: ClassVar[str]
+
+    def __init__(self, client_or_config: ClientT | ClientConfig) -> None:
+        if isinstance(client_or_config, ClientConfig):
+            self.config: ClientConfig | None = client_or_config
+            self._client = self.setup_client(client_or_config)
+            self._owns_client = True
+        else:
+            self.config = None
+            self._client = client_or_config
+            self._owns_client = False
+
+    @property
+    def client(self) -> ClientT:
+        """The underlying SDK client."""
+        return self._client
+
+    @property
+    def max_retries(self) -> int:
+        return self.config.max_retries if self.config is not None else 0
+
+    async def get_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> Response:
+        """Call the model and return a provider-agnostic `Response`.
+
+        Raises:
+            OverlongPromptError: the prompt does not fit the model's context.
+            ModelError: any other failure, after retries (authentication errors surface unchanged).
+        """
+        native_prompt, extra = self.to_native_prompt(prompt)
+        native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential_jitter(initial=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX),
+            retry=retry_if_exception(self.is_retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    native = await self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+        except Error:
+            raise
+        except Exception as exc:
+            if self.is_auth_error(exc):
+                raise
+            raise self.translate_error(exc) from exc
+        self.raise_from_native_response(native)
+        return self.from_native_response(native)
+
+    def is_retryable(self, error: BaseException) -> bool:
+        """Whether a failed call is worth repeating (connection errors, timeouts, 408/409/429/5xx)."""
+        return False
+
+    def is_auth_error(self, error: BaseException) -> bool:
+        """Authentication/permission errors surface unchanged, never wrapped."""
+        return False
+
+    def translate_error(self, error: BaseException) -> Error:
+        """The v1 error for a provider failure; `ModelError` unless a subclass knows better."""
+        return ModelError(f"{type(error).__name__}: {error}")
+
+    @abstractmethod
+    def setup_client(self, config: ClientConfig) -> ClientT:
+        """Create the native SDK client from a `ClientConfig`."""
+
+    @abstractmethod
+    def to_native_prompt(self, messages: Messages) -> tuple[MessagesT, dict[str, Any]]:
+        """Messages -> the provider's prompt, plus extra keyword arguments for the call."""
+
+    @abstractmethod
+    def to_native_tool(self, tool: Tool) -> ToolT:
+        """A `Tool` in the provider's format."""
+
+    @abstractmethod
+    async def get_native_response(
+        self, prompt: MessagesT, model: str, sampling_args: SamplingArgs, tools: list[ToolT] | None, **kwargs: Any
+    ) -> ResponseT:
+        """Call the provider API."""
+
+    @abstractmethod
+    def raise_from_native_response(self, response: ResponseT) -> None:
+        """Raise `ModelError` (or a subclass) when the response can't be used."""
+
+    @abstractmethod
+    def from_native_response(self, response: ResponseT) -> Response:
+        """The provider's response as a `Response`."""
+
+    async def close(self) -> None:
+        """Close the SDK client, if this client created it."""
+
+
+__all__ = ["Client"]

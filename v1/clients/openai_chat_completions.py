@@ -1,0 +1,195 @@
+"""`openai_chat_completions`: the OpenAI Chat Completions API (OpenAI, vLLM, routers)."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+import httpx
+import openai
+from openai import AsyncOpenAI
+from openai.resources.chat.completions import AsyncCompletions
+
+from v1.clients.base import Client
+from v1.clients.credentials import resolve_api_key
+from v1.config import ClientConfig
+from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
+from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
+
+CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+OVERLONG_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+)
+FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls"}
+
+NativeMessage = dict[str, Any]
+NativeTool = dict[str, Any]
+NativeResponse = dict[str, Any]
+
+
+def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sampling args the SDK's `create()` takes by name, and the rest (sent as `extra_body`)."""
+    known = {k: v for k, v in sampling_args.items() if k in CREATE_PARAMS and v is not None}
+    extra = {k: v for k, v in sampling_args.items() if k not in CREATE_PARAMS and v is not None}
+    return known, extra
+
+
+def _is_overlong(error: BaseException) -> bool:
+    if not isinstance(error, openai.BadRequestError):
+        return False
+    body = error.body if isinstance(error.body, dict) else {}
+    text = f"{error.message} {body.get('code', '')} {body.get('message', '')}".lower()
+    return any(marker in text for marker in OVERLONG_MARKERS)
+
+
+def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> ResponseTokens | None:
+    """Token ids (vLLM's `prompt_token_ids` / `token_ids`) and logprobs, when the server returned them."""
+    prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    completion_ids = choice.get("token_ids")
+    if prompt_ids is None or completion_ids is None:
+        return None
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    logprobs = [float(item.get("logprob", 0.0)) for item in content]
+    if len(logprobs) != len(completion_ids):
+        logprobs = (logprobs + [0.0] * len(completion_ids))[: len(completion_ids)]
+    return ResponseTokens(
+        prompt_ids=list(prompt_ids),
+        prompt_mask=[0] * len(prompt_ids),
+        completion_ids=list(completion_ids),
+        completion_mask=[1] * len(completion_ids),
+        completion_logprobs=logprobs,
+    )
+
+
+class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], NativeResponse, NativeTool]):
+    """Chat Completions over the official `openai` SDK.
+
+    Accepts an `AsyncOpenAI`, any object with the same `chat.completions.create`
+    interface (a trainer's adapter, say), or a `ClientConfig`.
+    """
+
+    client_type = "openai_chat_completions"
+
+    def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
+        timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        limits = httpx.Limits(
+            max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
+        )
+        return AsyncOpenAI(
+            base_url=config.api_base_url,
+            api_key=resolve_api_key(config.api_key_var),
+            timeout=timeout,
+            max_retries=0,  # v1 retries, so a retry is one decision in one place
+            default_headers=config.extra_headers or None,
+            http_client=httpx.AsyncClient(timeout=timeout, limits=limits),
+        )
+
+    def to_native_prompt(self, messages: Messages) -> tuple[list[NativeMessage], dict[str, Any]]:
+        if isinstance(messages, str):
+            return [{"role": "user", "content": messages}], {}
+        return list(messages), {}
+
+    def to_native_tool(self, tool: Tool) -> NativeTool:
+        function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        return {"type": "function", "function": function}
+
+    async def get_native_response(
+        self,
+        prompt: list[NativeMessage],
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[NativeTool] | None,
+        **kwargs: Any,
+    ) -> NativeResponse:
+        known, extra_body = split_sampling_args(sampling_args)
+        state = kwargs.get("state")
+        headers = self._headers_from_state(state) if state is not None else None
+        request: dict[str, Any] = {"model": model, "messages": prompt, **known}
+        if tools:
+            request["tools"] = tools
+        if extra_body:
+            request["extra_body"] = extra_body
+        if headers:
+            request["extra_headers"] = headers
+        completions = self.client.chat.completions
+        if isinstance(self.client, AsyncOpenAI):
+            # Skip the SDK's pydantic parse of the response: we translate from the JSON directly.
+            raw = await completions.with_raw_response.create(**request)
+            return raw.http_response.json()  # type: ignore[no-any-return]
+        result = await completions.create(**request)
+        return result.model_dump() if hasattr(result, "model_dump") else dict(result)
+
+    def _headers_from_state(self, state: Any) -> dict[str, str]:
+        if self.config is None:
+            return {}
+        return {header: str(state.get(field)) for header, field in self.config.extra_headers_from_state.items() if state.get(field) is not None}
+
+    def is_retryable(self, error: BaseException) -> bool:
+        if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):
+            return True
+        if isinstance(error, openai.APIStatusError):
+            return error.status_code in (408, 409, 429) or error.status_code >= 500
+        return isinstance(error, httpx.TransportError)
+
+    def is_auth_error(self, error: BaseException) -> bool:
+        return isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError))
+
+    def translate_error(self, error: BaseException) -> Error:
+        if _is_overlong(error):
+            return OverlongPromptError(f"prompt too long for the model: {error}")
+        return ModelError(f"{type(error).__name__}: {error}")
+
+    def raise_from_native_response(self, response: NativeResponse) -> None:
+        if not isinstance(response, dict):
+            raise InvalidModelResponseError(f"expected a JSON object from chat completions, got {type(response).__name__}")
+        if response.get("error"):
+            raise ModelError(f"upstream returned an error: {response['error']}")
+        choices = response.get("choices")
+        if not choices or not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
+            raise InvalidModelResponseError(f"chat completion has no usable choices: {str(response)[:200]}")
+
+    def from_native_response(self, response: NativeResponse) -> Response:
+        choice = response["choices"][0]
+        message = choice["message"]
+        tool_calls = [
+            ToolCall(id=call.get("id") or f"call_{i}", name=call["function"]["name"], arguments=call["function"].get("arguments") or "{}")
+            for i, call in enumerate(message.get("tool_calls") or [])
+        ]
+        finish_reason = FINISH_REASONS.get(choice.get("finish_reason") or "")
+        usage = response.get("usage") or None
+        return Response(
+            id=response.get("id") or "",
+            created=int(response.get("created") or time.time()),
+            model=response.get("model") or "",
+            usage=Usage(
+                prompt_tokens=usage.get("prompt_tokens") or 0,
+                completion_tokens=usage.get("completion_tokens") or 0,
+                total_tokens=usage.get("total_tokens") or 0,
+                reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
+            )
+            if usage
+            else None,
+            message=ResponseMessage(
+                content=message.get("content"),
+                reasoning_content=message.get("reasoning_content") or message.get("reasoning"),
+                finish_reason=finish_reason,  # type: ignore[arg-type]
+                is_truncated=finish_reason == "length",
+                tokens=tokens_from_choice(response, choice),
+                tool_calls=tool_calls or None,
+            ),
+        )
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.client.close()
+
+
+__all__ = ["OpenAIChatCompletionsClient", "split_sampling_args"]

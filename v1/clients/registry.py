@@ -1,0 +1,72 @@
+"""Turning whatever a harness was given as `client` into a shared `Client`."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from v1.clients.base import Client
+from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.config import ClientConfig
+from v1.errors import ConfigError, NotSupportedError
+from v1.loop_scope import loop_scope
+
+CLIENT_TYPES: dict[str, type[Client[Any, Any, Any, Any]]] = {
+    "openai_chat_completions": OpenAIChatCompletionsClient,
+}
+
+
+def client_class(client_type: str) -> type[Client[Any, Any, Any, Any]]:
+    try:
+        return CLIENT_TYPES[client_type]
+    except KeyError:
+        raise NotSupportedError(
+            f"client_type {client_type!r} is not supported yet; supported: {sorted(CLIENT_TYPES)}"
+        ) from None
+
+
+async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:
+    """One `Client` per distinct `ClientConfig` on this event loop, so connections are pooled."""
+    if config.endpoint_configs:
+        raise NotSupportedError("ClientConfig.endpoint_configs (round-robin upstreams) is not supported yet")
+    cls = client_class(config.client_type)
+    scope = await loop_scope()
+
+    async def create() -> tuple[Client[Any, Any, Any, Any], Any]:
+        client = cls(config)
+        return client, client.close
+
+    return await scope.get(("client", config.model_dump_json()), create)
+
+
+async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
+    """A `Client` from a `ClientConfig` (shared per config), a `Client`, or an SDK client object.
+
+    An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`)
+    is wrapped once per object, so every rollout using it shares one wrapper.
+    """
+    if isinstance(client, Client):
+        return client
+    if isinstance(client, ClientConfig):
+        return await shared_client(client)
+    if isinstance(client, dict):
+        return await shared_client(ClientConfig(client))
+    create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
+    if create is None:
+        raise ConfigError(
+            f"client: expected a ClientConfig, a v1 Client or an AsyncOpenAI-like object, got {type(client).__name__}"
+        )
+    if not inspect.iscoroutinefunction(create):
+        raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
+    scope = await loop_scope()
+
+    async def wrap() -> tuple[Client[Any, Any, Any, Any], Any]:
+        async def nothing_to_close() -> None:
+            return None
+
+        return OpenAIChatCompletionsClient(client), nothing_to_close
+
+    return await scope.get(("wrapped", id(client)), wrap)
+
+
+__all__ = ["CLIENT_TYPES", "client_class", "resolve_client", "shared_client"]

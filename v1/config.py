@@ -1,0 +1,340 @@
+"""Strict pydantic config models and `module:object` references.
+
+Every config model rejects unknown fields with the field's path, accepts a
+positional source config plus keyword overrides, and builds the same object
+from Python and from TOML (`from_toml`). Fields whose feature is not built yet
+validate normally and raise `NotSupportedError` when used.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic._internal._model_construction import ModelMetaclass
+
+from v1.errors import ConfigError
+from v1.types import ClientType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+try:
+    from typing import Self
+except ImportError:  # pragma: no cover
+    from typing_extensions import Self
+
+
+def import_ref(ref: str, field: str = "ref") -> Any:
+    """Import the object a ``"package.module:attr.path"`` reference names.
+
+    Raises:
+        ConfigError: naming `field`, when the reference is malformed or does not resolve.
+    """
+    if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
+        raise ConfigError(f"field '{field}': {ref!r} is not a 'module:object' reference")
+    module_name, attr_path = ref.split(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"field '{field}': cannot import module {module_name!r} of {ref!r}: {exc}") from exc
+    for attr in attr_path.split("."):
+        try:
+            target = getattr(target, attr)
+        except AttributeError:
+            raise ConfigError(f"field '{field}': module {module_name!r} has no attribute {attr_path!r} (from {ref!r})") from None
+    return target
+
+
+def resolve_callable(value: Any, field: str) -> Callable[..., Any]:
+    """`value` itself when callable, else the callable its `module:object` reference names."""
+    target = import_ref(value, field) if isinstance(value, str) else value
+    if not callable(target):
+        raise ConfigError(f"field '{field}': expected a callable or a 'module:object' reference, got {type(target).__name__}")
+    return target
+
+
+def format_validation_error(error: ValidationError, where: str = "") -> str:
+    """One line per problem: ``where: field 'a.b': message (got ...)``."""
+    lines = []
+    for problem in error.errors():
+        # Union tags start with "_" (field names can't), and are not part of the user's path.
+        path = ".".join(str(part) for part in problem["loc"] if not str(part).startswith("_")) or "<root>"
+        message = problem["msg"]
+        if problem["type"] == "extra_forbidden":
+            message = "unknown field"
+        got = "" if problem["type"] in ("extra_forbidden", "missing") else f" (got {problem.get('input')!r:.60})"
+        lines.append(f"{where + ': ' if where else ''}field '{path}': {message}{got}")
+    return "\n".join(lines)
+
+
+class _ConfigMeta(ModelMetaclass):
+    """Gives annotation-only fields typed as a `Config` subclass a default of that class."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
+        module_globals = vars(sys.modules.get(namespace.get("__module__", ""), sys))
+        for field, annotation in namespace.get("__annotations__", {}).items():
+            if field in namespace or field.startswith("_"):
+                continue
+            if isinstance(annotation, str):
+                try:
+                    annotation = eval(annotation, module_globals, dict(namespace))
+                except Exception:
+                    continue
+            if isinstance(annotation, type) and _config_base is not None and issubclass(annotation, _config_base):
+                namespace[field] = Field(default_factory=annotation)
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
+
+
+_config_base: type | None = None
+_init_depth: contextvars.ContextVar[int] = contextvars.ContextVar("v1_config_init_depth", default=0)
+
+
+class Config(BaseModel, metaclass=_ConfigMeta):
+    """Base of every v1 config model: strict, positional source config + keyword overrides."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True)
+
+    def __init__(self, config: object | None = None, /, **data: object) -> None:
+        # pydantic calls a custom __init__ for nested models too: only the outermost call converts errors.
+        depth = _init_depth.get()
+        token = _init_depth.set(depth + 1)
+        try:
+            super().__init__(**{**_as_mapping(config, type(self).__name__), **data})
+        except ValidationError as exc:
+            if depth:
+                raise
+            raise ConfigError(format_validation_error(exc, type(self).__name__)) from None
+        finally:
+            _init_depth.reset(token)
+
+    @classmethod
+    def from_config(cls, config: object | None = None, /, **data: object) -> Self:
+        """`config` itself when it is already this class and there are no overrides, else a new one."""
+        if isinstance(config, cls) and not data:
+            return config
+        return cls(config, **data)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, section: str | Iterable[str] | None = None) -> Self:
+        """Build from a TOML file, optionally from a (dotted) section of it.
+
+        Raises:
+            ConfigError: naming the file, the section and the field path.
+        """
+        path = Path(path)
+        try:
+            document: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        parts = section.split(".") if isinstance(section, str) else list(section or [])
+        where = f"{path} [{'.'.join(parts)}]" if parts else str(path)
+        for depth, part in enumerate(parts):
+            if not isinstance(document, Mapping) or part not in document:
+                raise ConfigError(f"{path}: section [{'.'.join(parts[: depth + 1])}] not found")
+            document = document[part]
+        try:
+            return cls.model_validate(document)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, where)) from None
+
+
+_config_base = Config
+
+
+def _as_mapping(config: object | None, target: str) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, BaseModel):
+        return {name: getattr(config, name) for name in type(config).model_fields}
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise ConfigError(f"{target}: expected a config object or a mapping, got {type(config).__name__}")
+
+
+class HandlerConfig(Config):
+    """A lifecycle handler named in config: ``{fn = "pkg.mod:fn", weight = 1.0, priority = 0}``.
+
+    A bare reference or callable is accepted wherever a `HandlerConfig` is.
+    """
+
+    fn: object
+    weight: float | None = None
+    priority: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_reference(cls, value: Any) -> Any:
+        return value if isinstance(value, Mapping) or isinstance(value, HandlerConfig) else {"fn": value}
+
+
+class SandboxConfig(Config):
+    """Where a sandboxed program runs. Validated now; sandboxes are not built yet."""
+
+    backend: Literal["local", "prime"] = "local"
+    image: str | None = None
+    cpu_cores: float = 1
+    memory_gb: float = 2
+    disk_size_gb: float = 5
+    gpu_count: int = 0
+    timeout_minutes: float = 60
+    timeout_per_command_seconds: float = 30
+    env: dict[str, str] = {}
+    labels: list[str] = []
+
+
+class ProgramConfig(Config):
+    """A harness program: exactly one of `base`, `fn` or `command`.
+
+    Only `base` and `fn` run today; `command` and the per-program fields
+    (`files`, `dirs`, `env`, `setup`, `artifacts`, `bindings`, `args`, `sandbox`)
+    validate and raise `NotSupportedError` when a rollout uses them.
+    """
+
+    base: bool = False
+    fn: object | None = None
+    command: list[str] | None = None
+    args: list[str] = []
+    files: dict[str, str] = {}
+    dirs: dict[str, str] = {}
+    env: dict[str, str] = {}
+    setup: list[str] = []
+    artifacts: list[str] = []
+    bindings: dict[str, object] = {}
+    sandbox: SandboxConfig | bool | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ProgramConfig:
+        forms = [name for name, on in (("base", self.base), ("fn", self.fn is not None), ("command", self.command is not None)) if on]
+        if len(forms) > 1:
+            raise ValueError(f"a program is exactly one of base, fn or command; got {' and '.join(forms)}")
+        if self.command is not None and not self.command:
+            raise ValueError("command must name a program to run, e.g. ['my-agent', '--flag']")
+        return self
+
+
+def _program_form(value: Any) -> str:
+    return "_config" if isinstance(value, (Mapping, ProgramConfig)) else "_callable"
+
+
+ProgramSpec = Annotated[
+    Union[Annotated[ProgramConfig, Tag("_config")], Annotated[Callable[..., Any], Tag("_callable")]],
+    Discriminator(_program_form),
+]
+"""A program: a `ProgramConfig` (or mapping of one) or an in-process callable `(task, state)`."""
+
+
+class EndpointClientConfig(Config):
+    """One upstream endpoint inside `ClientConfig.endpoint_configs`."""
+
+    client_idx: int = 0
+    api_key_var: str = "PRIME_API_KEY"
+    api_base_url: str = "https://api.pinference.ai/api/v1"
+    timeout: float = 3600.0
+    max_connections: int = 28000
+    max_keepalive_connections: int = 28000
+    max_retries: int = 10
+    extra_headers: dict[str, str] = {}
+
+
+class ClientConfig(Config):
+    """How to reach the upstream model: API type, URL, key variable, limits and retries."""
+
+    client_idx: int = 0
+    client_type: ClientType = "openai_chat_completions"
+    preserve_all_thinking: bool = False
+    preserve_thinking_between_tool_calls: bool = False
+    api_key_var: str = "PRIME_API_KEY"
+    api_base_url: str = "https://api.pinference.ai/api/v1"
+    endpoint_configs: list[EndpointClientConfig] = []
+    timeout: float = Field(3600.0, gt=0)
+    connect_timeout: float = Field(5.0, gt=0)
+    max_connections: int = Field(28000, ge=1)
+    max_keepalive_connections: int = Field(28000, ge=0)
+    max_retries: int = Field(10, ge=0)
+    extra_headers: dict[str, str] = {}
+    extra_headers_from_state: dict[str, str] = {}
+
+
+class ToolsetConfig(Config):
+    """A toolset in config: plain Python tools by `module:object` reference."""
+
+    tools: list[object] = []
+
+
+SystemPromptStrategy = Literal["HT", "TH", "H_OR_T", "T_OR_H", "H", "T", "REJECT"]
+
+HANDLER_KINDS: tuple[str, ...] = ("stops", "setups", "updates", "metrics", "rewards", "advantages", "cleanups")
+
+
+class _HandlerLists(Config):
+    stops: list[HandlerConfig] = []
+    setups: list[HandlerConfig] = []
+    updates: list[HandlerConfig] = []
+    metrics: list[HandlerConfig] = []
+    rewards: list[HandlerConfig] = []
+    advantages: list[HandlerConfig] = []
+    cleanups: list[HandlerConfig] = []
+
+
+class TasksetConfig(_HandlerLists):
+    """Config of a `Taskset`. Subclass it to add environment-specific fields."""
+
+    taskset_id: str | None = None
+    system_prompt: object | None = None
+    source: object | None = None
+    eval_source: object | None = None
+    user: object | None = None
+    toolsets: list[ToolsetConfig] = []
+
+
+class HarnessConfig(_HandlerLists):
+    """Config of a `Harness`. Subclass it to add harness-specific fields."""
+
+    program: ProgramSpec | None = None
+    system_prompt: object | None = None
+    system_prompt_strategy: SystemPromptStrategy = "HT"
+    sandbox: SandboxConfig | None = None
+    client: ClientConfig | None = None
+    model: str | None = None
+    sampling_args: dict[str, object] = {}
+    max_turns: int = Field(10, ge=1)
+    timeout_seconds: float | None = Field(None, gt=0)
+    toolsets: list[ToolsetConfig] = []
+
+
+class EnvConfig(Config):
+    """The loader envelope: `[env.taskset]` and `[env.harness]` of a TOML environment."""
+
+    taskset: TasksetConfig
+    harness: HarnessConfig
+
+    KNOWN_SECTIONS: ClassVar[tuple[str, ...]] = ("taskset", "harness")
+
+
+__all__ = [
+    "ClientConfig",
+    "Config",
+    "EndpointClientConfig",
+    "EnvConfig",
+    "HANDLER_KINDS",
+    "HandlerConfig",
+    "HarnessConfig",
+    "ProgramConfig",
+    "SandboxConfig",
+    "SystemPromptStrategy",
+    "TasksetConfig",
+    "ToolsetConfig",
+    "format_validation_error",
+    "import_ref",
+    "resolve_callable",
+]

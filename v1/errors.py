@@ -1,0 +1,89 @@
+"""The public error surface of v1: `v1.Error` and its subclasses.
+
+Every error the framework raises on purpose is one of these. Messages say what
+was wrong, where (file, field path, task row), and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every error v1 raises on purpose."""
+
+
+class ConfigError(Error, ValueError):
+    """A config value, TOML file or `module:object` reference is invalid."""
+
+
+class NotSupportedError(ConfigError):
+    """A config field is valid but its feature is not implemented yet.
+
+    Raised when the field is *used*, never silently ignored.
+    """
+
+
+class TaskError(Error, ValueError):
+    """A task row is malformed (non-JSON value, system message in `prompt`, ...)."""
+
+
+class StateFieldError(Error, KeyError):
+    """User code tried to write a framework-managed `State` field."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ModelError(Error):
+    """The upstream model call failed, or returned an unusable response."""
+
+
+class InvalidModelResponseError(ModelError):
+    """The upstream answered, but the response cannot be used (no choices, bad shape)."""
+
+
+class OverlongPromptError(ModelError):
+    """The prompt is longer than the model's context; the rollout stops as `prompt_too_long`."""
+
+
+class ToolError(Error):
+    """A tool failed in a way that should end the rollout."""
+
+
+class SandboxError(Error):
+    """A sandbox could not be created, used or released."""
+
+
+class ProgramError(Error):
+    """A harness program could not be resolved or run."""
+
+
+class EndpointError(Error):
+    """The interception endpoint cannot serve a request (closed rollout, server down)."""
+
+
+class RolloutStopped(Error):
+    """Raised inside a program when the rollout was stopped (e.g. `max_turns_reached`).
+
+    The harness treats it as a clean stop, not as an error.
+    """
+
+    def __init__(self, condition: str, message: str | None = None) -> None:
+        self.condition = condition
+        super().__init__(message or f"rollout stopped: {condition}")
+
+
+__all__ = [
+    "ConfigError",
+    "EndpointError",
+    "Error",
+    "InvalidModelResponseError",
+    "ModelError",
+    "NotSupportedError",
+    "OverlongPromptError",
+    "ProgramError",
+    "RolloutStopped",
+    "SandboxError",
+    "StateFieldError",
+    "TaskError",
+    "ToolError",
+]

@@ -1,0 +1,403 @@
+"""`Harness`: how a task is attempted.
+
+`await harness.run(task)` resolves the rollout (model, client, sampling args,
+system prompt, tools, turn limit), opens the rollout on the interception
+endpoint, runs setups, the program, updates, scoring and cleanups, and returns
+a JSON-serializable `State`. Every failure is recorded on the state; `run`
+only raises for a harness that cannot run at all (no model, no client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from v1.clients.registry import resolve_client
+from v1.config import HANDLER_KINDS, ClientConfig, HarnessConfig
+from v1.errors import ConfigError, NotSupportedError, RolloutStopped
+from v1.interception.server import get_endpoint
+from v1.lifecycle import Handler, Handlers, group_arguments, handlers_from_list, handlers_of, rollout_arguments
+from v1.programs import Program, resolve_program
+from v1.scoring import score_group, score_rollout
+from v1.state import State
+from v1.task import Task, thaw
+from v1.taskset import Taskset
+from v1.toolset import Toolset, merge_toolsets
+from v1.types import Messages, TokenUsage
+
+logger = logging.getLogger(__name__)
+
+HARNESS_FIELDS = ("program", "system_prompt", "system_prompt_strategy", "sandbox", "model", "sampling_args", "max_turns", "timeout_seconds")
+
+
+def _system_messages(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": "system", "content": value}] if value else []
+    return [thaw(message) for message in value]
+
+
+def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) -> list[dict[str, Any]]:
+    """The system messages of a rollout, from the harness's (H) and the task's (T) prompts.
+
+    Strategies: `HT` both, harness first; `TH` both, task first; `H_OR_T` the
+    harness's if set, else the task's; `T_OR_H` the reverse; `H` / `T` only one;
+    `REJECT` fails when both are set.
+    """
+    harness_messages, task_messages = _system_messages(harness_prompt), _system_messages(task_prompt)
+    if strategy == "HT":
+        return harness_messages + task_messages
+    if strategy == "TH":
+        return task_messages + harness_messages
+    if strategy == "H_OR_T":
+        return harness_messages or task_messages
+    if strategy == "T_OR_H":
+        return task_messages or harness_messages
+    if strategy == "H":
+        return harness_messages
+    if strategy == "T":
+        return task_messages
+    if strategy == "REJECT":
+        if harness_messages and task_messages:
+            raise ConfigError("system_prompt_strategy='REJECT': both the harness and the task set a system prompt")
+        return harness_messages or task_messages
+    raise ConfigError(f"unknown system_prompt_strategy {strategy!r}")
+
+
+def _visible_tool_names(task: Task, available: Iterable[str]) -> list[str]:
+    names = list(available)
+    visibility = task.get("tools") or {}
+    show, hide = visibility.get("show"), visibility.get("hide")
+    unknown = sorted(set(show or []) | set(hide or []) - set(names))
+    if unknown:
+        raise ConfigError(f"task field 'tools' names unknown tool(s) {unknown}; available: {sorted(names)}")
+    if show is not None:
+        names = [name for name in names if name in show]
+    if hide is not None:
+        names = [name for name in names if name not in hide]
+    return names
+
+
+def token_usage(state: State) -> TokenUsage:
+    """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
+    steps = [step for step in state["trajectory"] if (step.get("response") or {}).get("usage")]
+    if not steps:
+        return TokenUsage()
+    inputs = [float(step["response"]["usage"]["prompt_tokens"]) for step in steps]
+    outputs = [float(step["response"]["usage"]["completion_tokens"]) for step in steps]
+    final_output = sum(outputs)
+    return TokenUsage(
+        input_tokens=sum(inputs),
+        output_tokens=final_output,
+        final_input_tokens=max(0.0, inputs[-1] + outputs[-1] - final_output),
+        final_output_tokens=final_output,
+    )
+
+
+def render_completion(state: State) -> Messages:
+    """The messages after the rollout's prompt, as of the last model call."""
+    steps = state["trajectory"]
+    if not steps:
+        return []
+    last = steps[-1]
+    context = list(last["prompt"]) + list(last["completion"])
+    prompt = state.get("prompt") or []
+    if context[: len(prompt)] == list(prompt):
+        return context[len(prompt) :]
+    return list(last["completion"])
+
+
+class RolloutContext:
+    """What the harness lends a program for one rollout: stop checks and tool execution."""
+
+    def __init__(self, harness: Harness, handlers: Handlers, tool_owners: Mapping[str, Toolset], task: Task) -> None:
+        self.harness = harness
+        self.handlers = handlers
+        self.tool_owners = tool_owners
+        self.task = task
+        self.default_max_turns = harness.config.max_turns
+
+    async def check_stops(self, state: State) -> bool:
+        """Run the `@stop` handlers; the first that fires stops the rollout. True when stopped."""
+        condition = await self.first_stop(state)
+        if condition is not None:
+            state.stop(condition)
+        return bool(state["is_completed"])
+
+    async def first_stop(self, state: State) -> str | None:
+        if state["is_completed"]:
+            return state["stop_condition"]
+        arguments = rollout_arguments(self.task, state)
+        for handler in self.handlers.of("stop", group=False):
+            if await handler.call(arguments):
+                return handler.name
+        return None
+
+    async def call_tool(self, name: str, arguments: str) -> str:
+        owner = self.tool_owners.get(name)
+        if owner is None:
+            return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(self.tool_owners)) or 'none'}"
+        try:
+            return await owner.call(name, arguments)
+        except owner.stop_errors as exc:
+            raise RolloutStopped("has_error", f"tool {name!r} raised a stop error: {exc}") from exc
+
+
+class Harness:
+    """Runs one task at a time; see the module docs for the rollout lifecycle.
+
+    Args:
+        program: None (the default tool loop), a callable `(task, state)`, or a
+            mapping/`ProgramConfig` (`{"base": True}`, `{"fn": "pkg.module:run"}`).
+        system_prompt: the harness's system prompt (see `system_prompt_strategy`).
+        client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
+        model, sampling_args, max_turns: what to call and how; the task's
+            `max_turns` overrides the harness's.
+        toolsets: toolsets whose tools every task of this harness may use.
+        taskset: the taskset whose tasks this harness runs (its prompt, tools and handlers apply).
+        config: a `HarnessConfig` (or mapping); keyword arguments override it.
+    """
+
+    config_type: ClassVar[type[HarnessConfig]] = HarnessConfig
+
+    def __init__(
+        self,
+        program: Any = None,
+        system_prompt: Any = None,
+        user: Any = None,
+        sandbox: Any = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: Mapping[str, Any] | None = None,
+        max_turns: int | None = None,
+        toolsets: Iterable[Toolset] | None = None,
+        stops: Iterable[Any] | None = None,
+        setups: Iterable[Any] | None = None,
+        updates: Iterable[Any] | None = None,
+        metrics: Iterable[Any] | None = None,
+        rewards: Iterable[Any] | None = None,
+        advantages: Iterable[Any] | None = None,
+        cleanups: Iterable[Any] | None = None,
+        config: HarnessConfig | Mapping[str, object] | None = None,
+        *,
+        system_prompt_strategy: str | None = None,
+        timeout_seconds: float | None = None,
+        taskset: Taskset | None = None,
+    ) -> None:
+        given = {
+            "program": program,
+            "system_prompt": system_prompt,
+            "system_prompt_strategy": system_prompt_strategy,
+            "sandbox": sandbox,
+            "model": model,
+            "sampling_args": dict(sampling_args) if sampling_args is not None else None,
+            "max_turns": max_turns,
+            "timeout_seconds": timeout_seconds,
+        }
+        if isinstance(client, (ClientConfig, Mapping)):
+            given["client"], client = client, None
+        self.config = self.config_type.from_config(config, **{k: v for k, v in given.items() if v is not None})
+        if user is not None:
+            raise NotSupportedError("Harness(user=...): user simulators are not supported yet")
+        if self.config.sandbox is not None:
+            raise NotSupportedError("Harness(sandbox=...): sandboxed programs are not supported yet")
+        self.client = client
+        self.program: Program = resolve_program(self.config.program)
+        self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets or [])
+        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics, "rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        self._own_handlers: list[Handler] = handlers_of(self)
+        for name in HANDLER_KINDS:
+            self._own_handlers += handlers_from_list(name, list(getattr(self.config, name)) + list(lists[name] or []), "harness")
+        self.taskset = taskset
+        self._handlers: Handlers | None = None
+        self._tool_owners: dict[str, Toolset] | None = None
+
+    # -- resolution -----------------------------------------------------------------------
+
+    @property
+    def taskset(self) -> Taskset | None:
+        return self._taskset
+
+    @taskset.setter
+    def taskset(self, taskset: Taskset | None) -> None:
+        if taskset is not None and taskset.config.user is not None:
+            raise NotSupportedError("Taskset(user=...): user simulators are not supported yet")
+        self._taskset = taskset
+        self._handlers = None
+        self._tool_owners = None
+
+    @property
+    def handlers(self) -> Handlers:
+        if self._handlers is None:
+            taskset_handlers = self.taskset.handlers if self.taskset is not None else []
+            self._handlers = Handlers.collect(taskset_handlers + self._own_handlers)
+        return self._handlers
+
+    @property
+    def tool_owners(self) -> dict[str, Toolset]:
+        if self._tool_owners is None:
+            taskset_toolsets = self.taskset.toolsets if self.taskset is not None else []
+            self._tool_owners = merge_toolsets(taskset_toolsets + self.toolsets)
+        return self._tool_owners
+
+    def _as_task(self, task: Task | Mapping[str, Any] | str) -> Task:
+        if self.taskset is not None:
+            return self.taskset.to_task(task)
+        if isinstance(task, str):
+            return Task({"prompt": task}).freeze()
+        return task.freeze() if isinstance(task, Task) else Task(task).freeze()
+
+    async def _resolve(self, task: Task, state: State) -> None:
+        runtime = state.runtime
+        if runtime.client is None:
+            source = self.client if self.client is not None else self.config.client
+            if source is None:
+                raise ConfigError("no model client: pass Harness(client=ClientConfig(...) or AsyncOpenAI(...)) or set [env.harness.client]")
+            runtime.client = await resolve_client(source)
+            runtime.sampling_args = dict(self.config.sampling_args)
+        if runtime.model is None:
+            runtime.model = self.config.model
+        if not runtime.model:
+            raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
+        runtime.max_turns = self.config.max_turns
+        for field in ("sandbox", "program"):
+            if task.get(field):
+                raise NotSupportedError(f"task field {field!r}: per-task {field} settings are not supported yet")
+        task_system_prompt = task.get("system_prompt")
+        if task_system_prompt is None and self.taskset is not None:
+            task_system_prompt = self.taskset.system_prompt
+        state["prompt"] = resolve_system_prompt(self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy) + thaw(task.prompt)
+        owners = self.tool_owners
+        visible = _visible_tool_names(task, owners)
+        for name in visible:
+            runtime.tools.setdefault(name, owners[name].functions[name])
+        state["tool_defs"] = [owners[name].functions[name].tool.model_dump(exclude_none=True) for name in visible]
+        state["model"] = runtime.model
+
+    # -- one rollout ------------------------------------------------------------------------
+
+    async def run(self, task: Task | Mapping[str, Any] | str, state: State | None = None) -> State:
+        """Run one rollout of `task` and return its finalized, JSON-serializable state."""
+        task = self._as_task(task)
+        state = state if state is not None else State.for_task(task)
+        context = await self._rollout(task, state)
+        await self._finish(task, state, context)
+        return state
+
+    async def _rollout(self, task: Task, state: State) -> RolloutContext:
+        """Everything up to and including per-rollout scoring; the endpoint stays open."""
+        if not isinstance(state.task, Task) or not state.task:
+            state.task = task
+        timing = state.runtime.timing
+        timing.start_time = timing.generation.start = time.time()
+        await self._resolve(task, state)
+        context = RolloutContext(self, self.handlers, {name: self.tool_owners[name] for name in state.runtime.tools if name in self.tool_owners}, task)
+        endpoint = await get_endpoint()
+        session = endpoint.open(state, context.first_stop)
+        arguments = rollout_arguments(task, state)
+        timing.setup.start = time.time()
+        ok = await self._run_handlers("setup", arguments, state)
+        timing.setup.end = time.time()
+        if ok:
+            await self._run_program(task, state, context)
+        session.end_program_phase()
+        timing.generation.end = time.time()
+        await self._run_handlers("update", rollout_arguments(task, state), state)
+        if "completion" not in state:
+            state["completion"] = render_completion(state)
+        state["token_usage"] = token_usage(state)
+        timing.scoring.start = time.time()
+        await score_rollout(self.handlers, task, state)
+        timing.scoring.end = time.time()
+        return context
+
+    async def _run_program(self, task: Task, state: State, context: RolloutContext) -> None:
+        timeout = self.config.timeout_seconds
+        try:
+            await asyncio.wait_for(self.program(task, state, context), timeout)
+        except RolloutStopped as stopped:
+            if stopped.condition == "has_error":
+                state._record_error(stopped.__cause__ or stopped, "tool")
+            else:
+                state.stop(stopped.condition)
+        except asyncio.TimeoutError:
+            state.stop("timeout_reached")
+        except Exception as exc:
+            session = state.runtime.session
+            # A program that ends because the endpoint refused a call (turn limit, stop
+            # condition, error already recorded) ended cleanly for our purposes.
+            if not (state["is_completed"] and session is not None and session.turns_started and state["stop_condition"]):
+                state._record_error(exc, "program")
+        state.stop("state_done")
+
+    async def _run_handlers(self, kind: str, arguments: Mapping[str, Any], state: State) -> bool:
+        ok = True
+        for handler in self.handlers.of(kind, group=False):  # type: ignore[arg-type]
+            try:
+                await handler.call(arguments)
+            except Exception as exc:
+                state._record_error(exc, f"{kind}:{handler.name}")
+                ok = False
+                if kind == "setup":
+                    break
+        return ok
+
+    async def _finish(self, task: Task, state: State, context: RolloutContext | None) -> None:
+        """Cleanups (they may still call the model), then close the rollout and finalize the state."""
+        try:
+            await self._run_handlers("cleanup", rollout_arguments(task, state), state)
+        finally:
+            endpoint = await get_endpoint()
+            endpoint.close_session(state)
+            state.finalize()
+
+    # -- groups -----------------------------------------------------------------------------
+
+    async def run_group(self, tasks: list[Task], states: list[State] | None = None) -> list[State]:
+        """Run rollouts together, score them as a group, then clean up, whatever failed."""
+        tasks = [self._as_task(task) for task in tasks]
+        states = states if states is not None else [State.for_task(task) for task in tasks]
+        try:
+            results = await asyncio.gather(*(self._rollout(t, s) for t, s in zip(tasks, states)), return_exceptions=True)
+            for state, result in zip(states, results):
+                if isinstance(result, BaseException):
+                    if not isinstance(result, Exception):
+                        raise result
+                    state._record_error(result, "harness")
+            await self.score_group(tasks, states)
+        finally:
+            try:
+                await self.cleanup_group(tasks, states)
+            finally:
+                await asyncio.gather(*(self._finish(t, s, None) for t, s in zip(tasks, states)), return_exceptions=True)
+        return states
+
+    async def score_group(self, tasks: list[Task], states: list[State]) -> list[State]:
+        """Group rewards and metrics, then advantages (default: reward minus the group mean)."""
+        await score_group(self.handlers, tasks, states)
+        return states
+
+    async def cleanup_group(self, tasks: list[Task], states: list[State]) -> None:
+        """Group cleanup handlers; each runs even when another fails."""
+        arguments = group_arguments(tasks, states)
+        for handler in self.handlers.of("cleanup", group=True):
+            try:
+                await handler.call(arguments)
+            except Exception as exc:
+                for state in states:
+                    state._record_error(exc, f"cleanup:{handler.name}")
+
+    async def teardown(self) -> None:
+        """Teardown handlers of the harness and its taskset, highest priority first."""
+        for handler in self.handlers.of("teardown"):
+            try:
+                await handler.call({})
+            except Exception:
+                logger.exception("teardown handler %s failed", handler.name)
+
+
+__all__ = ["Harness", "RolloutContext", "render_completion", "resolve_system_prompt", "token_usage"]

@@ -1,0 +1,190 @@
+"""The OpenAI Chat Completions dialect at the endpoint: request parsing and response rendering."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from v1.types import ChatMessage, Response, Tool
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+CONTROL_FIELDS = frozenset({"model", "messages", "tools", "stream", "stream_options", "functions"})
+
+
+class BadRequest(Exception):
+    """A malformed request: answered with status 400 and an OpenAI-shaped error."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ChatRequest:
+    messages: list[ChatMessage]
+    tools: list[Tool] | None
+    sampling_args: dict[str, Any]
+    stream: bool = False
+    include_usage: bool = False
+    model: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_message(index: int, message: Any) -> None:
+    where = f"messages[{index}]"
+    if not isinstance(message, Mapping):
+        raise BadRequest(f"{where} must be an object, got {type(message).__name__}", where)
+    role = message.get("role")
+    if role not in ROLES:
+        raise BadRequest(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}", f"{where}.role")
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise BadRequest(f"{where}.content must be a string or a list of content parts", f"{where}.content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise BadRequest(f"{where}.content[{j}] must be a content part object with a 'type'", f"{where}.content[{j}]")
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise BadRequest(f"{where}: a tool message needs a string 'tool_call_id'", f"{where}.tool_call_id")
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        if role != "assistant" or not isinstance(tool_calls, list):
+            raise BadRequest(f"{where}.tool_calls must be a list on an assistant message", f"{where}.tool_calls")
+        for j, call in enumerate(tool_calls):
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+                raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
+
+
+def _parse_tools(raw: Any) -> list[Tool] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list", "tools")
+    tools = []
+    for i, entry in enumerate(raw):
+        function = entry.get("function") if isinstance(entry, Mapping) else None
+        if not isinstance(entry, Mapping) or entry.get("type", "function") != "function" or not isinstance(function, Mapping):
+            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise BadRequest(f"tools[{i}].function.name must be a non-empty string", f"tools[{i}].function.name")
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, Mapping):
+            raise BadRequest(f"tools[{i}].function.parameters must be a JSON schema object", f"tools[{i}].function.parameters")
+        tools.append(
+            Tool(
+                name=name,
+                description=function.get("description") or "",
+                parameters=dict(parameters),
+                strict=function.get("strict"),
+            )
+        )
+    return tools or None
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """Validate a `/chat/completions` body; raises `BadRequest` naming the bad parameter."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' is required and must be a non-empty list", "messages")
+    for index, message in enumerate(messages):
+        _check_message(index, message)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string", "model")
+    if body.get("n") not in (None, 1):
+        raise BadRequest("n > 1 is not supported: a rollout's trajectory is one path", "n")
+    if body.get("functions") is not None:
+        raise BadRequest("the legacy 'functions' parameter is not supported; use 'tools'", "functions")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, Mapping):
+        raise BadRequest("'stream_options' must be an object", "stream_options")
+    return ChatRequest(
+        messages=list(messages),
+        tools=_parse_tools(body.get("tools")),
+        sampling_args={k: v for k, v in body.items() if k not in CONTROL_FIELDS and k != "n"},
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        model=model,
+    )
+
+
+def _tool_calls(response: Response) -> list[dict[str, Any]] | None:
+    calls = response.message.tool_calls
+    if not calls:
+        return None
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+
+
+def _finish_reason(response: Response) -> str:
+    return response.message.finish_reason or ("tool_calls" if response.message.tool_calls else "stop")
+
+
+def _usage(response: Response) -> dict[str, int] | None:
+    usage = response.usage
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def _logprobs(response: Response) -> dict[str, Any] | None:
+    tokens = response.message.tokens
+    if tokens is None:
+        return None
+    return {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(tokens.completion_ids, tokens.completion_logprobs)]}
+
+
+def render_completion(response: Response, model: str) -> dict[str, Any]:
+    """A `chat.completion` object for a `Response`."""
+    message: dict[str, Any] = {"role": "assistant", "content": response.message.content}
+    if response.message.reasoning_content is not None:
+        message["reasoning_content"] = response.message.reasoning_content
+    tool_calls = _tool_calls(response)
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(response), "logprobs": _logprobs(response)}
+    body: dict[str, Any] = {
+        "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
+        "object": "chat.completion",
+        "created": response.created,
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(response),
+    }
+    tokens = response.message.tokens
+    if tokens is not None:
+        body["prompt_token_ids"] = tokens.prompt_ids
+        choice["token_ids"] = tokens.completion_ids
+    return body
+
+
+def render_chunks(response: Response, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The `chat.completion.chunk` events that stream a `Response`."""
+    base = {"id": response.id or f"chatcmpl-{int(time.time() * 1000)}", "object": "chat.completion.chunk", "created": response.created, "model": model}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    if response.message.reasoning_content:
+        yield chunk({"reasoning_content": response.message.reasoning_content})
+    if response.message.content:
+        yield chunk({"content": response.message.content})
+    for index, call in enumerate(_tool_calls(response) or []):
+        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        yield chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]})
+    yield chunk({}, _finish_reason(response))
+    if include_usage:
+        yield {**base, "choices": [], "usage": _usage(response)}
+
+
+__all__ = ["BadRequest", "ChatRequest", "parse_request", "render_chunks", "render_completion"]

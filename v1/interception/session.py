@@ -1,0 +1,132 @@
+"""`RolloutSession`: one rollout's view of the endpoint.
+
+It holds the rollout's secret and URL, enforces the turn limit and stop
+conditions before each program call, forwards to the upstream `Client` with
+the harness's sampling args, and records each exchange as a `TrajectoryStep`
+through the state's own setters.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from v1.errors import OverlongPromptError, RolloutStopped
+from v1.types import Messages, Response, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
+
+if TYPE_CHECKING:
+    from v1.state import State
+
+StopCheck = Callable[["State"], Awaitable[str | None]]
+
+DEFAULT_MAX_TURNS = 10
+
+
+def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> SamplingArgs:
+    """What the program asked for, with the harness's sampling args winning wherever they are set."""
+    return {**requested, **{key: value for key, value in harness.items() if value is not None}}
+
+
+def step_tokens(response: Response) -> TrajectoryStepTokens | None:
+    tokens = response.message.tokens
+    if tokens is None:
+        return None
+    return TrajectoryStepTokens(
+        prompt_ids=tokens.prompt_ids,
+        prompt_mask=tokens.prompt_mask,
+        completion_ids=tokens.completion_ids,
+        completion_mask=tokens.completion_mask,
+        completion_logprobs=tokens.completion_logprobs,
+        overlong_prompt=False,
+        is_truncated=bool(response.message.is_truncated),
+        routed_experts=tokens.routed_experts,
+    )
+
+
+class RolloutSession:
+    """The endpoint's record of one open rollout."""
+
+    def __init__(self, state: State, base_url_root: str, http_client: Any, stop_check: StopCheck | None) -> None:
+        self.state = state
+        self.rollout_id = state["trajectory_id"]
+        self.api_key = "v1-" + secrets.token_urlsafe(24)
+        self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
+        self.http_client = http_client
+        self.stop_check = stop_check
+        self.recording = True
+        self.closed = False
+        self.turns_started = 0
+
+    def end_program_phase(self) -> None:
+        """Later calls (updates, judges, cleanups) still reach the model but are not trajectory steps."""
+        self.recording = False
+
+    async def _admit(self) -> None:
+        state = self.state
+        if state["is_completed"]:
+            raise RolloutStopped(state["stop_condition"] or "state_done")
+        if self.stop_check is not None:
+            condition = await self.stop_check(state)
+            if condition is not None:
+                state.stop(condition)
+                raise RolloutStopped(condition)
+        max_turns = state.get_max_turns(DEFAULT_MAX_TURNS)
+        if self.turns_started >= max_turns:
+            state.stop("max_turns_reached")
+            raise RolloutStopped("max_turns_reached", f"rollout stopped: max_turns_reached ({max_turns} model calls allowed)")
+        self.turns_started += 1
+
+    async def complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+        """Forward one model call upstream and record it.
+
+        Raises:
+            RolloutStopped: the rollout already ended (turn limit, stop condition, error).
+            OverlongPromptError, ModelError: the upstream call failed; recorded on the state first.
+        """
+        state = self.state
+        runtime = state.runtime
+        recording = self.recording
+        if recording:
+            await self._admit()
+        client = runtime.client
+        assert client is not None, "a rollout session needs an upstream client"
+        sampling_args = merge_sampling_args(requested, runtime.sampling_args)
+        start = time.time()
+        try:
+            response = await client.get_response(prompt, state.get_model(), sampling_args, tools=tools, state=state)
+        except OverlongPromptError:
+            if recording:
+                state._set_managed("is_truncated", True)
+                state.stop("prompt_too_long")
+            raise
+        except Exception as exc:
+            state._record_error(exc, "model" if recording else "model (after the program)")
+            raise
+        end = time.time()
+        if recording:
+            self._record(prompt, response, start, end)
+        return response
+
+    def _record(self, prompt: Messages, response: Response, start: float, end: float) -> None:
+        state = self.state
+        truncated = bool(response.message.is_truncated)
+        step = TrajectoryStep(
+            prompt=prompt,
+            completion=[response.message.to_chat_message()],
+            response=response.model_dump(mode="json"),
+            tokens=step_tokens(response),
+            reward=None,
+            advantage=None,
+            is_truncated=truncated,
+            trajectory_id=self.rollout_id,
+            extras={"start": start, "end": end},
+        )
+        state["trajectory"].append(step)
+        state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
+        if truncated:
+            state._set_managed("is_truncated", True)
+
+
+__all__ = ["RolloutSession", "merge_sampling_args"]

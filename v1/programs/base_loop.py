@@ -1,0 +1,63 @@
+"""The default program: a tool loop that talks to the model through the endpoint.
+
+Each turn: check stop conditions, call the model (through the endpoint, like
+every other program), run the tool calls concurrently and append their results
+in call order. It ends on `no_tools_called` (when tools exist),
+`final_response` (no tools), `max_turns_reached`, an error, or a user `@stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from v1.types import TimeSpan
+
+if TYPE_CHECKING:
+    from v1.harness import RolloutContext
+    from v1.state import State
+    from v1.task import Task
+
+
+async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: list[Any]) -> list[dict[str, Any]]:
+    start = time.time()
+    results = await asyncio.gather(*(context.call_tool(call.function.name, call.function.arguments) for call in tool_calls))
+    state.runtime.timing.env.spans.append(TimeSpan(start=start, end=time.time()))
+    return [{"role": "tool", "tool_call_id": call.id, "content": result} for call, result in zip(tool_calls, results)]
+
+
+async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
+    """Run the tool loop until a stop condition fires; leaves `state["completion"]` set."""
+    client = state.get_client()
+    messages: list[dict[str, Any]] = [dict(m) for m in state["prompt"]]
+    initial = len(messages)
+    tool_defs = state.get("tool_defs") or None
+    tools = [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
+    max_turns = state.get_max_turns(context.default_max_turns)
+    try:
+        while not state["is_completed"]:
+            if await context.check_stops(state):
+                break
+            if len(state["trajectory"]) >= max_turns:
+                state.stop("max_turns_reached")
+                break
+            try:
+                completion = await client.chat.completions.create(model=state.get_model(), messages=messages, tools=tools)
+            except openai.APIStatusError:
+                if state["is_completed"]:  # the endpoint stopped the rollout and said why
+                    break
+                raise
+            message = completion.choices[0].message
+            messages.append(message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": message.content})
+            if not message.tool_calls:
+                state.stop("no_tools_called" if tool_defs else "final_response")
+                break
+            messages.extend(await _run_tool_calls(context, state, message.tool_calls))
+    finally:
+        state["completion"] = messages[initial:]
+
+
+__all__ = ["base_loop"]

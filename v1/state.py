@@ -1,0 +1,283 @@
+"""`State`: the mutable record of one rollout.
+
+A `State` is a plain dict of JSON values plus a private, process-local
+`RolloutRuntime` (model client, endpoint session, tools, borrowed handles)
+that never becomes a dict key, so `json.dumps(state)` works once `run` returns.
+Framework-managed fields can only change through `stop()`, raising a
+`v1.Error`, or the framework's own setters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
+from v1.task import Task
+from v1.types import RolloutTiming
+
+if TYPE_CHECKING:
+    from v1.clients.base import Client
+    from v1.interception.session import RolloutSession
+
+MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
+BORROWABLE = ("model", "client", "sandbox", "tools")
+SUPPORTED_APIS = ("chat_completions",)
+
+_T = TypeVar("_T")
+
+
+class _TaskOrInstanceMethod(Generic[_T]):
+    """Binds to the instance when there is one, else to the class (like `for_task` needs)."""
+
+    def __init__(self, fn: Callable[..., _T]) -> None:
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, instance: Any, owner: type) -> Callable[..., _T]:
+        def bound(*args: Any, **kwargs: Any) -> _T:
+            return self.fn(owner, instance, *args, **kwargs)
+
+        bound.__doc__ = self.fn.__doc__
+        return bound
+
+
+@dataclass
+class RolloutRuntime:
+    """Process-local handles of one rollout; never serialized."""
+
+    model: str | None = None
+    client: Client | None = None
+    sampling_args: dict[str, Any] = field(default_factory=dict)
+    max_turns: int | None = None
+    session: RolloutSession | None = None
+    tools: dict[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
+    borrowed: dict[str, Any] = field(default_factory=dict)
+    timing: RolloutTiming = field(default_factory=RolloutTiming)
+    sdk_clients: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    finalized: bool = False
+
+
+def _guard(key: object) -> None:
+    if key in MANAGED_FIELDS:
+        hint = "use state.stop(condition)" if key in ("is_completed", "stop_condition") else "raise a v1.Error subclass"
+        if key == "trajectory":
+            hint = "the trajectory is recorded by the interception endpoint"
+        raise StateFieldError(f"state[{key!r}] is managed by the framework and can't be assigned; {hint}")
+
+
+class State(dict):  # type: ignore[type-arg]
+    """Mutable rollout output: trajectory, completion, reward, metrics, timing, errors and user fields.
+
+    Framework-managed fields (`is_completed`, `stop_condition`, `is_truncated`,
+    `error`, `trajectory`) can't be written directly: use `stop()` or raise a
+    `v1.Error`. Runtime handles are reached with the `get_*` methods.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        data = dict(*args, **kwargs)
+        for key in data:
+            _guard(key)
+        super().__init__(
+            trajectory_id=uuid.uuid4().hex,
+            trajectory=[],
+            is_completed=False,
+            is_truncated=False,
+            stop_condition=None,
+            error=None,
+        )
+        super().update(data)
+        self.task: Task = Task().freeze()
+        self.runtime = RolloutRuntime()
+
+    # -- construction -------------------------------------------------------------------
+
+    @_TaskOrInstanceMethod
+    def for_task(
+        cls: type[State],
+        parent: State | None,
+        task: Mapping[str, Any] | Task,
+        borrow: Iterable[str] | str | None = None,
+        tools: Iterable[str] | str | None = None,
+    ) -> State:
+        """A fresh state for `task`.
+
+        Called on an existing state (`state.for_task(child_task, borrow=["model"], tools="bash")`),
+        the child borrows the named runtime handles of that parent state.
+
+        Args:
+            task: the task (a mapping is turned into a frozen `Task`).
+            borrow: handles to share with the parent: any of "model", "client", "sandbox", "tools".
+            tools: names of the parent's tools the child may call.
+        """
+        state = cls()
+        state.task = task if isinstance(task, Task) and task.frozen else Task(task).freeze()
+        if "example_id" in state.task:
+            dict.__setitem__(state, "example_id", state.task["example_id"])
+        borrow_names = [borrow] if isinstance(borrow, str) else list(borrow or [])
+        tool_names = [tools] if isinstance(tools, str) else list(tools or [])
+        if (borrow_names or tool_names) and parent is None:
+            raise ConfigError("borrow= and tools= need a parent: call for_task on the state to borrow from")
+        if parent is not None:
+            state._borrow_from(parent, borrow_names, tool_names)
+        return state
+
+    def _borrow_from(self, parent: State, names: list[str], tool_names: list[str]) -> None:
+        unknown = sorted(set(names) - set(BORROWABLE))
+        if unknown:
+            raise ConfigError(f"borrow: unknown handle(s) {unknown}; borrowable handles are {list(BORROWABLE)}")
+        source = parent.runtime
+        if "model" in names or "client" in names:
+            self.runtime.model = source.model
+            self.runtime.client = source.client
+            self.runtime.sampling_args = dict(source.sampling_args)
+        if "sandbox" in names:
+            if "sandbox" not in source.borrowed:
+                raise NotSupportedError("borrow=['sandbox']: the parent rollout has no sandbox (sandboxes are not supported yet)")
+            self.runtime.borrowed["sandbox"] = source.borrowed["sandbox"]
+        if "tools" in names:
+            self.runtime.tools.update(source.tools)
+        missing = [name for name in tool_names if name not in source.tools]
+        if missing:
+            raise ConfigError(f"tools: the parent rollout has no tool(s) {missing}; it has {sorted(source.tools)}")
+        self.runtime.tools.update({name: source.tools[name] for name in tool_names})
+
+    # -- guarded dict interface -----------------------------------------------------------
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        _guard(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        _guard(key)
+        super().__delitem__(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        data = dict(*args, **kwargs)
+        for key in data:
+            _guard(key)
+        super().update(data)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+        _guard(key)
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        raise StateFieldError("state.popitem() is not allowed; pop user fields by name")
+
+    def clear(self) -> None:
+        raise StateFieldError("state.clear() is not allowed: it would drop framework-managed fields")
+
+    def __ior__(self, other: Any) -> State:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_state, (dict(self), dict(self.task), self.task.frozen))
+
+    # -- framework setters ----------------------------------------------------------------
+
+    def stop(self, condition: str = "state_done") -> None:
+        """End the rollout; the first stop condition wins."""
+        if not self["is_completed"]:
+            dict.__setitem__(self, "is_completed", True)
+            dict.__setitem__(self, "stop_condition", condition)
+
+    def _set_managed(self, key: str, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+
+    def _record_error(self, error: BaseException, where: str) -> None:
+        """Record `error` (first one wins) and stop the rollout as `has_error`. Never raises."""
+        if self.get("error") is None:
+            dict.__setitem__(self, "error", {"type": type(error).__name__, "message": str(error), "where": where})
+        dict.__setitem__(self, "is_completed", True)
+        dict.__setitem__(self, "stop_condition", "has_error")
+
+    # -- runtime accessors ----------------------------------------------------------------
+
+    def get_model(self) -> str:
+        """The model this rollout calls."""
+        if not self.runtime.model:
+            raise ConfigError("no model for this rollout: pass Harness(model=...) or set [env.harness] model")
+        return self.runtime.model
+
+    def _require_session(self) -> RolloutSession:
+        session = self.runtime.session
+        if session is None or session.closed:
+            raise EndpointError(
+                "this rollout has no open endpoint: get_client()/get_endpoint_config() work from setup until cleanup ends"
+            )
+        return session
+
+    def get_endpoint_config(self, api: str = "chat_completions") -> dict[str, str]:
+        """`base_url`, `api_key` and `model` to reach this rollout's endpoint with any HTTP client."""
+        _check_api(api)
+        session = self._require_session()
+        return {"api": api, "base_url": session.base_url, "api_key": session.api_key, "model": self.get_model()}
+
+    def get_client(self, api: str = "chat_completions", *, sync: bool = False) -> Any:
+        """An official SDK client pointed at this rollout's endpoint (`AsyncOpenAI`, or `OpenAI` with `sync=True`)."""
+        _check_api(api)
+        session = self._require_session()
+        key = (api, sync)
+        if key not in self.runtime.sdk_clients:
+            from v1.interception.sdk import openai_client
+
+            self.runtime.sdk_clients[key] = openai_client(session.base_url, session.api_key, sync=sync, http_client=None if sync else session.http_client)
+        return self.runtime.sdk_clients[key]
+
+    def get_tools(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+        """The rollout's visible tools as awaitable callables taking the tool's arguments."""
+        return dict(self.runtime.tools)
+
+    def get_max_turns(self, default: int) -> int:
+        """The turn limit: the task's `max_turns`, else the harness's, else `default`."""
+        task_limit = self.task.get("max_turns")
+        if task_limit is not None:
+            return int(task_limit)
+        return self.runtime.max_turns if self.runtime.max_turns is not None else default
+
+    def finalize(self) -> State:
+        """Drop runtime handles and make sure every field is JSON. Returns `self`.
+
+        A user field that isn't JSON is replaced by its `repr` and reported in `error`.
+        """
+        if self.runtime.finalized:
+            return self
+        timing = self.runtime.timing
+        dict.__setitem__(self, "timing", timing.model_dump())
+        for key in list(self):
+            try:
+                json.dumps(self[key])
+            except (TypeError, ValueError) as exc:
+                dict.__setitem__(self, key, repr(self[key]))
+                self._record_error(TypeError(f"state[{key!r}] is not JSON-serializable ({exc}); saved as its repr"), "finalize")
+        self.runtime = RolloutRuntime(finalized=True, timing=timing)
+        return self
+
+    def _mark(self, span: str, edge: str) -> None:
+        setattr(getattr(self.runtime.timing, span), edge, time.time())
+
+
+def _check_api(api: str) -> None:
+    if api not in SUPPORTED_APIS:
+        raise NotSupportedError(f"api={api!r} is not supported yet; supported: {list(SUPPORTED_APIS)}")
+
+
+def _rebuild_state(data: dict[str, Any], task: dict[str, Any], frozen: bool) -> State:
+    state = State()
+    dict.update(state, data)
+    state.task = Task(task).freeze() if frozen else Task(task)
+    return state
+
+
+__all__ = ["MANAGED_FIELDS", "RolloutRuntime", "State"]

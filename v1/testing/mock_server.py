@@ -1,0 +1,300 @@
+"""A scriptable OpenAI-compatible model server over real HTTP, for tests and benchmarks.
+
+    with MockModelServer(lambda request: Reply.text(request.last_user_text[::-1])) as server:
+        client = ClientConfig(api_base_url=server.url)
+
+Replies come from, in order: replies queued with `script(...)`, then the
+`responder` (a string, a `Reply`, or a function of the `MockRequest`, sync or
+async). The server runs on its own thread and event loop, so it serves sync
+and async callers alike; `python -m v1.testing` runs it as a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import re
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from aiohttp import web
+
+VOCAB_SIZE = 32000
+
+
+def mock_token_ids(text: str) -> list[int]:
+    """Deterministic token ids: one per whitespace-separated word (CRC32 into a 32k vocabulary)."""
+    return [zlib.crc32(word.encode()) % VOCAB_SIZE for word in text.split()] or [0]
+
+
+def _prompt_text(messages: list[dict[str, Any]]) -> str:
+    parts = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+        parts.append(f"{message.get('role')}: {content or ''}")
+    return "\n".join(parts)
+
+
+@dataclass
+class MockRequest:
+    """What the mock server received."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages") or [])
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.body.get("tools") or [])
+
+    @property
+    def last_user_text(self) -> str:
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, list):
+                    return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+                return str(content or "")
+        return ""
+
+    @property
+    def last_message(self) -> dict[str, Any]:
+        return self.messages[-1] if self.messages else {}
+
+
+@dataclass
+class Reply:
+    """One scripted answer: text, tool calls, or a failure, optionally after a delay."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_content: str | None = None
+    finish_reason: str | None = None
+    delay: float = 0.0
+    status: int = 200
+    error: str | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+    @classmethod
+    def text(cls, content: str, **kwargs: Any) -> Reply:
+        return cls(content=content, **kwargs)
+
+    @classmethod
+    def tool(cls, name: str, arguments: Mapping[str, Any] | str | None = None, *, content: str | None = None, **kwargs: Any) -> Reply:
+        """A reply calling one tool; chain more with `.and_tool(...)`."""
+        return cls(content=content, **kwargs).and_tool(name, arguments)
+
+    def and_tool(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> Reply:
+        args = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
+        self.tool_calls.append({"id": f"call_{len(self.tool_calls)}_{zlib.crc32((name + args).encode()):08x}", "name": name, "arguments": args})
+        return self
+
+    @classmethod
+    def fail(cls, status: int = 500, message: str = "mock failure", **kwargs: Any) -> Reply:
+        return cls(status=status, error=message, **kwargs)
+
+
+Responder = Union[str, Reply, Callable[[MockRequest], Union[Reply, str, Awaitable[Union[Reply, str]]]]]
+
+
+def echo(request: MockRequest) -> Reply:
+    """Answer with the last user message."""
+    return Reply.text(request.last_user_text)
+
+
+class MockModelServer:
+    """A real HTTP server speaking OpenAI Chat Completions (streaming too), with scripted replies.
+
+    Args:
+        responder: the default reply (see the module docs); `echo` when omitted.
+        model: the model name it reports.
+        host, port: where to listen; port 0 picks a free one.
+    """
+
+    def __init__(self, responder: Responder | None = None, *, model: str = "mock-model", host: str = "127.0.0.1", port: int = 0) -> None:
+        self.responder: Responder = responder if responder is not None else echo
+        self.model = model
+        self.host = host
+        self.port = port
+        self.requests: list[MockRequest] = []
+        self._script: deque[Reply | str] = deque()
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL, ending in ``/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def script(self, *replies: Reply | str) -> MockModelServer:
+        """Queue replies to give, in order, before falling back to the responder."""
+        with self._lock:
+            self._script.extend(replies)
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self.requests.clear()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> MockModelServer:
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._start_app())
+            except BaseException as exc:  # reported to start()'s caller
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup() if self._runner else asyncio.sleep(0))
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="v1-mock-model-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread = None
+            raise failure[0]
+        return self
+
+    async def _start_app(self) -> None:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._thread = None
+
+    def __enter__(self) -> MockModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> MockModelServer:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+    # -- serving ------------------------------------------------------------------------------
+
+    async def _next_reply(self, request: MockRequest) -> Reply:
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+        source: Any = scripted if scripted is not None else self.responder
+        if callable(source) and not isinstance(source, Reply):
+            source = source(request)
+            if inspect.isawaitable(source):
+                source = await source
+        return Reply.text(source) if isinstance(source, str) else source
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "mock"}]})
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}, status=400)
+        received = MockRequest(path=request.path, body=body, headers=dict(request.headers))
+        with self._lock:
+            self.requests.append(received)
+        reply = await self._next_reply(received)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.error is not None or reply.status != 200:
+            kind = "invalid_request_error" if reply.status < 500 else "server_error"
+            return web.json_response({"error": {"message": reply.error or "error", "type": kind, "code": None, "param": None}}, status=reply.status)
+        completion = self._completion(received, reply)
+        if body.get("stream"):
+            return await self._stream(request, completion, bool((body.get("stream_options") or {}).get("include_usage")))
+        return web.json_response(completion)
+
+    def _completion(self, request: MockRequest, reply: Reply) -> dict[str, Any]:
+        prompt_ids = mock_token_ids(_prompt_text(request.messages))
+        completion_ids = reply.completion_ids or mock_token_ids(reply.content or " ".join(c["arguments"] for c in reply.tool_calls))
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.reasoning_content is not None:
+            message["reasoning_content"] = reply.reasoning_content
+        if reply.tool_calls:
+            message["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in reply.tool_calls]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"), "logprobs": None}
+        body = request.body
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-mock-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids), "total_tokens": len(prompt_ids) + len(completion_ids)},
+        }
+        if body.get("logprobs"):
+            logprobs = reply.logprobs or [-0.01 * (i + 1) for i in range(len(completion_ids))]
+            choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(completion_ids, logprobs)]}
+        if body.get("return_token_ids"):
+            completion["prompt_token_ids"] = prompt_ids
+            choice["token_ids"] = completion_ids
+        return completion
+
+    async def _stream(self, request: web.Request, completion: dict[str, Any], include_usage: bool) -> web.StreamResponse:
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+        base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        choice = completion["choices"][0]
+        message = choice["message"]
+
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            await stream.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or ([message["content"]] if message.get("content") else []):
+            await send({"content": piece})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            await send({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}}]})
+        await send({}, choice["finish_reason"])
+        if include_usage:
+            await stream.write(f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode())
+        await stream.write(b"data: [DONE]\n\n")
+        await stream.write_eof()
+        return stream
+
+
+__all__ = ["MockModelServer", "MockRequest", "Reply", "Responder", "echo", "mock_token_ids"]
