@@ -1,6 +1,6 @@
 """v1: LLM evaluation and RL environments as Taskset + Harness, every model call intercepted.
 
-    import v1 as vf
+import v1 as vf
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -214,7 +214,9 @@ class ProgramConfig(Config):
 
     @model_validator(mode="after")
     def _one_form(self) -> ProgramConfig:
-        forms = [name for name, on in (("base", self.base), ("fn", self.fn is not None), ("command", self.command is not None)) if on]
+        forms = [
+            name for name, on in (("base", self.base), ("fn", self.fn is not None), ("command", self.command is not None)) if on
+        ]
         if len(forms) > 1:
             raise ValueError(f"a program is exactly one of base, fn or command; got {' and '.join(forms)}")
         if self.command is not None and not self.command:

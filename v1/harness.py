@@ -30,7 +30,16 @@ from v1.types import Messages, TokenUsage
 
 logger = logging.getLogger(__name__)
 
-HARNESS_FIELDS = ("program", "system_prompt", "system_prompt_strategy", "sandbox", "model", "sampling_args", "max_turns", "timeout_seconds")
+HARNESS_FIELDS = (
+    "program",
+    "system_prompt",
+    "system_prompt_strategy",
+    "sandbox",
+    "model",
+    "sampling_args",
+    "max_turns",
+    "timeout_seconds",
+)
 
 
 def _system_messages(value: Any) -> list[dict[str, Any]]:
@@ -208,7 +217,15 @@ class Harness:
         self.client = client
         self.program: Program = resolve_program(self.config.program)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets or [])
-        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics, "rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        lists = {
+            "stops": stops,
+            "setups": setups,
+            "updates": updates,
+            "metrics": metrics,
+            "rewards": rewards,
+            "advantages": advantages,
+            "cleanups": cleanups,
+        }
         self._own_handlers: list[Handler] = handlers_of(self)
         for name in HANDLER_KINDS:
             self._own_handlers += handlers_from_list(name, list(getattr(self.config, name)) + list(lists[name] or []), "harness")
@@ -256,7 +273,9 @@ class Harness:
         if runtime.client is None:
             source = self.client if self.client is not None else self.config.client
             if source is None:
-                raise ConfigError("no model client: pass Harness(client=ClientConfig(...) or AsyncOpenAI(...)) or set [env.harness.client]")
+                raise ConfigError(
+                    "no model client: pass Harness(client=ClientConfig(...) or AsyncOpenAI(...)) or set [env.harness.client]"
+                )
             runtime.client = await resolve_client(source)
             runtime.sampling_args = dict(self.config.sampling_args)
         if runtime.model is None:
@@ -270,7 +289,9 @@ class Harness:
         task_system_prompt = task.get("system_prompt")
         if task_system_prompt is None and self.taskset is not None:
             task_system_prompt = self.taskset.system_prompt
-        state["prompt"] = resolve_system_prompt(self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy) + thaw(task.prompt)
+        state["prompt"] = resolve_system_prompt(
+            self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
+        ) + thaw(task.prompt)
         owners = self.tool_owners
         visible = _visible_tool_names(task, owners)
         for name in visible:
@@ -295,7 +316,9 @@ class Harness:
         timing = state.runtime.timing
         timing.start_time = timing.generation.start = time.time()
         await self._resolve(task, state)
-        context = RolloutContext(self, self.handlers, {name: self.tool_owners[name] for name in state.runtime.tools if name in self.tool_owners}, task)
+        context = RolloutContext(
+            self, self.handlers, {name: self.tool_owners[name] for name in state.runtime.tools if name in self.tool_owners}, task
+        )
         endpoint = await get_endpoint()
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)

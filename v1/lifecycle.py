@@ -11,12 +11,12 @@ arguments are injected by name: `task`, `state`, `prompt`, `completion`,
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from v1.calling import call_user_code
 from v1.config import HandlerConfig, resolve_callable
 from v1.errors import ConfigError
 
@@ -185,12 +185,7 @@ class Handler:
     async def call(self, arguments: Mapping[str, Any]) -> Any:
         """Call with the injected arguments; sync handlers run in a worker thread."""
         kwargs = dict(arguments) if self.takes_all else {name: arguments[name] for name in self.params if name in arguments}
-        if inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None)):
-            return await self.fn(**kwargs)
-        result = await asyncio.to_thread(self.fn, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await call_user_code(self.fn, **kwargs)
 
 
 def rollout_arguments(task: Task, state: State) -> dict[str, Any]:

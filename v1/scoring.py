@@ -48,7 +48,9 @@ async def score_group(handlers: Handlers, tasks: list[Task], states: list[State]
         try:
             values = await handler.call(arguments)
             if not isinstance(values, (list, tuple)) or len(values) != len(states):
-                raise TypeError(f"group {handler.kind} {handler.name!r} must return {len(states)} values (one per state), got {values!r:.80}")
+                raise TypeError(
+                    f"group {handler.kind} {handler.name!r} must return {len(states)} values (one per state), got {values!r:.80}"
+                )
             floats = [_as_float(v, handler) for v in values]
         except Exception as exc:
             for state in states:

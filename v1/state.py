@@ -232,7 +232,9 @@ class State(dict):  # type: ignore[type-arg]
         if key not in self.runtime.sdk_clients:
             from v1.interception.sdk import openai_client
 
-            self.runtime.sdk_clients[key] = openai_client(session.base_url, session.api_key, sync=sync, http_client=None if sync else session.http_client)
+            self.runtime.sdk_clients[key] = openai_client(
+                session.base_url, session.api_key, sync=sync, http_client=None if sync else session.http_client
+            )
         return self.runtime.sdk_clients[key]
 
     def get_tools(self) -> dict[str, Callable[..., Awaitable[Any]]]:

@@ -82,12 +82,26 @@ class Taskset:
     ) -> None:
         overrides = {
             key: value
-            for key, value in {"source": source, "eval_source": eval_source, "taskset_id": taskset_id, "system_prompt": system_prompt, "user": user}.items()
+            for key, value in {
+                "source": source,
+                "eval_source": eval_source,
+                "taskset_id": taskset_id,
+                "system_prompt": system_prompt,
+                "user": user,
+            }.items()
             if value is not None
         }
         self.config = self.config_type.from_config(config, **overrides)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets)
-        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics, "rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        lists = {
+            "stops": stops,
+            "setups": setups,
+            "updates": updates,
+            "metrics": metrics,
+            "rewards": rewards,
+            "advantages": advantages,
+            "cleanups": cleanups,
+        }
         self._handlers: list[Handler] = handlers_of(self)
         for name in HANDLER_KINDS:
             self._handlers += handlers_from_list(name, list(getattr(self.config, name)) + list(lists[name]), "taskset")

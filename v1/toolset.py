@@ -8,7 +8,6 @@ first, so a bad call returns a readable tool error instead of crashing.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 import docstring_parser
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
+from v1.calling import call_user_code
 from v1.config import ToolsetConfig, resolve_callable
 from v1.errors import ConfigError
 from v1.types import Tool
@@ -65,10 +65,7 @@ class ToolFunction:
     async def __call__(self, **arguments: Any) -> Any:
         validated = self.arguments_model.model_validate(arguments)
         kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        if inspect.iscoroutinefunction(self.fn):
-            return await self.fn(**kwargs)
-        result = await asyncio.to_thread(self.fn, **kwargs)
-        return await result if inspect.isawaitable(result) else result
+        return await call_user_code(self.fn, **kwargs)
 
 
 def render_tool_result(result: Any) -> str:

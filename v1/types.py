@@ -93,8 +93,7 @@ class ResponseMessage(_Model):
             message["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.tool_calls
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls
             ]
         return message
 

@@ -78,9 +78,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
 
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
-        limits = httpx.Limits(
-            max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
-        )
+        limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections)
         return AsyncOpenAI(
             base_url=config.api_base_url,
             api_key=resolve_api_key(config.api_key_var),
@@ -130,7 +128,11 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     def _headers_from_state(self, state: Any) -> dict[str, str]:
         if self.config is None:
             return {}
-        return {header: str(state.get(field)) for header, field in self.config.extra_headers_from_state.items() if state.get(field) is not None}
+        return {
+            header: str(state.get(field))
+            for header, field in self.config.extra_headers_from_state.items()
+            if state.get(field) is not None
+        }
 
     def is_retryable(self, error: BaseException) -> bool:
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):
@@ -160,7 +162,11 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         choice = response["choices"][0]
         message = choice["message"]
         tool_calls = [
-            ToolCall(id=call.get("id") or f"call_{i}", name=call["function"]["name"], arguments=call["function"].get("arguments") or "{}")
+            ToolCall(
+                id=call.get("id") or f"call_{i}",
+                name=call["function"]["name"],
+                arguments=call["function"].get("arguments") or "{}",
+            )
             for i, call in enumerate(message.get("tool_calls") or [])
         ]
         finish_reason = FINISH_REASONS.get(choice.get("finish_reason") or "")

@@ -20,9 +20,7 @@ def client_class(client_type: str) -> type[Client[Any, Any, Any, Any]]:
     try:
         return CLIENT_TYPES[client_type]
     except KeyError:
-        raise NotSupportedError(
-            f"client_type {client_type!r} is not supported yet; supported: {sorted(CLIENT_TYPES)}"
-        ) from None
+        raise NotSupportedError(f"client_type {client_type!r} is not supported yet; supported: {sorted(CLIENT_TYPES)}") from None
 
 
 async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:

@@ -140,7 +140,12 @@ def _logprobs(response: Response) -> dict[str, Any] | None:
     tokens = response.message.tokens
     if tokens is None:
         return None
-    return {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(tokens.completion_ids, tokens.completion_logprobs)]}
+    return {
+        "content": [
+            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(tokens.completion_ids, tokens.completion_logprobs)
+        ]
+    }
 
 
 def render_completion(response: Response, model: str) -> dict[str, Any]:
@@ -151,7 +156,12 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
     tool_calls = _tool_calls(response)
     if tool_calls:
         message["tool_calls"] = tool_calls
-    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(response), "logprobs": _logprobs(response)}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "finish_reason": _finish_reason(response),
+        "logprobs": _logprobs(response),
+    }
     body: dict[str, Any] = {
         "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
         "object": "chat.completion",
@@ -169,7 +179,12 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
 
 def render_chunks(response: Response, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
     """The `chat.completion.chunk` events that stream a `Response`."""
-    base = {"id": response.id or f"chatcmpl-{int(time.time() * 1000)}", "object": "chat.completion.chunk", "created": response.created, "model": model}
+    base = {
+        "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
+        "object": "chat.completion.chunk",
+        "created": response.created,
+        "model": model,
+    }
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
@@ -180,7 +195,18 @@ def render_chunks(response: Response, model: str, include_usage: bool) -> Iterat
     if response.message.content:
         yield chunk({"content": response.message.content})
     for index, call in enumerate(_tool_calls(response) or []):
-        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
         yield chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]})
     yield chunk({}, _finish_reason(response))
     if include_usage:

@@ -37,7 +37,9 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def error_response(status: int, message: str, *, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> web.Response:
+def error_response(
+    status: int, message: str, *, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None
+) -> web.Response:
     """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return web.Response(status=status, text=_dumps(body), content_type="application/json")
@@ -96,20 +98,31 @@ class EndpointServer:
     def _authorize(self, request: web.Request) -> RolloutSession | web.Response:
         session = self.sessions.get(request.match_info["rollout"])
         if session is None:
-            return error_response(404, "unknown rollout: it never existed or has already been cleaned up", type_="not_found_error", code="unknown_rollout")
+            return error_response(
+                404,
+                "unknown rollout: it never existed or has already been cleaned up",
+                type_="not_found_error",
+                code="unknown_rollout",
+            )
         presented = request.headers.get("x-api-key")
         authorization = request.headers.get("Authorization", "")
         if presented is None and authorization[:7].lower() == "bearer ":
             presented = authorization[7:].strip()
         if not presented or not hmac.compare_digest(presented.encode(), session.api_key.encode()):
-            return error_response(401, "invalid or missing API key for this rollout", type_="authentication_error", code="invalid_api_key")
+            return error_response(
+                401, "invalid or missing API key for this rollout", type_="authentication_error", code="invalid_api_key"
+            )
         return session
 
     async def _read_json(self, request: web.Request) -> Any:
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return error_response(413, f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)", code="request_too_large")
+            return error_response(
+                413,
+                f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)",
+                code="request_too_large",
+            )
         try:
             return json.loads(raw)
         except ValueError as exc:
@@ -131,7 +144,9 @@ class EndpointServer:
             lambda: self._answer_chat(request, session, parsed),
         )
 
-    async def _answer_chat(self, request: web.Request, session: RolloutSession, parsed: chat_completions.ChatRequest) -> web.StreamResponse:
+    async def _answer_chat(
+        self, request: web.Request, session: RolloutSession, parsed: chat_completions.ChatRequest
+    ) -> web.StreamResponse:
         response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args)
         model = session.state.get_model()
         if not parsed.stream:
@@ -155,21 +170,33 @@ class EndpointServer:
         except ModelError as exc:
             return error_response(502, f"upstream model call failed: {exc}", type_="upstream_error", code="upstream_error")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            return error_response(exc.status_code, f"upstream rejected the credentials: {exc.message}", type_="authentication_error", code="upstream_auth")
+            return error_response(
+                exc.status_code,
+                f"upstream rejected the credentials: {exc.message}",
+                type_="authentication_error",
+                code="upstream_auth",
+            )
         except Exception as exc:
             logger.exception("interception endpoint failed while answering rollout %s", session.rollout_id)
             session.state._record_error(exc, "endpoint")
-            return error_response(500, f"interception endpoint error: {type(exc).__name__}: {exc}", type_="server_error", code="endpoint_error")
+            return error_response(
+                500, f"interception endpoint error: {type(exc).__name__}: {exc}", type_="server_error", code="endpoint_error"
+            )
 
     async def _models(self, request: web.Request) -> web.Response:
         session = self._authorize(request)
         if isinstance(session, web.Response):
             return session
         model = session.state.runtime.model or "unknown"
-        return web.Response(text=_dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}), content_type="application/json")
+        return web.Response(
+            text=_dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}),
+            content_type="application/json",
+        )
 
     async def _unknown_route(self, request: web.Request) -> web.Response:
-        return error_response(404, f"no such route: {request.method} {request.path}", type_="not_found_error", code="unknown_route")
+        return error_response(
+            404, f"no such route: {request.method} {request.path}", type_="not_found_error", code="unknown_route"
+        )
 
 
 async def get_endpoint() -> EndpointServer:

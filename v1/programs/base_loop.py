@@ -51,7 +51,9 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
                     break
                 raise
             message = completion.choices[0].message
-            messages.append(message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": message.content})
+            messages.append(
+                message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": message.content}
+            )
             if not message.tool_calls:
                 state.stop("no_tools_called" if tool_defs else "final_response")
                 break

@@ -94,13 +94,17 @@ class Reply:
         return cls(content=content, **kwargs)
 
     @classmethod
-    def tool(cls, name: str, arguments: Mapping[str, Any] | str | None = None, *, content: str | None = None, **kwargs: Any) -> Reply:
+    def tool(
+        cls, name: str, arguments: Mapping[str, Any] | str | None = None, *, content: str | None = None, **kwargs: Any
+    ) -> Reply:
         """A reply calling one tool; chain more with `.and_tool(...)`."""
         return cls(content=content, **kwargs).and_tool(name, arguments)
 
     def and_tool(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> Reply:
         args = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
-        self.tool_calls.append({"id": f"call_{len(self.tool_calls)}_{zlib.crc32((name + args).encode()):08x}", "name": name, "arguments": args})
+        self.tool_calls.append(
+            {"id": f"call_{len(self.tool_calls)}_{zlib.crc32((name + args).encode()):08x}", "name": name, "arguments": args}
+        )
         return self
 
     @classmethod
@@ -125,7 +129,9 @@ class MockModelServer:
         host, port: where to listen; port 0 picks a free one.
     """
 
-    def __init__(self, responder: Responder | None = None, *, model: str = "mock-model", host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, responder: Responder | None = None, *, model: str = "mock-model", host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.responder: Responder = responder if responder is not None else echo
         self.model = model
         self.host = host
@@ -226,7 +232,9 @@ class MockModelServer:
         return Reply.text(source) if isinstance(source, str) else source
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "mock"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "mock"}]}
+        )
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -241,7 +249,9 @@ class MockModelServer:
             await asyncio.sleep(reply.delay)
         if reply.error is not None or reply.status != 200:
             kind = "invalid_request_error" if reply.status < 500 else "server_error"
-            return web.json_response({"error": {"message": reply.error or "error", "type": kind, "code": None, "param": None}}, status=reply.status)
+            return web.json_response(
+                {"error": {"message": reply.error or "error", "type": kind, "code": None, "param": None}}, status=reply.status
+            )
         completion = self._completion(received, reply)
         if body.get("stream"):
             return await self._stream(request, completion, bool((body.get("stream_options") or {}).get("include_usage")))
@@ -249,13 +259,23 @@ class MockModelServer:
 
     def _completion(self, request: MockRequest, reply: Reply) -> dict[str, Any]:
         prompt_ids = mock_token_ids(_prompt_text(request.messages))
-        completion_ids = reply.completion_ids or mock_token_ids(reply.content or " ".join(c["arguments"] for c in reply.tool_calls))
+        completion_ids = reply.completion_ids or mock_token_ids(
+            reply.content or " ".join(c["arguments"] for c in reply.tool_calls)
+        )
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.reasoning_content is not None:
             message["reasoning_content"] = reply.reasoning_content
         if reply.tool_calls:
-            message["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in reply.tool_calls]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"), "logprobs": None}
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in reply.tool_calls
+            ]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
+            "logprobs": None,
+        }
         body = request.body
         completion: dict[str, Any] = {
             "id": f"chatcmpl-mock-{next(self._ids)}",
@@ -263,11 +283,20 @@ class MockModelServer:
             "created": int(time.time()),
             "model": body.get("model") or self.model,
             "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids), "total_tokens": len(prompt_ids) + len(completion_ids)},
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(completion_ids),
+                "total_tokens": len(prompt_ids) + len(completion_ids),
+            },
         }
         if body.get("logprobs"):
             logprobs = reply.logprobs or [-0.01 * (i + 1) for i in range(len(completion_ids))]
-            choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(completion_ids, logprobs)]}
+            choice["logprobs"] = {
+                "content": [
+                    {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(completion_ids, logprobs)
+                ]
+            }
         if body.get("return_token_ids"):
             completion["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = completion_ids
@@ -285,10 +314,23 @@ class MockModelServer:
             await stream.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         await send({"role": "assistant", "content": ""})
-        for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or ([message["content"]] if message.get("content") else []):
+        for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or (
+            [message["content"]] if message.get("content") else []
+        ):
             await send({"content": piece})
         for index, call in enumerate(message.get("tool_calls") or []):
-            await send({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}}]})
+            await send(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]},
+                        }
+                    ]
+                }
+            )
         await send({}, choice["finish_reason"])
         if include_usage:
             await stream.write(f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode())
