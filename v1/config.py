@@ -116,6 +116,25 @@ class Config(BaseModel, metaclass=_ConfigMeta):
             _init_depth.reset(token)
 
     @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
+        """Like pydantic's, but a problem is a `ConfigError` naming the field path."""
+        return cls._validate(obj, cls.__name__, *args, **kwargs)
+
+    @classmethod
+    def _validate(cls, obj: Any, where: str, *args: Any, **kwargs: Any) -> Self:
+        # pydantic calls the custom __init__ from model_validate: raise its ValidationError as is, convert here.
+        depth = _init_depth.get()
+        token = _init_depth.set(depth + 1)
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            if depth:
+                raise
+            raise ConfigError(format_validation_error(exc, where)) from None
+        finally:
+            _init_depth.reset(token)
+
+    @classmethod
     def from_config(cls, config: object | None = None, /, **data: object) -> Self:
         """`config` itself when it is already this class and there are no overrides, else a new one."""
         if isinstance(config, cls) and not data:
@@ -142,10 +161,7 @@ class Config(BaseModel, metaclass=_ConfigMeta):
             if not isinstance(document, Mapping) or part not in document:
                 raise ConfigError(f"{path}: section [{'.'.join(parts[: depth + 1])}] not found")
             document = document[part]
-        try:
-            return cls.model_validate(document)
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, where)) from None
+        return cls._validate(document, where)
 
 
 _config_base = Config

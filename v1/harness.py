@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from v1.clients.registry import resolve_client
 from v1.config import HANDLER_KINDS, ClientConfig, HarnessConfig
-from v1.errors import ConfigError, NotSupportedError, RolloutStopped
+from v1.errors import ConfigError, Error, NotSupportedError, RolloutStopped
 from v1.interception.server import get_endpoint
 from v1.lifecycle import Handler, Handlers, group_arguments, handlers_from_list, handlers_of, rollout_arguments
 from v1.programs import Program, resolve_program
@@ -268,7 +268,8 @@ class Harness:
             return Task({"prompt": task}).freeze()
         return task.freeze() if isinstance(task, Task) else Task(task).freeze()
 
-    async def _resolve(self, task: Task, state: State) -> None:
+    async def _resolve_runtime(self, state: State) -> None:
+        """Model, client, sampling args and turn limit; raises when the harness can't run at all."""
         runtime = state.runtime
         if runtime.client is None:
             source = self.client if self.client is not None else self.config.client
@@ -283,6 +284,11 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
+        state["model"] = runtime.model
+
+    def _resolve_task(self, task: Task, state: State) -> None:
+        """Prompt and visible tools of this task; errors here belong to this rollout only."""
+        runtime = state.runtime
         for field in ("sandbox", "program"):
             if task.get(field):
                 raise NotSupportedError(f"task field {field!r}: per-task {field} settings are not supported yet")
@@ -297,7 +303,6 @@ class Harness:
         for name in visible:
             runtime.tools.setdefault(name, owners[name].functions[name])
         state["tool_defs"] = [owners[name].functions[name].tool.model_dump(exclude_none=True) for name in visible]
-        state["model"] = runtime.model
 
     # -- one rollout ------------------------------------------------------------------------
 
@@ -315,7 +320,13 @@ class Harness:
             state.task = task
         timing = state.runtime.timing
         timing.start_time = timing.generation.start = time.time()
-        await self._resolve(task, state)
+        await self._resolve_runtime(state)
+        try:
+            self._resolve_task(task, state)
+            task_ok = True
+        except Error as exc:
+            state._record_error(exc, "task")
+            task_ok = False
         context = RolloutContext(
             self, self.handlers, {name: self.tool_owners[name] for name in state.runtime.tools if name in self.tool_owners}, task
         )
@@ -323,7 +334,7 @@ class Harness:
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()
-        ok = await self._run_handlers("setup", arguments, state)
+        ok = task_ok and await self._run_handlers("setup", arguments, state)
         timing.setup.end = time.time()
         if ok:
             await self._run_program(task, state, context)

@@ -163,6 +163,7 @@ class State(dict):  # type: ignore[type-arg]
         super().update(data)
 
     def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        _guard(key)
         if key not in self:
             self[key] = default
         return self[key]

@@ -70,7 +70,7 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential_jitter(initial=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX),
+            wait=wait_exponential_jitter(multiplier=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX, jitter=RETRY_WAIT_INITIAL),
             retry=retry_if_exception(self.is_retryable),
             reraise=True,
         )

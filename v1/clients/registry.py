@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
+import openai
+
+from v1.calling import is_async_callable
 from v1.clients.base import Client
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
 from v1.config import ClientConfig
@@ -54,7 +56,7 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         raise ConfigError(
             f"client: expected a ClientConfig, a v1 Client or an AsyncOpenAI-like object, got {type(client).__name__}"
         )
-    if not inspect.iscoroutinefunction(create):
+    if isinstance(client, openai.OpenAI) or not (is_async_callable(create) or isinstance(client, openai.AsyncOpenAI)):
         raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
     scope = await loop_scope()
 

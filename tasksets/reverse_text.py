@@ -1,0 +1,48 @@
+"""reverse_text: reverse a short string, scored by similarity to the exact reversal.
+
+A small local sample ships in `tasksets/data/reverse_text.jsonl`, so the
+taskset works offline.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import v1 as vf
+
+DATA = Path(__file__).parent / "data" / "reverse_text.jsonl"
+SYSTEM_PROMPT = "Reverse the user's text character by character. Answer with the reversed text only."
+
+
+def load_rows() -> list[dict[str, Any]]:
+    """The local sample: rows with `question` (the text) and `answer` (its reversal)."""
+    with DATA.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def similarity(completion: list[dict[str, Any]], answer: str) -> float:
+    """How close the last assistant message is to the answer (difflib ratio, 0..1)."""
+    replies = [m for m in completion if m.get("role") == "assistant"]
+    text = (replies[-1].get("content") or "").strip() if replies else ""
+    return difflib.SequenceMatcher(None, text, answer).ratio()
+
+
+def exact(completion: list[dict[str, Any]], answer: str) -> float:
+    """1.0 for an exact reversal."""
+    return float(similarity(completion, answer) == 1.0)
+
+
+def load_taskset() -> vf.Taskset:
+    return vf.Taskset(
+        source=load_rows,
+        taskset_id="reverse_text",
+        system_prompt=SYSTEM_PROMPT,
+        rewards=[similarity],
+        metrics=[exact],
+    )
+
+
+__all__ = ["load_rows", "load_taskset", "similarity"]

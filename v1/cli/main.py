@@ -1,0 +1,24 @@
+"""`v1 COMMAND ...`: the command-line entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from v1.cli import demo
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="v1", description="LLM evaluation and RL environments.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
