@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -140,7 +140,7 @@ async def test_fn_ref_program(mock: MockModelServer, make_harness: Any, tmp_path
 
 
 async def test_program_config_rejects_command_and_bad_refs(make_harness: Any) -> None:
-    with pytest.raises(vf.NotSupportedError, match="program.command"):
+    with pytest.raises(vf.NotSupportedError, match=r"program\.command"):
         make_harness(program={"command": ["my-agent"]})
     with pytest.raises(vf.ConfigError, match="cannot import module 'no_such_module_xyz'"):
         make_harness(program={"fn": "no_such_module_xyz:run"})
@@ -236,7 +236,7 @@ async def test_reward_judge_calls_model_through_endpoint_after_program(mock: Moc
 
 
 class CountingTaskset(vf.Taskset):
-    group_cleanups: list[int] = []
+    group_cleanups: ClassVar[list[int]] = []
 
     @vf.cleanup
     def record_group(self, states: list[vf.State]) -> None:
