@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
-from pydantic._internal._model_construction import ModelMetaclass
+from pydantic._internal._model_construction import ModelMetaclass, build_lenient_weakvaluedict
 
 from v1.errors import ConfigError
 from v1.types import ClientType
@@ -79,13 +79,20 @@ class _ConfigMeta(ModelMetaclass):
     """Gives annotation-only fields typed as a `Config` subclass a default of that class."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
+        # pydantic resolves postponed annotations with the locals of the frame two levels up, which is
+        # this method, not the class statement: hand it the class statement's locals instead.
+        caller = sys._getframe(1)
+        caller_locals = None if caller.f_code.co_name == "<module>" or caller.f_back is None else dict(caller.f_locals)
+        if "__pydantic_reset_parent_namespace__" not in kwargs:
+            kwargs["__pydantic_reset_parent_namespace__"] = False
+            namespace["__pydantic_parent_namespace__"] = build_lenient_weakvaluedict(caller_locals)
         module_globals = vars(sys.modules.get(namespace.get("__module__", ""), sys))
         for field, annotation in namespace.get("__annotations__", {}).items():
             if field in namespace or field.startswith("_"):
                 continue
             if isinstance(annotation, str):
                 try:
-                    annotation = eval(annotation, module_globals, dict(namespace))
+                    annotation = eval(annotation, module_globals, {**(caller_locals or {}), **namespace})
                 except Exception:
                     continue
             if isinstance(annotation, type) and _config_base is not None and issubclass(annotation, _config_base):
@@ -209,7 +216,7 @@ class SandboxConfig(Config):
 
 
 class ProgramConfig(Config):
-    """A harness program: exactly one of `base`, `fn` or `command`.
+    """A harness program: at most one of `base`, `fn` or `command` (none means the base loop).
 
     Only `base` and `fn` run today; `command` and the per-program fields
     (`files`, `dirs`, `env`, `setup`, `artifacts`, `bindings`, `args`, `sandbox`)

@@ -178,7 +178,7 @@ class State(dict):  # type: ignore[type-arg]
     def clear(self) -> None:
         raise StateFieldError("state.clear() is not allowed: it would drop framework-managed fields")
 
-    def __ior__(self, other: Any) -> State:  # type: ignore[override]
+    def __ior__(self, other: Any) -> State:  # type: ignore[override,misc]
         self.update(other)
         return self
 

@@ -173,7 +173,7 @@ class Task(dict):  # type: ignore[type-arg]
         self._check_mutable()
         super().clear()
 
-    def __ior__(self, other: Any) -> Task:  # type: ignore[override]
+    def __ior__(self, other: Any) -> Task:  # type: ignore[override,misc]
         self.update(other)
         return self
 

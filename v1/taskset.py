@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from v1.config import HANDLER_KINDS, TasksetConfig, resolve_callable
+from v1.config import HANDLER_KINDS, TasksetConfig, import_ref
 from v1.errors import TaskError
 from v1.lifecycle import Handler, handlers_from_list, handlers_of
 from v1.state import State
@@ -20,7 +20,7 @@ def _load_rows(source: Any, field: str) -> list[dict[str, Any]]:
     if source is None:
         return []
     if isinstance(source, str):
-        source = resolve_callable(source, field)
+        source = import_ref(source, field)
     if callable(source) and not _is_dataset(source):
         source = source()
     if isinstance(source, Mapping):
@@ -52,8 +52,8 @@ class Taskset:
     """Task rows and the behaviour they own.
 
     Args:
-        source, eval_source: rows as an iterable of mappings, a zero-argument loader
-            (or its `module:object` reference), or a `datasets.Dataset`. A
+        source, eval_source: rows as an iterable of mappings, a zero-argument loader,
+            a `datasets.Dataset`, or a `module:object` reference to any of them. A
             `question` column becomes a user prompt; rows get an `example_id`.
         system_prompt: the default `system_prompt` of every task.
         toolsets: toolsets whose tools the tasks may use.

@@ -62,10 +62,13 @@ class ToolFunction:
         description = "\n\n".join(part for part in (docs.short_description, docs.long_description) if part)
         return cls(fn=fn, tool=Tool(name=name, description=description, parameters=schema), arguments_model=model)
 
-    async def __call__(self, **arguments: Any) -> Any:
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The model's arguments checked against the schema (raises pydantic's `ValidationError`)."""
         validated = self.arguments_model.model_validate(arguments)
-        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        return await call_user_code(self.fn, **kwargs)
+        return {name: getattr(validated, name) for name in type(validated).model_fields}
+
+    async def __call__(self, **arguments: Any) -> Any:
+        return await call_user_code(self.fn, **self.validate(arguments))
 
 
 def render_tool_result(result: Any) -> str:
@@ -130,10 +133,12 @@ class Toolset:
         if not isinstance(parsed, dict):
             return f"Error: the arguments for {name!r} must be a JSON object, got {type(parsed).__name__}"
         try:
-            result = await function(**parsed)
+            kwargs = function.validate(parsed)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
             return f"Error: invalid arguments for {name!r}: {problems}"
+        try:
+            result = await call_user_code(function.fn, **kwargs)
         except self.stop_errors:
             raise
         except Exception as exc:

@@ -39,6 +39,9 @@ ClientType = Literal[
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 
+EMPTY_PARAMETERS: dict[str, object] = {"type": "object", "properties": {}}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -48,7 +51,7 @@ class Tool(_Model):
 
     name: str
     description: str = ""
-    parameters: dict[str, object] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, object] = Field(default_factory=lambda: dict(EMPTY_PARAMETERS))
     strict: bool | None = None
 
 

@@ -1,0 +1,127 @@
+"""The public surface of `v1`: a rename or removal must be a decision, not an accident."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import v1
+
+EXPECTED = {
+    "Client",
+    "ClientConfig",
+    "Config",
+    "ConfigError",
+    "EndpointClientConfig",
+    "EndpointError",
+    "EnvConfig",
+    "Error",
+    "GenerateMetadata",
+    "GenerateOutputs",
+    "Harness",
+    "HarnessConfig",
+    "InvalidModelResponseError",
+    "Messages",
+    "ModelError",
+    "NotSupportedError",
+    "OpenAIChatCompletionsClient",
+    "OverlongPromptError",
+    "ProgramConfig",
+    "ProgramError",
+    "Response",
+    "ResponseMessage",
+    "ResponseTokens",
+    "RolloutOutput",
+    "RolloutStopped",
+    "RolloutTiming",
+    "SandboxConfig",
+    "SandboxError",
+    "State",
+    "StateFieldError",
+    "Task",
+    "TaskError",
+    "Taskset",
+    "TasksetConfig",
+    "TimeSpan",
+    "TimeSpans",
+    "TokenUsage",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "Toolset",
+    "ToolsetConfig",
+    "TrajectoryStep",
+    "TrajectoryStepTokens",
+    "Usage",
+    "__version__",
+    "advantage",
+    "cleanup",
+    "metric",
+    "reward",
+    "setup",
+    "stop",
+    "teardown",
+    "update",
+}
+
+ERRORS = [
+    "ConfigError",
+    "EndpointError",
+    "InvalidModelResponseError",
+    "ModelError",
+    "NotSupportedError",
+    "OverlongPromptError",
+    "ProgramError",
+    "RolloutStopped",
+    "SandboxError",
+    "StateFieldError",
+    "TaskError",
+    "ToolError",
+]
+
+
+def test_all_is_exactly_the_expected_set():
+    assert set(v1.__all__) == EXPECTED
+    assert len(v1.__all__) == len(EXPECTED), "v1.__all__ has duplicates"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_name_is_importable(name):
+    module = importlib.import_module("v1")
+    assert getattr(module, name) is not None
+    namespace: dict = {}
+    exec(f"from v1 import {name}", namespace)
+    assert namespace[name] is getattr(v1, name)
+
+
+def test_star_import_gives_exactly_all():
+    namespace: dict = {}
+    exec("from v1 import *", namespace)
+    assert set(namespace) - {"__builtins__"} == EXPECTED
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_every_exported_error_is_a_v1_error(name):
+    assert issubclass(getattr(v1, name), v1.Error)
+
+
+def test_error_hierarchy():
+    assert issubclass(v1.Error, Exception)
+    assert issubclass(v1.ConfigError, ValueError)
+    assert issubclass(v1.TaskError, ValueError)
+    assert issubclass(v1.StateFieldError, KeyError)
+    assert issubclass(v1.NotSupportedError, v1.ConfigError)
+    assert issubclass(v1.InvalidModelResponseError, v1.ModelError)
+    assert issubclass(v1.OverlongPromptError, v1.ModelError)
+
+
+def test_rollout_stopped_carries_its_condition():
+    error = v1.RolloutStopped("max_turns_reached")
+    assert error.condition == "max_turns_reached"
+    assert str(error) == "rollout stopped: max_turns_reached"
+    assert str(v1.RolloutStopped("x", "custom")) == "custom"
+
+
+def test_version_is_a_string():
+    assert isinstance(v1.__version__, str) and v1.__version__
