@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from v1.config import ClientConfig
-from v1.errors import Error, ModelError
+from v1.errors import Error, InvalidModelResponseError, ModelError
 from v1.types import Messages, Response, SamplingArgs, Tool
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,12 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
                 raise
             raise self.translate_error(exc) from exc
         self.raise_from_native_response(native)
-        return self.from_native_response(native)
+        try:
+            return self.from_native_response(native)
+        except Error:
+            raise
+        except Exception as exc:  # a malformed response (a tool call without `function`, say) is the upstream's fault
+            raise InvalidModelResponseError(f"cannot read the model's response: {type(exc).__name__}: {exc}") from exc
 
     def is_retryable(self, error: BaseException) -> bool:
         """Whether a failed call is worth repeating (connection errors, timeouts, 408/409/429/5xx)."""

@@ -314,6 +314,8 @@ class MockModelServer:
             await stream.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         await send({"role": "assistant", "content": ""})
+        if message.get("reasoning_content"):
+            await send({"reasoning_content": message["reasoning_content"]})
         for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or (
             [message["content"]] if message.get("content") else []
         ):
