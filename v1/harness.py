@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1.clients.registry import resolve_client
-from v1.config import HANDLER_KINDS, ClientConfig, HarnessConfig
+from v1.config import ClientConfig, HarnessConfig
 from v1.errors import ConfigError, Error, NotSupportedError, RolloutStopped
 from v1.interception.server import get_endpoint
-from v1.lifecycle import Handler, Handlers, group_arguments, handlers_from_list, handlers_of, rollout_arguments
+from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
 from v1.programs import Program, resolve_program
 from v1.scoring import score_group, score_rollout
 from v1.state import State
@@ -217,18 +217,9 @@ class Harness:
         self.client = client
         self.program: Program = resolve_program(self.config.program)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets or [])
-        lists = {
-            "stops": stops,
-            "setups": setups,
-            "updates": updates,
-            "metrics": metrics,
-            "rewards": rewards,
-            "advantages": advantages,
-            "cleanups": cleanups,
-        }
-        self._own_handlers: list[Handler] = handlers_of(self)
-        for name in HANDLER_KINDS:
-            self._own_handlers += handlers_from_list(name, list(getattr(self.config, name)) + list(lists[name] or []), "harness")
+        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
+        lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        self._own_handlers: list[Handler] = owned_handlers(self, self.config, lists, "harness")
         self.taskset = taskset
         self._handlers: Handlers | None = None
         self._tool_owners: dict[str, Toolset] | None = None

@@ -246,6 +246,17 @@ def handlers_from_list(list_name: str, entries: Iterable[Any], where: str) -> li
     return built
 
 
+def owned_handlers(owner: object, config: Any, lists: Mapping[str, Iterable[Any] | None], where: str) -> list[Handler]:
+    """An owner's handlers: its decorated methods, then each config list (`config.rewards`, ...)
+    followed by the matching constructor list (`lists["rewards"]`)."""
+    handlers = handlers_of(owner)
+    for list_name in _LIST_KINDS:
+        if hasattr(config, list_name) or lists.get(list_name):
+            entries = list(getattr(config, list_name, None) or []) + list(lists.get(list_name) or [])
+            handlers += handlers_from_list(list_name, entries, where)
+    return handlers
+
+
 @dataclass
 class Handlers:
     """All handlers of a harness run, by kind, highest priority first."""
@@ -286,6 +297,7 @@ __all__ = [
     "group_arguments",
     "handlers_from_list",
     "handlers_of",
+    "owned_handlers",
     "metric",
     "reward",
     "rollout_arguments",

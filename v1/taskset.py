@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from v1.config import HANDLER_KINDS, TasksetConfig, import_ref
+from v1.config import TasksetConfig, import_ref
 from v1.errors import TaskError
-from v1.lifecycle import Handler, handlers_from_list, handlers_of
+from v1.lifecycle import Handler, owned_handlers
 from v1.state import State
 from v1.task import Task
 from v1.toolset import Toolset
@@ -93,18 +93,9 @@ class Taskset:
         }
         self.config = self.config_type.from_config(config, **overrides)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets)
-        lists = {
-            "stops": stops,
-            "setups": setups,
-            "updates": updates,
-            "metrics": metrics,
-            "rewards": rewards,
-            "advantages": advantages,
-            "cleanups": cleanups,
-        }
-        self._handlers: list[Handler] = handlers_of(self)
-        for name in HANDLER_KINDS:
-            self._handlers += handlers_from_list(name, list(getattr(self.config, name)) + list(lists[name]), "taskset")
+        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
+        lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        self._handlers: list[Handler] = owned_handlers(self, self.config, lists, "taskset")
         self._rows: list[dict[str, Any]] | None = None
         self._eval_rows: list[dict[str, Any]] | None = None
 
