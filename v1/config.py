@@ -298,8 +298,6 @@ class ToolsetConfig(Config):
 
 SystemPromptStrategy = Literal["HT", "TH", "H_OR_T", "T_OR_H", "H", "T", "REJECT"]
 
-HANDLER_KINDS: tuple[str, ...] = ("stops", "setups", "updates", "metrics", "rewards", "advantages", "cleanups")
-
 
 class _HandlerLists(Config):
     stops: list[HandlerConfig] = []
@@ -351,7 +349,6 @@ __all__ = [
     "Config",
     "EndpointClientConfig",
     "EnvConfig",
-    "HANDLER_KINDS",
     "HandlerConfig",
     "HarnessConfig",
     "ProgramConfig",
