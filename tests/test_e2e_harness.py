@@ -283,9 +283,9 @@ async def test_group_reward_function(mock: MockModelServer, make_harness: Any) -
         lengths = [len(c[-1]["content"]) for c in completions]
         return [float(length == max(lengths)) for length in lengths]
 
-    mock.script("short", "much longer answer")
+    mock.responder = lambda request: Reply.text({"first": "short", "second": "much longer answer"}[request.last_user_text])
     harness = make_harness(rewards=[rank])
-    states = await harness.run_group([vf.Task({"prompt": "a"}), vf.Task({"prompt": "a"})])
+    states = await harness.run_group([vf.Task({"prompt": "first"}), vf.Task({"prompt": "second"})])
     assert [s["reward"] for s in states] == [0.0, 0.5]
     assert [s["advantage"] for s in states] == [-0.25, 0.25]
 

@@ -23,6 +23,18 @@ RETRY_WAIT_INITIAL = 0.25
 RETRY_WAIT_MAX = 30.0
 
 
+def describe_error(error: BaseException) -> str:
+    """``Type: message``, plus the root cause when the SDK wrapped one (e.g. which host refused)."""
+    text = f"{type(error).__name__}: {error}"
+    root, seen = error, {id(error)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        root = nxt
+    if root is not error and str(root) and str(root) not in text:
+        text += f" (caused by {type(root).__name__}: {root})"
+    return text
+
+
 class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
     """Wraps one provider SDK client and translates to and from v1's types.
 
@@ -102,7 +114,7 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
 
     def translate_error(self, error: BaseException) -> Error:
         """The v1 error for a provider failure; `ModelError` unless a subclass knows better."""
-        return ModelError(f"{type(error).__name__}: {error}")
+        return ModelError(describe_error(error))
 
     @abstractmethod
     def setup_client(self, config: ClientConfig) -> ClientT:

@@ -6,13 +6,13 @@ import inspect
 import time
 from typing import Any
 
-import httpx
 import openai
 from openai import AsyncOpenAI
 from openai.resources.chat.completions import AsyncCompletions
 
-from v1.clients.base import Client
+from v1.clients.base import Client, describe_error
 from v1.clients.credentials import resolve_api_key
+from v1.clients.http import async_http_client, http_library
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
 from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
@@ -77,15 +77,17 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     client_type = "openai_chat_completions"
 
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
-        timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
-        limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections)
         return AsyncOpenAI(
             base_url=config.api_base_url,
             api_key=resolve_api_key(config.api_key_var),
-            timeout=timeout,
             max_retries=0,  # v1 retries, so a retry is one decision in one place
             default_headers=config.extra_headers or None,
-            http_client=httpx.AsyncClient(timeout=timeout, limits=limits),
+            http_client=async_http_client(
+                timeout=config.timeout,
+                connect_timeout=config.connect_timeout,
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_keepalive_connections,
+            ),
         )
 
     def to_native_prompt(self, messages: Messages) -> tuple[list[NativeMessage], dict[str, Any]]:
@@ -139,7 +141,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             return True
         if isinstance(error, openai.APIStatusError):
             return error.status_code in (408, 409, 429) or error.status_code >= 500
-        return isinstance(error, httpx.TransportError)
+        return isinstance(error, http_library.TransportError)
 
     def is_auth_error(self, error: BaseException) -> bool:
         return isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError))
@@ -147,7 +149,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     def translate_error(self, error: BaseException) -> Error:
         if _is_overlong(error):
             return OverlongPromptError(f"prompt too long for the model: {error}")
-        return ModelError(f"{type(error).__name__}: {error}")
+        return ModelError(describe_error(error))
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
         if not isinstance(response, dict):

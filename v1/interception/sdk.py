@@ -2,52 +2,80 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 from openai import AsyncOpenAI, OpenAI
 
-ENDPOINT_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
-ENDPOINT_LIMITS = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
+from v1.clients.http import async_client_class, async_http_client, sync_http_client
+
+_sdk_get_platform: Callable[[], Any] | None
+try:
+    from openai._base_client import get_platform as _sdk_get_platform
+except ImportError:  # pragma: no cover - an SDK laid out differently
+    _sdk_get_platform = None
+
+POOL: dict[str, Any] = {"timeout": 3600.0, "connect_timeout": 10.0, "max_connections": 4096, "max_keepalive_connections": 1024}
+
+# Each new AsyncOpenAI looks up the platform header in a worker thread on its first
+# request; every rollout gets its own client, so that hop was paid per rollout.
+# Looked up once with the SDK's own function instead.
+_platform: Any = None
 
 
-class _SharedAsyncClient(httpx.AsyncClient):
-    """An httpx client that SDK clients may "close" without closing the shared pool."""
+async def _lookup_platform() -> None:
+    global _platform
+    if _platform is None and _sdk_get_platform is not None:
+        try:
+            _platform = await asyncio.to_thread(_sdk_get_platform)
+        except Exception:  # the SDK will look it up itself
+            _platform = None
 
-    async def aclose(self) -> None:
+
+def _shared(cls: type[Any], close_name: str) -> type[Any]:
+    """A subclass whose `close`/`aclose` is a no-op, so an SDK client "closing" it keeps the shared pool."""
+
+    async def aclose(self: Any) -> None:
         return None
 
-    async def really_close(self) -> None:
-        await super().aclose()
-
-
-class _SharedSyncClient(httpx.Client):
-    def close(self) -> None:
+    def close(self: Any) -> None:
         return None
 
+    async def really_close(self: Any) -> None:
+        await cls.aclose(self)
 
-_sync_http: _SharedSyncClient | None = None
+    members = {"aclose": aclose, "really_close": really_close} if close_name == "aclose" else {"close": close}
+    return type(f"Shared{cls.__name__.lstrip('_')}", (cls,), members)
+
+
+_SharedAsyncClient = _shared(async_client_class(), "aclose")
+_sync_http: Any = None
 _sync_lock = threading.Lock()
 
 
-async def shared_async_http() -> _SharedAsyncClient:
+async def shared_async_http() -> Any:
+    """The running loop's connection pool for SDK clients talking to the endpoint."""
     from v1.loop_scope import loop_scope
 
     scope = await loop_scope()
 
-    async def create() -> tuple[_SharedAsyncClient, Any]:
-        http = _SharedAsyncClient(timeout=ENDPOINT_TIMEOUT, limits=ENDPOINT_LIMITS, trust_env=False)
+    async def create() -> tuple[Any, Any]:
+        await _lookup_platform()
+        http = async_http_client(**POOL, trust_env=False, cls=_SharedAsyncClient)
         return http, http.really_close
 
     return await scope.get("endpoint-sdk-http", create)
 
 
-def _shared_sync_http() -> _SharedSyncClient:
+def _shared_sync_http() -> Any:
     global _sync_http
     with _sync_lock:
         if _sync_http is None:
-            _sync_http = _SharedSyncClient(timeout=ENDPOINT_TIMEOUT, limits=ENDPOINT_LIMITS, trust_env=False)
+            import openai
+
+            _sync_http = sync_http_client(**POOL, cls=_shared(openai.DefaultHttpxClient, "close"))
         return _sync_http
 
 
@@ -59,7 +87,10 @@ def openai_client(base_url: str, api_key: str, *, sync: bool = False, http_clien
     """
     if sync:
         return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client or _shared_sync_http())
-    return AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
+    if _platform is not None and getattr(client, "_platform", "unset") is None:
+        client._platform = _platform
+    return client
 
 
 __all__ = ["openai_client", "shared_async_http"]
