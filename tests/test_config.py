@@ -449,3 +449,11 @@ def test_handler_config_refuses_unknown_fields():
         v1.TasksetConfig(rewards=[{"fn": "m:f", "bogus": 1}])
     with pytest.raises(v1.ConfigError, match=r"field 'fn': Field required"):
         HandlerConfig.model_validate({"weight": 1.0})
+
+
+def test_assigning_a_bad_value_is_a_config_error() -> None:
+    config = v1.HarnessConfig()
+    with pytest.raises(v1.ConfigError, match="HarnessConfig: field 'max_turns': Input should be greater than or equal to 1"):
+        config.max_turns = 0
+    config.max_turns = 3
+    assert config.max_turns == 3

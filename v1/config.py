@@ -122,6 +122,12 @@ class Config(BaseModel, metaclass=_ConfigMeta):
         finally:
             _init_depth.reset(token)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, type(self).__name__)) from None
+
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
         """Like pydantic's, but a problem is a `ConfigError` naming the field path."""

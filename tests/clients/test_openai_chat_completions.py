@@ -417,3 +417,11 @@ async def test_minimal_valid_response(raw_server: tuple[str, list[Any]]) -> None
     assert response.usage is None
     assert response.message.finish_reason is None
     assert response.created > 0
+
+
+def test_nested_extra_body_in_sampling_args_is_merged() -> None:
+    from v1.clients.openai_chat_completions import split_sampling_args
+
+    known, extra = split_sampling_args({"temperature": 0.5, "top_k": 20, "extra_body": {"min_p": 0.1, "top_k": 5}})
+    assert known == {"temperature": 0.5}
+    assert extra == {"min_p": 0.1, "top_k": 20}, "flat unknown args win over the nested extra_body"

@@ -80,16 +80,21 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """
         native_prompt, extra = self.to_native_prompt(prompt)
         native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential_jitter(multiplier=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX, jitter=RETRY_WAIT_INITIAL),
-            retry=retry_if_exception(self.is_retryable),
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    native = await self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+            if self.max_retries == 0:
+                native = await self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+            else:
+                retrying = AsyncRetrying(
+                    stop=stop_after_attempt(self.max_retries + 1),
+                    wait=wait_exponential_jitter(multiplier=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX, jitter=RETRY_WAIT_INITIAL),
+                    retry=retry_if_exception(self.is_retryable),
+                    reraise=True,
+                )
+                async for attempt in retrying:
+                    with attempt:
+                        native = await self.get_native_response(
+                            native_prompt, model, sampling_args, native_tools, **extra, **kwargs
+                        )
         except Error:
             raise
         except Exception as exc:

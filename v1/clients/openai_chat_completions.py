@@ -36,7 +36,10 @@ NativeResponse = dict[str, Any]
 def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sampling args the SDK's `create()` takes by name, and the rest (sent as `extra_body`)."""
     known = {k: v for k, v in sampling_args.items() if k in CREATE_PARAMS and v is not None}
-    extra = {k: v for k, v in sampling_args.items() if k not in CREATE_PARAMS and v is not None}
+    extra = {k: v for k, v in sampling_args.items() if k not in CREATE_PARAMS and k != "extra_body" and v is not None}
+    nested = sampling_args.get("extra_body")
+    if isinstance(nested, dict):  # the `sampling_args={"extra_body": {...}}` convention: merged, not nested
+        extra = {**nested, **extra}
     return known, extra
 
 

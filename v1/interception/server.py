@@ -153,10 +153,13 @@ class EndpointServer:
             return web.Response(text=_dumps(chat_completions.render_completion(response, model)), content_type="application/json")
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream.prepare(request)
-        for chunk in chat_completions.render_chunks(response, model, parsed.include_usage):
-            await stream.write(f"data: {_dumps(chunk)}\n\n".encode())
-        await stream.write(b"data: [DONE]\n\n")
-        await stream.write_eof()
+        try:
+            for chunk in chat_completions.render_chunks(response, model, parsed.include_usage):
+                await stream.write(f"data: {_dumps(chunk)}\n\n".encode())
+            await stream.write(b"data: [DONE]\n\n")
+            await stream.write_eof()
+        except ConnectionError:  # the program went away mid-stream; the step is already recorded
+            logger.debug("rollout %s closed its stream early", session.rollout_id)
         return stream
 
     async def _guarded(self, session: RolloutSession, answer: Callable[[], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
