@@ -373,3 +373,41 @@ async def test_harness_sampling_args_reach_upstream(mock: MockModelServer, make_
     await make_harness(program=program, sampling_args={"temperature": 0.1}).run({"prompt": "x"})
     assert mock.requests[-1].body["temperature"] == 0.1, "harness sampling args win"
     assert mock.requests[-1].body["top_p"] == 0.5, "program params the harness does not set pass through"
+
+
+async def test_program_crashing_after_its_own_stop_is_still_an_error(mock: MockModelServer, make_harness: Any) -> None:
+    async def program(task: vf.Task, state: vf.State) -> None:
+        await state.get_client().chat.completions.create(model="m", messages=list(state["prompt"]))
+        state.stop("my_reason")
+        raise KeyError("bug after stopping")
+
+    state = await make_harness(program=program).run({"prompt": "x"})
+    assert state["stop_condition"] == "has_error"
+    assert state["error"]["type"] == "KeyError" and state["error"]["where"] == "program"
+
+
+async def test_cancelled_rollout_still_runs_cleanups_and_closes_its_endpoint(mock: MockModelServer, make_harness: Any) -> None:
+    from v1.interception import get_endpoint
+
+    started = asyncio.Event()
+    cleaned: list[str] = []
+    seen: dict[str, Any] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        seen["state"] = state
+        started.set()
+        await asyncio.sleep(30)
+
+    @vf.cleanup
+    def remember(state: vf.State) -> None:
+        cleaned.append(state["trajectory_id"])
+
+    rollout = asyncio.create_task(make_harness(program=program, cleanups=[remember]).run({"prompt": "x"}))
+    await started.wait()
+    rollout.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rollout
+    state = seen["state"]
+    assert cleaned == [state["trajectory_id"]]
+    assert state["trajectory_id"] not in (await get_endpoint()).sessions
+    json.dumps(state)

@@ -301,8 +301,11 @@ class Harness:
         """Run one rollout of `task` and return its finalized, JSON-serializable state."""
         task = self._as_task(task)
         state = state if state is not None else State.for_task(task)
-        context = await self._rollout(task, state)
-        await self._finish(task, state, context)
+        try:
+            await self._rollout(task, state)
+        finally:
+            if state.runtime.session is not None:  # opened: cleanups run even on a crash or cancellation
+                await self._finish(task, state)
         return state
 
     async def _rollout(self, task: Task, state: State) -> RolloutContext:
@@ -353,9 +356,9 @@ class Harness:
             state.stop("timeout_reached")
         except Exception as exc:
             session = state.runtime.session
-            # A program that ends because the endpoint refused a call (turn limit, stop
-            # condition, error already recorded) ended cleanly for our purposes.
-            if not (state["is_completed"] and session is not None and session.turns_started and state["stop_condition"]):
+            # A program that fails because the endpoint refused its call (turn limit, stop
+            # condition, error already recorded) ended the way the refusal said.
+            if session is None or session.refused is None:
                 state._record_error(exc, "program")
         state.stop("state_done")
 
@@ -371,7 +374,7 @@ class Harness:
                     break
         return ok
 
-    async def _finish(self, task: Task, state: State, context: RolloutContext | None) -> None:
+    async def _finish(self, task: Task, state: State) -> None:
         """Cleanups (they may still call the model), then close the rollout and finalize the state."""
         try:
             await self._run_handlers("cleanup", rollout_arguments(task, state), state)
@@ -398,7 +401,7 @@ class Harness:
             try:
                 await self.cleanup_group(tasks, states)
             finally:
-                await asyncio.gather(*(self._finish(t, s, None) for t, s in zip(tasks, states)), return_exceptions=True)
+                await asyncio.gather(*(self._finish(t, s) for t, s in zip(tasks, states)), return_exceptions=True)
         return states
 
     async def score_group(self, tasks: list[Task], states: list[State]) -> list[State]:

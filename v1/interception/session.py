@@ -58,12 +58,21 @@ class RolloutSession:
         self.recording = True
         self.closed = False
         self.turns_started = 0
+        self.refused: str | None = None
 
     def end_program_phase(self) -> None:
         """Later calls (updates, judges, cleanups) still reach the model but are not trajectory steps."""
         self.recording = False
 
     async def _admit(self) -> None:
+        try:
+            await self._check_admission()
+        except RolloutStopped as refusal:
+            self.refused = refusal.condition
+            raise
+        self.turns_started += 1
+
+    async def _check_admission(self) -> None:
         state = self.state
         if state["is_completed"]:
             raise RolloutStopped(state["stop_condition"] or "state_done")
@@ -76,7 +85,6 @@ class RolloutSession:
         if self.turns_started >= max_turns:
             state.stop("max_turns_reached")
             raise RolloutStopped("max_turns_reached", f"rollout stopped: max_turns_reached ({max_turns} model calls allowed)")
-        self.turns_started += 1
 
     async def complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
         """Forward one model call upstream and record it.
