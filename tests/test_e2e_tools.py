@@ -376,3 +376,23 @@ async def test_a_binding_that_does_not_resolve_at_run_time_is_a_tool_error(mock:
         "Error: ToolError: binding 'calculate.precision': 'task.info.precision' does not resolve "
         "(nothing at 'task.info.precision')"
     )
+
+
+async def test_toolset_lifecycle_handlers_run_in_the_rollout(mock: MockModelServer, make_harness: Any) -> None:
+    class Workspace(vf.Toolset):
+        @vf.cleanup
+        def tidy(self, state: vf.State) -> None:
+            state["tidied"] = True
+
+    def prepare(state: vf.State) -> None:
+        state["prepared"] = True
+
+    def finished(state: vf.State) -> bool:
+        return bool(state["trajectory"])
+
+    toolset = Workspace([add], setups=[prepare], stops=[finished])
+    assert toolset.name == "Workspace"
+    mock.responder = Reply.tool("add", {"a": 1, "b": 1})
+    state = await make_harness(toolsets=[toolset]).run("go")
+    assert (state["prepared"], state["tidied"], state["stop_condition"]) == (True, True, "finished")
+    assert len(state["trajectory"]) == 1
