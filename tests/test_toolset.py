@@ -356,7 +356,7 @@ def test_bound_arguments_are_left_out_of_the_schema():
         (
             {"lookup.tabel": "objects.table"},
             {"table": make_table},
-            r"binding lookup.'tabel': tool 'lookup' takes no argument 'tabel'",
+            r"binding 'lookup.tabel': tool 'lookup' takes no argument 'tabel'",
         ),
         ({"lookup.table": "objects.tabel"}, {"table": make_table}, r"binding 'lookup.table': 'objects.tabel' does not resolve"),
         ({"lookup.table": "info.table"}, {}, r"binding 'lookup.table': 'info.table' is not a binding path"),

@@ -420,7 +420,7 @@ class Toolset(ScopedOwner):
             missing = [arg for arg in hidden if arg not in function.parameters]
             if missing:
                 raise ConfigError(
-                    f"binding {tool_name}.{missing[0]!r}: tool {tool_name!r} takes no argument {missing[0]!r}; "
+                    f"binding '{tool_name}.{missing[0]}': tool {tool_name!r} takes no argument {missing[0]!r}; "
                     f"it takes {list(function.parameters)}"
                 )
             self.functions[function.tool.name] = function
