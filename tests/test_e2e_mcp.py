@@ -113,7 +113,23 @@ async def test_mcp_bindings_fill_hidden_arguments(mock: MockModelServer, make_ha
     toolset = vf.Toolset([server(marker)], bindings={"echo.text": "task.info.word"}, show=["echo"])
     state = await make_harness(toolsets=[toolset]).run({"prompt": "x", "info": {"word": "bound"}})
     assert mock.requests[0].tools[0]["function"]["name"] == "echo"
+    assert mock.requests[0].tools[0]["function"]["parameters"]["properties"] == {}  # bound: not shown
+    assert "text" not in mock.requests[0].tools[0]["function"]["parameters"].get("required", [])
     assert state["completion"][1]["content"] == "bound"
+
+
+@pytest.mark.parametrize(
+    ("bindings", "message"),
+    [
+        ({"ech.text": "task.x"}, "binding 'ech.text': this toolset has no tool 'ech'"),
+        ({"echo.txt": "task.x"}, "binding 'echo.txt': MCP tool 'echo' takes no argument 'txt'"),
+    ],
+)
+async def test_mcp_bindings_are_checked_once_tools_are_listed(
+    mock: MockModelServer, make_harness: Any, marker: str, bindings: dict[str, str], message: str
+) -> None:
+    state = await make_harness(toolsets=[vf.Toolset([server(marker)], bindings=bindings)]).run("x")
+    assert state["error"]["type"] == "ConfigError" and message in state["error"]["message"]
 
 
 async def test_a_server_per_rollout_and_none_left_after_100_rollouts(

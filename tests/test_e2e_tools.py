@@ -396,3 +396,21 @@ async def test_toolset_lifecycle_handlers_run_in_the_rollout(mock: MockModelServ
     state = await make_harness(toolsets=[toolset]).run("go")
     assert (state["prepared"], state["tidied"], state["stop_condition"]) == (True, True, "finished")
     assert len(state["trajectory"]) == 1
+
+
+async def test_a_child_rollout_gets_the_tools_it_borrows(mock: MockModelServer, make_harness: Any) -> None:
+    child_harness = make_harness()
+
+    async def parent_program(task: vf.Task, state: vf.State) -> None:
+        child = state.for_task(vf.Task({"prompt": "child"}), borrow=["model"], tools=["calculate"])
+        child = await child_harness.run(child.task, child)
+        state["child_result"] = child["completion"][1]["content"]
+
+    mock.script(Reply.tool("calculate", {"op": "mul", "a": 2, "b": 4}), Reply.text("done"))
+    ledger = make_ledger_type()
+    state = await make_harness(program=parent_program, toolsets=[calculator(ledger)]).run(
+        {"prompt": "parent", "info": {"precision": 1}}
+    )
+    assert state["child_result"] == "8.0"  # bound to the parent's task and objects
+    assert mock.requests[0].tools[0]["function"]["name"] == "calculate"
+    assert (ledger.created, ledger.closed) == (1, 1)

@@ -13,9 +13,21 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from v1.calling import call_user_code
 from v1.errors import ConfigError, RolloutStopped
 from v1.mcp import ToolContent
-from v1.toolset import BindingContext, BoundTool, Scope, ScopedOwner, ToolFunction, Toolset
+from v1.toolset import (
+    BindingContext,
+    BoundTool,
+    Scope,
+    ScopedOwner,
+    ToolFunction,
+    Toolset,
+    check_mcp_bindings,
+    default_error_formatter,
+    parse_tool_arguments,
+    render_tool_result,
+)
 from v1.user import User
 
 if TYPE_CHECKING:
@@ -43,6 +55,16 @@ def _filter(names: list[str], show: list[str] | None, hide: list[str] | None, fi
     if hide is not None:
         names = [name for name in names if name not in hide]
     return names
+
+
+async def _call_plain(name: str, tool: Callable[..., Any], arguments: str | Mapping[str, Any]) -> ToolContent:
+    parsed = parse_tool_arguments(name, arguments)
+    if isinstance(parsed, str):
+        return parsed
+    try:
+        return render_tool_result(await call_user_code(tool, **parsed))
+    except Exception as exc:
+        return default_error_formatter(exc)
 
 
 class RolloutToolbox:
@@ -95,6 +117,8 @@ class RolloutToolbox:
                 names.append(name)
                 if toolset.visible(name):
                     defaults.append(name)
+            if toolset.mcp_tools:
+                check_mcp_bindings(toolset, {t.name: t for _, c in scope.connections for t in c.tools})
             for source, connection in scope.connections:
                 for remote in connection.tools:
                     name = remote.name if remote.name not in taken else f"{source.name}_{remote.name}"
@@ -108,8 +132,12 @@ class RolloutToolbox:
                     if toolset.visible(remote.name):
                         defaults.append(name)
         visible = self._task_visibility(task, defaults, by_toolset, chosen)
-        state.runtime.tools.update({name: self.tools[name] for name in visible})
-        state["tool_defs"] = [self.tools[name].definition.model_dump(exclude_none=True) for name in visible]
+        borrowed = {name: tool for name, tool in state.runtime.tools.items() if name not in visible}
+        for name in visible:
+            state.runtime.tools.setdefault(name, self.tools[name])
+        definitions = [self.tools[name].definition for name in visible]
+        definitions += [tool.definition for tool in borrowed.values() if isinstance(tool, BoundTool)]
+        state["tool_defs"] = [definition.model_dump(exclude_none=True) for definition in definitions]
 
     def _task_visibility(
         self, task: Task, defaults: list[str], by_toolset: dict[int, list[str]], chosen: list[Toolset]
@@ -143,9 +171,11 @@ class RolloutToolbox:
             RolloutStopped: the tool raised one of its toolset's `stop_errors`.
         """
         tool = self.state.runtime.tools.get(name)
-        if not isinstance(tool, BoundTool):
+        if tool is None:
             available = ", ".join(sorted(self.state.runtime.tools)) or "none"
             return f"Error: unknown tool {name!r}; available tools: {available}"
+        if not isinstance(tool, BoundTool):  # a plain callable lent by a parent rollout
+            return await _call_plain(name, tool, arguments)
         try:
             return await tool.run(arguments)
         except tool.toolset.stop_errors as exc:

@@ -110,7 +110,7 @@ def render_tool_result(result: Any) -> str:
         return str(result)
 
 
-def _parse_arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any] | str:
+def parse_tool_arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any] | str:
     """The model's arguments as a dict, or a readable error message."""
     if isinstance(arguments, str):
         try:
@@ -337,7 +337,7 @@ class ScopedOwner:
         return list(self._scopes)
 
 
-def _object_factories(objects: Mapping[str, Any], where: str) -> dict[str, Callable[..., Any]]:
+def build_object_factories(objects: Mapping[str, Any], where: str) -> dict[str, Callable[..., Any]]:
     return {name: resolve_callable(factory, f"{where}.objects.{name}") for name, factory in objects.items()}
 
 
@@ -396,7 +396,7 @@ class Toolset(ScopedOwner):
         self.write = bool(write) if write is not None else self.config.write
         self.error_formatter = error_formatter
         self.stop_errors = tuple(stop_errors)
-        self.object_factories = _object_factories({**self.config.objects, **dict(objects or {})}, self.describe())
+        self.object_factories = build_object_factories({**self.config.objects, **dict(objects or {})}, self.describe())
         self.bindings: dict[str, dict[str, Binding]] = {}
         binding_sources = {**self.config.bindings, **dict(bindings or {})}
         for key, source in binding_sources.items():
@@ -492,9 +492,13 @@ class BoundTool:
         self.function = function
         self.connection = connection
         self.context = context
-        self.definition: Tool = (
-            function.tool.model_copy(update={"name": name}) if function else connection[1].model_copy(update={"name": name})  # type: ignore[index]
-        )
+        if function is not None:
+            self.definition: Tool = function.tool.model_copy(update={"name": name})
+        else:
+            remote = connection[1]  # type: ignore[index]
+            self.definition = remote.model_copy(
+                update={"name": name, "parameters": _without(remote.parameters, toolset.bindings.get(remote.name, {}))}
+            )
 
     def __repr__(self) -> str:
         return f"<tool {self.name!r} of {self.toolset.describe()}>"
@@ -521,7 +525,7 @@ class BoundTool:
 
     async def run(self, arguments: str | Mapping[str, Any]) -> ToolContent:
         """The tool-message content for one model tool call."""
-        parsed = _parse_arguments(self.name, arguments)
+        parsed = parse_tool_arguments(self.name, arguments)
         if isinstance(parsed, str):
             return parsed
         validated = None
@@ -537,6 +541,35 @@ class BoundTool:
         except Exception as exc:
             return self.toolset.error_formatter(exc)
         return mcp_result_content(result) if is_mcp else render_tool_result(result)
+
+
+def _without(schema: Mapping[str, Any], bound: Iterable[str]) -> dict[str, Any]:
+    """A JSON schema without the bound arguments (the model never sees them)."""
+    bound = set(bound)
+    if not bound:
+        return dict(schema)
+    stripped = dict(schema)
+    stripped["properties"] = {k: v for k, v in (schema.get("properties") or {}).items() if k not in bound}
+    if "required" in schema:
+        stripped["required"] = [name for name in schema["required"] if name not in bound]
+    return stripped
+
+
+def check_mcp_bindings(toolset: Toolset, listed: Mapping[str, Tool]) -> None:
+    """Bindings of a toolset with MCP servers, checked once the servers listed their tools.
+
+    Raises:
+        ConfigError: naming the binding, for a tool the toolset does not have or an argument it does not take.
+    """
+    for tool_name, by_argument in toolset.bindings.items():
+        if tool_name in toolset.functions:
+            continue
+        for argument, binding in by_argument.items():
+            if tool_name not in listed:
+                known = sorted([*toolset.functions, *listed])
+                raise ConfigError(f"binding {binding.name!r}: this toolset has no tool {tool_name!r}; tools: {known}")
+            if argument not in (listed[tool_name].parameters.get("properties") or {}):
+                raise ConfigError(f"binding {binding.name!r}: MCP tool {tool_name!r} takes no argument {argument!r}")
 
 
 def merge_toolsets(toolsets: Iterable[Toolset]) -> dict[str, Toolset]:
@@ -567,7 +600,10 @@ __all__ = [
     "ToolFunction",
     "Toolset",
     "default_error_formatter",
+    "build_object_factories",
+    "check_mcp_bindings",
     "merge_toolsets",
+    "parse_tool_arguments",
     "render_tool_result",
     "scope_key",
 ]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from v1.calling import call_user_code
 from v1.config import ToolScope, UserConfig, resolve_callable
 from v1.errors import ConfigError
-from v1.toolset import Binding, BindingContext, ScopedOwner, _object_factories
+from v1.toolset import Binding, BindingContext, ScopedOwner, build_object_factories
 
 if TYPE_CHECKING:
     from v1.state import State
@@ -60,7 +60,7 @@ class User(ScopedOwner):
             raise ConfigError("User needs fn= (or a subclass overriding get_response)")
         self.scope = scope or self.config.scope or "rollout"
         self.model = model or self.config.model
-        self.object_factories = _object_factories({**self.config.objects, **dict(objects or {})}, "user")
+        self.object_factories = build_object_factories({**self.config.objects, **dict(objects or {})}, "user")
         self.bindings = {
             name: Binding(name, source, write=True) for name, source in {**self.config.bindings, **dict(bindings or {})}.items()
         }
