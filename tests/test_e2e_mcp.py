@@ -62,7 +62,7 @@ async def test_mcp_tools_are_listed_called_and_the_server_stopped(mock: MockMode
     state = await make_harness(toolsets=[vf.Toolset([server(marker)])]).run("2+40?")
     assert state["error"] is None
     tools = {t["function"]["name"]: t["function"] for t in mock.requests[0].tools}
-    assert set(tools) == {"add", "echo", "pid", "pixel", "fail", "die"}
+    assert set(tools) == {"add", "echo", "pid", "pixel", "fail", "rendezvous", "die"}
     assert tools["add"]["description"].startswith("Add two integers.")
     assert tools["add"]["parameters"]["required"] == ["a", "b"]
     assert state["completion"][1] == {
@@ -104,7 +104,7 @@ async def test_colliding_mcp_tool_names_are_prefixed(mock: MockModelServer, make
     mock.script(Reply.tool("add", {"a": 5, "b": 1}).and_tool("calc_add", {"a": 5, "b": 1}), Reply.text("done"))
     toolsets = [vf.Toolset([add]), vf.Toolset([server(marker, name="calc")], hide=["die", "pixel"])]
     state = await make_harness(toolsets=toolsets).run("go")
-    assert [t["function"]["name"] for t in mock.requests[0].tools] == ["add", "calc_add", "echo", "pid", "fail"]
+    assert [t["function"]["name"] for t in mock.requests[0].tools] == ["add", "calc_add", "echo", "pid", "fail", "rendezvous"]
     assert [m["content"] for m in state["completion"][1:3]] == ["4", "6"]
 
 
@@ -159,6 +159,17 @@ async def test_global_server_serves_256_concurrent_rollouts(mock: MockModelServe
     assert [s["completion"][1]["content"] for s in states] == [str(n + 1000) for n in range(256)]
     assert len({s["completion"][2]["content"] for s in states}) == 1  # one server for all
     assert len(processes_with(marker)) == 1
+    await harness.teardown()
+
+
+async def test_concurrent_calls_of_many_rollouts_are_in_flight_together(
+    mock: MockModelServer, make_harness: Any, marker: str
+) -> None:
+    # Every call waits until all 64 are in flight at once: one queue serialising them would deadlock.
+    mock.responder = call_then_answer("rendezvous", {"parties": 64})
+    harness = make_harness(toolsets=[vf.Toolset([server(marker)], scope="global", show=["rendezvous"])])
+    states = await asyncio.gather(*(harness.run("meet") for _ in range(64)))
+    assert [s["completion"][1]["content"] for s in states] == ["met"] * 64
     await harness.teardown()
 
 

@@ -321,6 +321,8 @@ def test_tool_and_toolset_name_collisions_fail_at_construction(make_harness: Any
         make_harness(toolsets=[vf.Toolset([add])], taskset=taskset)
     with pytest.raises(vf.ConfigError, match="two toolsets are named 'math'"):
         make_harness(toolsets=[vf.Toolset([sub], name="math")], taskset=taskset)
+    with pytest.raises(vf.ConfigError, match="tool 'sub' is defined by two toolsets"):
+        vf.Taskset(toolsets=[vf.Toolset([sub]), vf.Toolset([sub])])
 
 
 async def test_a_binding_never_leaks_into_another_toolset(mock: MockModelServer, make_harness: Any) -> None:

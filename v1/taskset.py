@@ -10,7 +10,7 @@ from v1.errors import TaskError
 from v1.lifecycle import Handler, owned_handlers
 from v1.state import State
 from v1.task import Task
-from v1.toolset import Toolset
+from v1.toolset import Toolset, merge_toolsets
 from v1.user import User, resolve_user
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ class Taskset:
         self.config = self.config_type.from_config(config, **overrides)
         self.user: User | None = resolve_user(user if user is not None else self.config.user)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets)
+        merge_toolsets(self.toolsets)
         lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
         lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
         self._handlers: list[Handler] = owned_handlers(self, self.config, lists, "taskset")

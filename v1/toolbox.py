@@ -188,7 +188,7 @@ class RolloutToolbox:
             raise ConfigError(f"add_tool: {toolset!r} is not a toolset of this rollout")
         if target.scope != "rollout":
             raise ConfigError(f"add_tool: {target.describe()} has scope {target.scope!r}; dynamic tools need scope='rollout'")
-        function = ToolFunction.from_callable(fn)
+        function = ToolFunction.from_callable(fn, target.bindings.get(getattr(fn, "__name__", ""), {}))
         name = function.tool.name
         if name in self.tools or name in self.state.runtime.tools:
             raise ConfigError(f"add_tool: this rollout already has a tool named {name!r}")

@@ -352,8 +352,9 @@ class Toolset(ScopedOwner):
         show, hide: the tools of this toolset the model sees by default (names).
         bindings: ``{"tool.argument": source}``: hidden arguments filled from `task.*`,
             `state.*`, `objects.*`, `tools.*` paths or from a callable `(task, state)`.
-        objects: ``{"name": factory}``: private dependencies built lazily once per scope and
-            closed (`aclose()`/`close()`) when the scope ends.
+        objects: ``{"name": factory}``: private dependencies, each built by calling its
+            zero-argument factory (sync or async) lazily once per scope, and closed
+            (`aclose()`/`close()`) exactly once when the scope ends.
         write: let bindings hand tools the live `state` (and live `state.*` values) instead of copies.
         scope: `rollout` (default), `group` or `global`: how long objects and MCP servers live.
         sandbox: not supported yet.

@@ -57,6 +57,24 @@ def fail(message: str) -> str:
     raise ToolError(message)
 
 
+_arrived = 0
+_everyone_here = asyncio.Event()
+
+
+@server.tool()
+async def rendezvous(parties: int) -> str:
+    """Wait until `parties` calls are in flight at once ("met"), or give up after 10 s ("alone")."""
+    global _arrived
+    _arrived += 1
+    if _arrived >= parties:
+        _everyone_here.set()
+    try:
+        await asyncio.wait_for(_everyone_here.wait(), 10)
+    except asyncio.TimeoutError:
+        return "alone"
+    return "met"
+
+
 @server.tool()
 def die() -> str:
     """Kill the server mid-call."""
