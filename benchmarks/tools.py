@@ -10,7 +10,9 @@ fresh event loop, measures:
    - with a Python tool (`add`);
    - with the same tool served by one global-scope MCP server (tests/tools/mcp_server.py,
      a real subprocess written with the `mcp` SDK's server side);
-2. MCP calls on one connection, one at a time and 256 at once (calls/s; every result checked);
+2. MCP calls on one connection: one at a time and 256 at once (calls/s), and the wall time of
+   256 concurrent calls of a tool that sleeps 50 ms (12.8 s if they were serialised);
+   every result is checked;
 3. MCP server start-up cost per rollout: `--startup-rollouts` sequential rollouts with a
    rollout-scoped MCP toolset, minus the same rollouts with the Python tool.
 
@@ -98,8 +100,10 @@ async def throughput(url: str, toolset: v1.Toolset, n: int, concurrency: int) ->
     return n / elapsed, results.count(False)
 
 
-async def mcp_calls(calls: int) -> tuple[float, float, int]:
-    """MCP tool calls/s one at a time and at concurrency `calls` on one connection, and wrong results."""
+async def mcp_calls(calls: int) -> tuple[float, float, float, int]:
+    """On one connection: calls/s one at a time and `calls` at once, the wall time of `calls`
+    concurrent calls of a tool that sleeps 50 ms (serialised, that would be calls * 0.05 s), and
+    the number of wrong results."""
     connection = mcp_server().connect()
     await connection.start()
     try:
@@ -111,10 +115,14 @@ async def mcp_calls(calls: int) -> tuple[float, float, int]:
         start = time.perf_counter()
         results = await asyncio.gather(*(connection.call("add", {"a": i, "b": 1}) for i in range(calls)))
         concurrent = calls / (time.perf_counter() - start)
+        start = time.perf_counter()
+        waits = await asyncio.gather(*(connection.call("wait", {"seconds": 0.05}) for _ in range(calls)))
+        waiting = time.perf_counter() - start
     finally:
         await connection.aclose()
     wrong = sum(result.structured_content != {"result": i + 1} for i, result in enumerate(results))
-    return sequential, concurrent, wrong
+    wrong += sum(result.structured_content != {"result": "waited"} for result in waits)
+    return sequential, concurrent, waiting, wrong
 
 
 async def startup_cost(url: str, rollouts: int) -> tuple[float, float, int]:
@@ -135,13 +143,14 @@ async def startup_cost(url: str, rollouts: int) -> tuple[float, float, int]:
 async def one_repeat(url: str, args: argparse.Namespace) -> dict[str, float]:
     python_rps, python_failed = await throughput(url, v1.Toolset([add]), args.n, args.concurrency)
     mcp_rps, mcp_failed = await throughput(url, v1.Toolset([mcp_server()], scope="global"), args.n, args.concurrency)
-    sequential, calls_per_s, wrong = await mcp_calls(256)
+    sequential, calls_per_s, waiting, wrong = await mcp_calls(256)
     with_mcp, with_python, startup_failed = await startup_cost(url, args.startup_rollouts)
     return {
         "python_tool_rollouts_per_s": python_rps,
         "mcp_tool_rollouts_per_s": mcp_rps,
         "mcp_calls_per_s_one_at_a_time": sequential,
         "mcp_calls_per_s_at_256": calls_per_s,
+        "mcp_256_calls_of_50ms_tool_wall_s": waiting,
         "rollout_s_with_rollout_scoped_mcp": with_mcp,
         "rollout_s_with_python_tool": with_python,
         "mcp_startup_s_per_rollout": with_mcp - with_python,

@@ -62,7 +62,7 @@ async def test_mcp_tools_are_listed_called_and_the_server_stopped(mock: MockMode
     state = await make_harness(toolsets=[vf.Toolset([server(marker)])]).run("2+40?")
     assert state["error"] is None
     tools = {t["function"]["name"]: t["function"] for t in mock.requests[0].tools}
-    assert set(tools) == {"add", "echo", "pid", "pixel", "fail", "rendezvous", "die"}
+    assert set(tools) == {"add", "wait", "echo", "pid", "pixel", "fail", "rendezvous", "die"}
     assert tools["add"]["description"].startswith("Add two integers.")
     assert tools["add"]["parameters"]["required"] == ["a", "b"]
     assert state["completion"][1] == {
@@ -104,7 +104,15 @@ async def test_colliding_mcp_tool_names_are_prefixed(mock: MockModelServer, make
     mock.script(Reply.tool("add", {"a": 5, "b": 1}).and_tool("calc_add", {"a": 5, "b": 1}), Reply.text("done"))
     toolsets = [vf.Toolset([add]), vf.Toolset([server(marker, name="calc")], hide=["die", "pixel"])]
     state = await make_harness(toolsets=toolsets).run("go")
-    assert [t["function"]["name"] for t in mock.requests[0].tools] == ["add", "calc_add", "echo", "pid", "fail", "rendezvous"]
+    assert [t["function"]["name"] for t in mock.requests[0].tools] == [
+        "add",
+        "calc_add",
+        "wait",
+        "echo",
+        "pid",
+        "fail",
+        "rendezvous",
+    ]
     assert [m["content"] for m in state["completion"][1:3]] == ["4", "6"]
 
 
@@ -192,12 +200,22 @@ async def test_a_server_that_fails_to_start_is_recorded_and_other_rollouts_finis
 
 
 async def test_a_server_that_dies_mid_rollout_gives_tool_errors(mock: MockModelServer, make_harness: Any, marker: str) -> None:
-    mock.script(Reply.tool("die"), Reply.tool("add", {"a": 1, "b": 1}), Reply.text("gave up"))
-    state = await make_harness(toolsets=[vf.Toolset([server(marker)])]).run("go")
-    assert state["error"] is None and state["completion"][-1]["content"] == "gave up"
-    died, after = state["completion"][1]["content"], state["completion"][3]["content"]
+    def responder(request: MockRequest) -> Reply:
+        tool_results = [m for m in request.messages if m["role"] == "tool"]
+        if len(tool_results) == 2:
+            return Reply.text("gave up")
+        if not tool_results and request.last_user_text == "die":
+            return Reply.tool("die")
+        return Reply.tool("add", {"a": 1, "b": 1})
+
+    mock.responder = responder
+    harness = make_harness(toolsets=[vf.Toolset([server(marker)])])  # one server per rollout
+    dying, healthy = await harness.run_group([vf.Task({"prompt": "die"}), vf.Task({"prompt": "live"})])
+    assert dying["error"] is None and dying["completion"][-1]["content"] == "gave up"
+    died, after = dying["completion"][1]["content"], dying["completion"][3]["content"]
     assert died.startswith("Error: ToolError: MCP tool 'die' of MCPTool(") and "failed" in died
     assert after.startswith("Error: ToolError: ")
+    assert [m["content"] for m in healthy["completion"] if m["role"] == "tool"] == ["2", "2"]
 
 
 def free_port() -> int:

@@ -34,6 +34,13 @@ async def add(a: int, b: int) -> int:
 
 
 @server.tool()
+async def wait(seconds: float) -> str:
+    """Sleep, then answer (stands in for a tool that waits on I/O)."""
+    await asyncio.sleep(seconds)
+    return "waited"
+
+
+@server.tool()
 async def echo(text: str) -> str:
     """Echo the text back."""
     return text
