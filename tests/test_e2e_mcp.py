@@ -247,7 +247,7 @@ def http_server(marker: str) -> Iterator[str]:
 
 async def test_streamable_http_server_by_url(mock: MockModelServer, make_harness: Any, http_server: str) -> None:
     mock.responder = call_then_answer("add", {"a": 20, "b": 22})
-    harness = make_harness(toolsets=[vf.Toolset([vf.MCPTool(url=http_server)])])
+    harness = make_harness(toolsets=[vf.Toolset([vf.MCPTool(url=http_server, headers={"X-Trace": "v1"})])])
     states = await asyncio.gather(*(harness.run("x") for _ in range(4)))
     assert [s["completion"][1]["content"] for s in states] == ["42"] * 4
 

@@ -315,6 +315,12 @@ async def test_bad_visibility_is_recorded_on_that_rollout(
     assert state["trajectory"] == []
 
 
+async def test_rollout_local_toolset_config_is_not_supported_yet(mock: MockModelServer, two_toolsets: vf.Harness) -> None:
+    state = await two_toolsets.run({"prompt": "x", "toolsets": {"extra": {"tools": []}}})
+    assert state["error"]["type"] == "NotSupportedError"
+    assert "rollout-local toolset config (['extra']) is not supported yet" in state["error"]["message"]
+
+
 def test_tool_and_toolset_name_collisions_fail_at_construction(make_harness: Any) -> None:
     taskset = vf.Taskset(source=[{"prompt": "x"}], toolsets=[vf.Toolset([add], name="math")])
     with pytest.raises(vf.ConfigError, match="tool 'add' is defined by two toolsets"):

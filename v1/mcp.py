@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from v1.config import MCPToolConfig
 from v1.errors import ToolError
@@ -81,9 +82,8 @@ class MCPTool:
         if self.config.command is not None:
             stem = Path(self.config.args[-1] if self.config.args else self.config.command).stem
             return stem.replace("-", "_").replace(".", "_") or "mcp"
-        from urllib.parse import urlparse
-
-        return (urlparse(self.config.url).hostname or "mcp").replace(".", "_").replace("-", "_")
+        host = urlsplit(self.config.url or "").hostname or "mcp"
+        return host.replace(".", "_").replace("-", "_")
 
     def __repr__(self) -> str:
         target = self.config.url or " ".join([self.config.command or "", *self.config.args])
@@ -111,18 +111,14 @@ class MCPConnection:
         self._ready: asyncio.Future[None] | None = None
         self._stop: asyncio.Event | None = None
 
-    def _transport(self) -> Any:
+    def _transport(self, http_client: Any) -> Any:
         from mcp import StdioServerParameters
         from mcp.client.stdio import get_default_environment
         from mcp.client.streamable_http import streamable_http_client
 
         config = self.source.config
         if config.url is not None:
-            if config.headers:
-                import httpx
-
-                return streamable_http_client(config.url, http_client=httpx.AsyncClient(headers=config.headers))
-            return streamable_http_client(config.url)
+            return streamable_http_client(config.url, http_client=http_client)
         env = get_default_environment()
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -154,8 +150,15 @@ class MCPConnection:
         from mcp import Client
 
         assert self._ready is not None and self._stop is not None
+        http_client = None
+        config = self.source.config
         try:
-            async with Client(self._transport()) as client:
+            if config.url is not None and config.headers:
+                import httpx2  # the HTTP library of the mcp SDK's streamable-HTTP transport
+
+                timeout = httpx2.Timeout(30.0, read=config.call_timeout)
+                http_client = httpx2.AsyncClient(headers=config.headers, timeout=timeout)
+            async with Client(self._transport(http_client)) as client:
                 listed = await client.list_tools()
                 self.tools = [
                     Tool(name=tool.name, description=tool.description or "", parameters=tool.input_schema)
@@ -171,6 +174,8 @@ class MCPConnection:
                 raise
         finally:
             self._client = None
+            if http_client is not None:
+                await http_client.aclose()
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> Any:
         """Call a tool; returns the SDK's `CallToolResult`.

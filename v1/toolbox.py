@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from v1.calling import call_user_code
-from v1.errors import ConfigError, RolloutStopped
+from v1.errors import ConfigError, NotSupportedError, RolloutStopped
 from v1.mcp import ToolContent
 from v1.toolset import (
     BindingContext,
@@ -100,6 +100,12 @@ class RolloutToolbox:
         named = [toolset.name for toolset in toolsets if toolset.name is not None]
         chosen = list(toolsets)
         if task.get("toolsets") is not None:
+            extra = sorted(set(task["toolsets"]) - {"show", "hide"}) if isinstance(task["toolsets"], Mapping) else []
+            if extra:
+                raise NotSupportedError(
+                    f"task field 'toolsets': rollout-local toolset config ({extra}) is not supported yet; "
+                    "use {'show': [...]} or {'hide': [...]}"
+                )
             show, hide = _visibility(task["toolsets"], "toolsets")
             kept = _filter(named, show, hide, "toolsets", named)
             chosen = [t for t in toolsets if t.name in kept or (t.name is None and show is None)]

@@ -390,7 +390,7 @@ class Toolset(ScopedOwner):
         self.config = ToolsetConfig.from_config(config)
         if sandbox is not None or self.config.sandbox is not None:
             raise NotSupportedError("Toolset(sandbox=...): sandboxed toolsets are not supported yet")
-        self.name = name or self.config.name or (type(self).__name__ if type(self) is not Toolset else None)
+        self.name: str | None = name or self.config.name or (type(self).__name__ if type(self) is not Toolset else None)
         if self.name in RESERVED_TOOLSET_NAMES:
             raise ConfigError(f"a toolset can't be named {self.name!r} (reserved for visibility)")
         self.scope = scope or self.config.scope or "rollout"
@@ -413,15 +413,15 @@ class Toolset(ScopedOwner):
                 self.mcp_tools.append(entry if isinstance(entry, MCPTool) else MCPTool(config=entry))  # type: ignore[arg-type]
                 continue
             fn = resolve_callable(entry, f"tools[{i}]")
-            tool_name = getattr(fn, "__name__", None)
-            hidden = self.bindings.get(tool_name or "", {})
+            fn_name = getattr(fn, "__name__", None) or ""
+            hidden = self.bindings.get(fn_name, {})
             function = ToolFunction.from_callable(fn, hidden)
             if function.tool.name in self.functions:
                 raise ConfigError(f"two tools are named {function.tool.name!r} in one toolset")
             missing = [arg for arg in hidden if arg not in function.parameters]
             if missing:
                 raise ConfigError(
-                    f"binding '{tool_name}.{missing[0]}': tool {tool_name!r} takes no argument {missing[0]!r}; "
+                    f"binding '{fn_name}.{missing[0]}': tool {fn_name!r} takes no argument {missing[0]!r}; "
                     f"it takes {list(function.parameters)}"
                 )
             self.functions[function.tool.name] = function
@@ -569,7 +569,8 @@ def check_mcp_bindings(toolset: Toolset, listed: Mapping[str, Tool]) -> None:
             if tool_name not in listed:
                 known = sorted([*toolset.functions, *listed])
                 raise ConfigError(f"binding {binding.name!r}: this toolset has no tool {tool_name!r}; tools: {known}")
-            if argument not in (listed[tool_name].parameters.get("properties") or {}):
+            properties = listed[tool_name].parameters.get("properties")
+            if not isinstance(properties, Mapping) or argument not in properties:
                 raise ConfigError(f"binding {binding.name!r}: MCP tool {tool_name!r} takes no argument {argument!r}")
 
 
