@@ -422,3 +422,24 @@ async def test_a_child_rollout_gets_the_tools_it_borrows(mock: MockModelServer, 
     assert state["child_result"] == "8.0"  # bound to the parent's task and objects
     assert mock.requests[0].tools[0]["function"]["name"] == "calculate"
     assert (ledger.created, ledger.closed) == (1, 1)
+
+
+async def test_without_write_tools_get_copies_of_state_values(mock: MockModelServer, make_harness: Any) -> None:
+    def collect(item: str, basket: list[str]) -> str:
+        """Put an item in the basket."""
+        basket.append(item)
+        return f"{len(basket)} items"
+
+    def fill(state: vf.State) -> None:
+        state["basket"] = ["apple"]
+
+    mock.script(Reply.tool("collect", {"item": "pear"}), Reply.tool("collect", {"item": "fig"}), Reply.text("done"))
+    reader = vf.Toolset([collect], bindings={"collect.basket": "state.basket"})
+    state = await make_harness(toolsets=[reader], setups=[fill]).run("go")
+    assert [m["content"] for m in state["completion"] if m["role"] == "tool"] == ["2 items", "2 items"]
+    assert state["basket"] == ["apple"]
+
+    mock.script(Reply.tool("collect", {"item": "pear"}), Reply.tool("collect", {"item": "fig"}), Reply.text("done"))
+    writer = vf.Toolset([collect], bindings={"collect.basket": "state.basket"}, write=True)
+    state = await make_harness(toolsets=[writer], setups=[fill]).run("go")
+    assert state["basket"] == ["apple", "pear", "fig"]
