@@ -336,10 +336,15 @@ async def test_a_binding_never_leaks_into_another_toolset(mock: MockModelServer,
         """Look a key up."""
         return f"value of {key}"
 
+    def same_named_setup(state: vf.State, key: str = "handler default") -> None:
+        state["handler_key"] = key
+
+    same_named_setup.__name__ = "lookup"  # a handler with the bound tool's name
     bound = vf.Toolset([lookup], bindings={"lookup.key": "task.info.key"})
     plain = vf.Toolset([lookup])
     mock.script(Reply.tool("lookup"), Reply.text("done"), Reply.tool("lookup", {"key": "model's"}), Reply.text("done"))
-    first = await make_harness(toolsets=[bound]).run({"prompt": "x", "info": {"key": "task's"}})
+    first = await make_harness(toolsets=[bound], setups=[same_named_setup]).run({"prompt": "x", "info": {"key": "task's"}})
+    assert first["handler_key"] == "handler default"
     second = await make_harness(toolsets=[plain]).run({"prompt": "x", "info": {"key": "task's"}})
     assert first["completion"][1]["content"] == "value of task's"
     assert second["completion"][1]["content"] == "value of model's"
