@@ -326,3 +326,88 @@ async def test_validation_error_raised_inside_a_tool_goes_to_the_error_formatter
     result = await v1.Toolset([parse_later]).call("parse_later", '{"text": "not a number"}')
     assert result.startswith("Error: ValidationError:"), result
     assert "invalid arguments" not in result
+
+
+# -- bindings, objects, construction errors ---------------------------------------------------
+
+
+def lookup(key: str, table: dict) -> str:
+    """Look a key up."""
+    return table.get(key, "?")
+
+
+def make_table() -> dict:
+    return {"a": "A"}
+
+
+def prepare(state) -> None:
+    state["prepared"] = True
+
+
+def test_bound_arguments_are_left_out_of_the_schema():
+    toolset = v1.Toolset([lookup], bindings={"lookup.table": "objects.table"}, objects={"table": make_table})
+    assert list(toolset.tools[0].parameters["properties"]) == ["key"]
+    assert toolset.tools[0].parameters["required"] == ["key"]
+
+
+@pytest.mark.parametrize(
+    ("bindings", "objects", "message"),
+    [
+        (
+            {"lookup.tabel": "objects.table"},
+            {"table": make_table},
+            r"binding 'lookup.tabel': tool 'lookup' takes no argument 'tabel'",
+        ),
+        ({"lookup.table": "objects.tabel"}, {"table": make_table}, r"binding 'lookup.table': 'objects.tabel' does not resolve"),
+        ({"lookup.table": "info.table"}, {}, r"binding 'lookup.table': 'info.table' is not a binding path"),
+        ({"lookup.table": "objects"}, {}, r"binding 'lookup.table': 'objects' must name one of the objects"),
+        ({"lookup.table": "state"}, {}, r"binding 'lookup.table': binding the whole state needs write=True"),
+        ({"lookup.table": "tools.nope"}, {}, r"binding 'lookup.table': 'tools.nope' does not resolve"),
+        ({"table": "objects.table"}, {"table": make_table}, r"binding 'table': bindings of a toolset are keyed 'tool.argument'"),
+        ({"search.table": "task.x"}, {}, r"binding 'search.table': this toolset has no tool 'search'"),
+        ({"lookup.table": 42}, {}, r"binding 'lookup.table': expected a path string or a callable, got int"),
+        ({"lookup.table": lambda other: 1}, {}, r"binding 'lookup.table': a callable source may only take 'task' and 'state'"),
+    ],
+)
+def test_bad_bindings_fail_at_construction_naming_the_binding(bindings, objects, message):
+    with pytest.raises(v1.ConfigError, match=message):
+        v1.Toolset([lookup], bindings=bindings, objects=objects)
+
+
+def test_other_construction_errors():
+    with pytest.raises(v1.NotSupportedError, match="sandboxed toolsets are not supported yet"):
+        v1.Toolset([add], sandbox={"image": "python"})
+    with pytest.raises(v1.ConfigError, match=r"toolset 'm' hide= names unknown tool\(s\) \['sub'\]"):
+        v1.Toolset([add], hide=["sub"], name="m")
+    with pytest.raises(v1.ConfigError, match="a toolset can't be named 'show'"):
+        v1.Toolset([add], name="show")
+    with pytest.raises(v1.ConfigError, match=r"field 'toolset.objects.db': module"):
+        v1.Toolset([add], objects={"db": f"{__name__}:missing_factory"})
+    with pytest.raises(v1.ConfigError, match="field 'scope'"):
+        v1.ToolsetConfig(scope="forever")
+
+
+def test_toolset_config_builds_the_same_toolset(tmp_path):
+    path = tmp_path / "toolset.toml"
+    path.write_text(
+        f"""
+name = "lookup"
+tools = ["{__name__}:lookup"]
+scope = "global"
+bindings = {{ "lookup.table" = "objects.table" }}
+objects = {{ table = "{__name__}:make_table" }}
+setups = ["{__name__}:prepare"]
+"""
+    )
+    toolset = v1.Toolset(config=v1.ToolsetConfig.from_toml(path))
+    assert (toolset.name, toolset.scope) == ("lookup", "global")
+    assert toolset.object_factories == {"table": make_table}
+    assert [(h.kind, h.name) for h in toolset.handlers] == [("setup", "prepare")]
+
+
+async def test_standalone_call_uses_objects_until_aclose():
+    toolset = v1.Toolset([lookup], bindings={"lookup.table": "objects.table"}, objects={"table": make_table})
+    assert await toolset.call("lookup", {"key": "a"}) == "A"
+    assert toolset.open_scopes == ["standalone"]
+    await toolset.aclose()
+    assert toolset.open_scopes == []

@@ -12,10 +12,12 @@ from v1.config import (
     EndpointClientConfig,
     EnvConfig,
     HarnessConfig,
+    MCPToolConfig,
     ProgramConfig,
     SandboxConfig,
     TasksetConfig,
     ToolsetConfig,
+    UserConfig,
 )
 from v1.errors import (
     ConfigError,
@@ -34,6 +36,7 @@ from v1.errors import (
 )
 from v1.harness import Harness
 from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardown, update
+from v1.mcp import MCPTool
 from v1.state import State
 from v1.task import Task
 from v1.taskset import Taskset
@@ -56,6 +59,7 @@ from v1.types import (
     TrajectoryStepTokens,
     Usage,
 )
+from v1.user import User
 
 try:
     __version__ = version("v1")
@@ -76,6 +80,8 @@ __all__ = [
     "Harness",
     "HarnessConfig",
     "InvalidModelResponseError",
+    "MCPTool",
+    "MCPToolConfig",
     "Messages",
     "ModelError",
     "NotSupportedError",
@@ -108,6 +114,8 @@ __all__ = [
     "TrajectoryStep",
     "TrajectoryStepTokens",
     "Usage",
+    "User",
+    "UserConfig",
     "__version__",
     "advantage",
     "cleanup",

@@ -296,10 +296,68 @@ class ClientConfig(Config):
     extra_headers_from_state: dict[str, str] = {}
 
 
-class ToolsetConfig(Config):
-    """A toolset in config: plain Python tools by `module:object` reference."""
+class MCPToolConfig(Config):
+    """An MCP server as a tool source: a `command` started over stdio, or a streamable-HTTP `url`.
 
+    In TOML: ``[[env.taskset.toolsets.tools]] command = "python", args = ["server.py"]``.
+    """
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    name: str | None = None
+    startup_timeout: float = Field(60.0, gt=0)
+    call_timeout: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPToolConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP tool needs exactly one of command (stdio) or url (streamable HTTP)")
+        return self
+
+
+ToolScope = Literal["rollout", "group", "global"]
+
+
+class ToolsetConfig(Config):
+    """A toolset in config: Python tools by `module:object` reference and MCP servers.
+
+    `bindings` map ``"tool.argument"`` to a source path (``task.*``, ``state.*``,
+    ``objects.*``, ``tools.*``) or a callable; `objects` map names to factories.
+    """
+
+    name: str | None = None
     tools: list[object] = []
+    show: list[str] | None = None
+    hide: list[str] | None = None
+    bindings: dict[str, object] = {}
+    objects: dict[str, object] = {}
+    write: bool = False
+    scope: ToolScope | None = None
+    sandbox: object | None = None
+    stops: list[HandlerConfig] = []
+    setups: list[HandlerConfig] = []
+    updates: list[HandlerConfig] = []
+    cleanups: list[HandlerConfig] = []
+    teardowns: list[HandlerConfig] = []
+
+
+class UserConfig(Config):
+    """A user simulator: `fn` answers between model turns (see `v1.User`)."""
+
+    fn: object | None = None
+    bindings: dict[str, object] = {}
+    objects: dict[str, object] = {}
+    scope: ToolScope | None = None
+    model: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_reference(cls, value: Any) -> Any:
+        return value if isinstance(value, (Mapping, UserConfig)) else {"fn": value}
 
 
 SystemPromptStrategy = Literal["HT", "TH", "H_OR_T", "T_OR_H", "H", "T", "REJECT"]
@@ -322,7 +380,7 @@ class TasksetConfig(_HandlerLists):
     system_prompt: object | None = None
     source: object | None = None
     eval_source: object | None = None
-    user: object | None = None
+    user: UserConfig | None = None
     toolsets: list[ToolsetConfig] = []
 
 
@@ -339,6 +397,7 @@ class HarnessConfig(_HandlerLists):
     max_turns: int = Field(10, ge=1)
     timeout_seconds: float | None = Field(None, gt=0)
     toolsets: list[ToolsetConfig] = []
+    user: UserConfig | None = None
 
 
 class EnvConfig(Config):
@@ -357,11 +416,14 @@ __all__ = [
     "EnvConfig",
     "HandlerConfig",
     "HarnessConfig",
+    "MCPToolConfig",
     "ProgramConfig",
     "SandboxConfig",
     "SystemPromptStrategy",
     "TasksetConfig",
+    "ToolScope",
     "ToolsetConfig",
+    "UserConfig",
     "format_validation_error",
     "import_ref",
     "resolve_callable",

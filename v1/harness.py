@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, HarnessConfig
-from v1.errors import ConfigError, Error, NotSupportedError, RolloutStopped
+from v1.errors import ConfigError, Error, NotSupportedError, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
 from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
 from v1.programs import Program, resolve_program
@@ -25,8 +26,10 @@ from v1.scoring import score_group, score_rollout
 from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset
+from v1.toolbox import RolloutToolbox
 from v1.toolset import Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
+from v1.user import User, resolve_user
 
 logger = logging.getLogger(__name__)
 
@@ -77,20 +80,6 @@ def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) 
     raise ConfigError(f"unknown system_prompt_strategy {strategy!r}")
 
 
-def _visible_tool_names(task: Task, available: Iterable[str]) -> list[str]:
-    names = list(available)
-    visibility = task.get("tools") or {}
-    show, hide = visibility.get("show"), visibility.get("hide")
-    unknown = sorted(set(show or []) | set(hide or []) - set(names))
-    if unknown:
-        raise ConfigError(f"task field 'tools' names unknown tool(s) {unknown}; available: {sorted(names)}")
-    if show is not None:
-        names = [name for name in names if name in show]
-    if hide is not None:
-        names = [name for name in names if name not in hide]
-    return names
-
-
 def token_usage(state: State) -> TokenUsage:
     """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
     steps = [step for step in state["trajectory"] if (step.get("response") or {}).get("usage")]
@@ -121,13 +110,14 @@ def render_completion(state: State) -> Messages:
 
 
 class RolloutContext:
-    """What the harness lends a program for one rollout: stop checks and tool execution."""
+    """What the harness lends a program for one rollout: stop checks, tool execution, the user."""
 
-    def __init__(self, harness: Harness, handlers: Handlers, tool_owners: Mapping[str, Toolset], task: Task) -> None:
+    def __init__(self, harness: Harness, handlers: Handlers, task: Task, state: State, user: User | None = None) -> None:
         self.harness = harness
         self.handlers = handlers
-        self.tool_owners = tool_owners
         self.task = task
+        self.state = state
+        self.user = user
         self.default_max_turns = harness.config.max_turns
 
     async def check_stops(self, state: State) -> bool:
@@ -146,14 +136,22 @@ class RolloutContext:
                 return handler.name
         return None
 
-    async def call_tool(self, name: str, arguments: str) -> str:
-        owner = self.tool_owners.get(name)
-        if owner is None:
-            return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(self.tool_owners)) or 'none'}"
-        try:
-            return await owner.call(name, arguments)
-        except owner.stop_errors as exc:
-            raise RolloutStopped("has_error", f"tool {name!r} raised a stop error: {exc}") from exc
+    async def call_tool(self, name: str, arguments: str) -> Any:
+        """Tool-message content for one tool call (errors come back as readable messages).
+
+        Raises:
+            RolloutStopped: the tool raised one of its toolset's `stop_errors`.
+        """
+        toolbox = self.state.runtime.toolbox
+        if toolbox is None:
+            return f"Error: unknown tool {name!r}; available tools: none"
+        return await toolbox.call(name, arguments)
+
+    async def user_response(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The user simulator's reply, or None when there is no user."""
+        if self.user is None:
+            return None
+        return await self.user.get_response(self.task, self.state, messages)
 
 
 class Harness:
@@ -210,8 +208,7 @@ class Harness:
         if isinstance(client, (ClientConfig, Mapping)):
             given["client"], client = client, None
         self.config = self.config_type.from_config(config, **{k: v for k, v in given.items() if v is not None})
-        if user is not None:
-            raise NotSupportedError("Harness(user=...): user simulators are not supported yet")
+        self.user: User | None = resolve_user(user if user is not None else self.config.user)
         if self.config.sandbox is not None:
             raise NotSupportedError("Harness(sandbox=...): sandboxed programs are not supported yet")
         self.client = client
@@ -222,7 +219,6 @@ class Harness:
         self._own_handlers: list[Handler] = owned_handlers(self, self.config, lists, "harness")
         self.taskset = taskset
         self._handlers: Handlers | None = None
-        self._tool_owners: dict[str, Toolset] | None = None
 
     # -- resolution -----------------------------------------------------------------------
 
@@ -232,25 +228,31 @@ class Harness:
 
     @taskset.setter
     def taskset(self, taskset: Taskset | None) -> None:
-        if taskset is not None and taskset.config.user is not None:
-            raise NotSupportedError("Taskset(user=...): user simulators are not supported yet")
+        if taskset is not None and taskset.user is not None and self.user is not None:
+            raise ConfigError("both the taskset and the harness have a user simulator; give the rollout one user")
+        merge_toolsets((taskset.toolsets if taskset is not None else []) + self.toolsets)
         self._taskset = taskset
         self._handlers = None
-        self._tool_owners = None
+
+    @property
+    def all_toolsets(self) -> list[Toolset]:
+        """The taskset's toolsets, then the harness's."""
+        return (self.taskset.toolsets if self.taskset is not None else []) + self.toolsets
+
+    @property
+    def active_user(self) -> User | None:
+        """The rollout's user simulator: the taskset's, else the harness's."""
+        if self.taskset is not None and self.taskset.user is not None:
+            return self.taskset.user
+        return self.user
 
     @property
     def handlers(self) -> Handlers:
         if self._handlers is None:
             taskset_handlers = self.taskset.handlers if self.taskset is not None else []
-            self._handlers = Handlers.collect(taskset_handlers + self._own_handlers)
+            toolset_handlers = [handler for toolset in self.all_toolsets for handler in toolset.handlers]
+            self._handlers = Handlers.collect(taskset_handlers + self._own_handlers + toolset_handlers)
         return self._handlers
-
-    @property
-    def tool_owners(self) -> dict[str, Toolset]:
-        if self._tool_owners is None:
-            taskset_toolsets = self.taskset.toolsets if self.taskset is not None else []
-            self._tool_owners = merge_toolsets(taskset_toolsets + self.toolsets)
-        return self._tool_owners
 
     def _as_task(self, task: Task | Mapping[str, Any] | str) -> Task:
         if self.taskset is not None:
@@ -277,9 +279,8 @@ class Harness:
         runtime.max_turns = self.config.max_turns
         state["model"] = runtime.model
 
-    def _resolve_task(self, task: Task, state: State) -> None:
+    async def _resolve_task(self, task: Task, state: State) -> None:
         """Prompt and visible tools of this task; errors here belong to this rollout only."""
-        runtime = state.runtime
         for field in ("sandbox", "program"):
             if task.get(field):
                 raise NotSupportedError(f"task field {field!r}: per-task {field} settings are not supported yet")
@@ -289,11 +290,9 @@ class Harness:
         state["prompt"] = resolve_system_prompt(
             self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
         ) + thaw(task.prompt)
-        owners = self.tool_owners
-        visible = _visible_tool_names(task, owners)
-        for name in visible:
-            runtime.tools.setdefault(name, owners[name].functions[name])
-        state["tool_defs"] = [owners[name].functions[name].tool.model_dump(exclude_none=True) for name in visible]
+        toolbox = state.runtime.toolbox
+        assert toolbox is not None
+        await toolbox.resolve(task, self.all_toolsets, self.active_user)
 
     # -- one rollout ------------------------------------------------------------------------
 
@@ -306,24 +305,25 @@ class Harness:
         finally:
             if state.runtime.session is not None:  # opened: cleanups run even on a crash or cancellation
                 await self._finish(task, state)
+            else:
+                await self._close_tools(state)
         return state
 
-    async def _rollout(self, task: Task, state: State) -> RolloutContext:
+    async def _rollout(self, task: Task, state: State, group_id: str | None = None) -> RolloutContext:
         """Everything up to and including per-rollout scoring; the endpoint stays open."""
         if not isinstance(state.task, Task) or not state.task:
             state.task = task
         timing = state.runtime.timing
         timing.start_time = timing.generation.start = time.time()
         await self._resolve_runtime(state)
+        state.runtime.toolbox = RolloutToolbox(state, group_id)
         try:
-            self._resolve_task(task, state)
+            await self._resolve_task(task, state)
             task_ok = True
         except Error as exc:
-            state._record_error(exc, "task")
+            state._record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
-        context = RolloutContext(
-            self, self.handlers, {name: self.tool_owners[name] for name in state.runtime.tools if name in self.tool_owners}, task
-        )
+        context = RolloutContext(self, self.handlers, task, state, self.active_user)
         endpoint = await get_endpoint()
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
@@ -381,7 +381,16 @@ class Harness:
         finally:
             endpoint = await get_endpoint()
             endpoint.close_session(state)
+            await self._close_tools(state)
             state.finalize()
+
+    async def _close_tools(self, state: State) -> None:
+        """Close the rollout's tool scopes (objects, MCP servers); a failure to close is recorded."""
+        toolbox, state.runtime.toolbox = state.runtime.toolbox, None
+        if toolbox is None:
+            return
+        for error in await toolbox.aclose():
+            state._record_error(error, "tools:close")
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -389,8 +398,11 @@ class Harness:
         """Run rollouts together, score them as a group, then clean up, whatever failed."""
         tasks = [self._as_task(task) for task in tasks]
         states = states if states is not None else [State.for_task(task) for task in tasks]
+        group_id = uuid.uuid4().hex
         try:
-            results = await asyncio.gather(*(self._rollout(t, s) for t, s in zip(tasks, states)), return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._rollout(t, s, group_id) for t, s in zip(tasks, states)), return_exceptions=True
+            )
             for state, result in zip(states, results):
                 if isinstance(result, BaseException):
                     if not isinstance(result, Exception):
@@ -402,7 +414,14 @@ class Harness:
                 await self.cleanup_group(tasks, states)
             finally:
                 await asyncio.gather(*(self._finish(t, s) for t, s in zip(tasks, states)), return_exceptions=True)
+                for owner in self._scoped_owners():
+                    for error in await owner.close_scope(f"group:{group_id}"):
+                        logger.error("closing a group-scoped object of %s failed: %s", owner.describe(), error)
         return states
+
+    def _scoped_owners(self) -> list[Any]:
+        user = self.active_user
+        return [*self.all_toolsets, *([user] if user is not None else [])]
 
     async def score_group(self, tasks: list[Task], states: list[State]) -> list[State]:
         """Group rewards and metrics, then advantages (default: reward minus the group mean)."""
@@ -420,12 +439,16 @@ class Harness:
                     state._record_error(exc, f"cleanup:{handler.name}")
 
     async def teardown(self) -> None:
-        """Teardown handlers of the harness and its taskset, highest priority first."""
+        """Teardown handlers (harness, taskset, toolsets; highest priority first), then close
+        global-scope objects and MCP servers of the toolsets and the user."""
         for handler in self.handlers.of("teardown"):
             try:
                 await handler.call({})
             except Exception:
                 logger.exception("teardown handler %s failed", handler.name)
+        for owner in self._scoped_owners():
+            for error in await owner.close_scope("global"):
+                logger.error("closing a global object of %s failed: %s", owner.describe(), error)
 
 
 __all__ = ["Harness", "RolloutContext", "render_completion", "resolve_system_prompt", "token_usage"]

@@ -23,6 +23,8 @@ from v1.types import RolloutTiming
 if TYPE_CHECKING:
     from v1.clients.base import Client
     from v1.interception.session import RolloutSession
+    from v1.toolbox import RolloutToolbox
+    from v1.toolset import Toolset
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
@@ -59,6 +61,7 @@ class RolloutRuntime:
     borrowed: dict[str, Any] = field(default_factory=dict)
     timing: RolloutTiming = field(default_factory=RolloutTiming)
     sdk_clients: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    toolbox: RolloutToolbox | None = None
     finalized: bool = False
 
 
@@ -239,8 +242,22 @@ class State(dict):  # type: ignore[type-arg]
         return self.runtime.sdk_clients[key]
 
     def get_tools(self) -> dict[str, Callable[..., Awaitable[Any]]]:
-        """The rollout's visible tools as awaitable callables taking the tool's arguments."""
+        """The rollout's visible tools as awaitable callables taking the tool's arguments.
+
+        Bindings are applied: call them with the model-visible arguments only.
+        """
         return dict(self.runtime.tools)
+
+    def add_tool(self, toolset: Toolset | str, tool: Callable[..., Any]) -> None:
+        """Add a Python tool for the rest of this rollout to one of its rollout-scoped toolsets.
+
+        Raises:
+            ConfigError: outside a rollout, for a toolset that is not rollout-scoped or not in
+                this rollout, or for a name the rollout already has.
+        """
+        if self.runtime.toolbox is None:
+            raise ConfigError("add_tool works inside a running rollout (from setup until the program ends)")
+        self.runtime.toolbox.add_tool(toolset, tool)
 
     def get_max_turns(self, default: int) -> int:
         """The turn limit: the task's `max_turns`, else the harness's, else `default`."""

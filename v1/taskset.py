@@ -10,7 +10,8 @@ from v1.errors import TaskError
 from v1.lifecycle import Handler, owned_handlers
 from v1.state import State
 from v1.task import Task
-from v1.toolset import Toolset
+from v1.toolset import Toolset, merge_toolsets
+from v1.user import User, resolve_user
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -56,6 +57,7 @@ class Taskset:
             a `datasets.Dataset`, or a `module:object` reference to any of them. A
             `question` column becomes a user prompt; rows get an `example_id`.
         system_prompt: the default `system_prompt` of every task.
+        user: a `User` simulator (or its function, `module:object` reference or `UserConfig`).
         toolsets: toolsets whose tools the tasks may use.
         stops, setups, updates, metrics, rewards, advantages, cleanups: handler lists.
         config: a `TasksetConfig` (or mapping); keyword arguments override it.
@@ -87,12 +89,13 @@ class Taskset:
                 "eval_source": eval_source,
                 "taskset_id": taskset_id,
                 "system_prompt": system_prompt,
-                "user": user,
             }.items()
             if value is not None
         }
         self.config = self.config_type.from_config(config, **overrides)
+        self.user: User | None = resolve_user(user if user is not None else self.config.user)
         self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets)
+        merge_toolsets(self.toolsets)
         lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
         lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
         self._handlers: list[Handler] = owned_handlers(self, self.config, lists, "taskset")

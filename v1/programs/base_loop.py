@@ -2,8 +2,10 @@
 
 Each turn: check stop conditions, call the model (through the endpoint, like
 every other program), run the tool calls concurrently and append their results
-in call order. It ends on `no_tools_called` (when tools exist),
-`final_response` (no tools), `max_turns_reached`, an error, or a user `@stop`.
+in call order; with a user simulator, its reply follows each answer without tool
+calls. It ends on `no_tools_called` (when tools exist), `final_response` (no
+tools), `user_done` (the user had nothing to say), the user's `state.stop(...)`,
+`max_turns_reached`, an error, or a user `@stop`.
 """
 
 from __future__ import annotations
@@ -29,13 +31,20 @@ async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: lis
     return [{"role": "tool", "tool_call_id": call.id, "content": result} for call, result in zip(tool_calls, results)]
 
 
+def _tool_param(state: State) -> Any:
+    tool_defs = state.get("tool_defs") or None
+    return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
+
+
 async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
-    """Run the tool loop until a stop condition fires; leaves `state["completion"]` set."""
+    """Run the tool loop until a stop condition fires; leaves `state["completion"]` set.
+
+    When the model answers without tool calls and there is a user simulator, the
+    user's reply is appended and the loop goes on (the user stops it with `state.stop`).
+    """
     client = state.get_client()
     messages: list[dict[str, Any]] = [dict(m) for m in state["prompt"]]
     initial = len(messages)
-    tool_defs = state.get("tool_defs") or None
-    tools = [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
     max_turns = state.get_max_turns(context.default_max_turns)
     try:
         while not state["is_completed"]:
@@ -44,6 +53,7 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
             if len(state["trajectory"]) >= max_turns:
                 state.stop("max_turns_reached")
                 break
+            tools = _tool_param(state)
             try:
                 completion = await client.chat.completions.create(model=state.get_model(), messages=messages, tools=tools)
             except openai.APIStatusError:
@@ -54,10 +64,23 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
             messages.append(
                 message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": message.content}
             )
-            if not message.tool_calls:
-                state.stop("no_tools_called" if tool_defs else "final_response")
+            if message.tool_calls:
+                messages.extend(await _run_tool_calls(context, state, message.tool_calls))
+                continue
+            if context.user is None:
+                state.stop("no_tools_called" if tools is not openai.NOT_GIVEN else "final_response")
                 break
-            messages.extend(await _run_tool_calls(context, state, message.tool_calls))
+            try:
+                reply = await context.user_response(messages)
+            except Exception as exc:
+                state._record_error(exc, "user")
+                break
+            if state["is_completed"]:
+                break
+            if not reply:
+                state.stop("user_done")
+                break
+            messages.extend(reply)
     finally:
         state["completion"] = messages[initial:]
 
