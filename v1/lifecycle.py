@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from v1.calling import call_user_code
@@ -257,6 +257,25 @@ def owned_handlers(owner: object, config: Any, lists: Mapping[str, Iterable[Any]
     return handlers
 
 
+def apply_scoring(handlers: list[Handler], scoring: Mapping[str, Any], where: str) -> list[Handler]:
+    """Re-weight or drop rewards/metrics by name (`ScoringConfig` values); unknown names fail."""
+    scored = {h.name for h in handlers if h.kind in ("reward", "metric")}
+    unknown = sorted(set(scoring) - scored)
+    if unknown:
+        raise ConfigError(
+            f"field '{where}.scoring.{unknown[0]}': no reward or metric named {unknown[0]!r}; known: {sorted(scored) or 'none'}"
+        )
+    result = []
+    for handler in handlers:
+        override = scoring.get(handler.name) if handler.kind in ("reward", "metric") else None
+        if override is None:
+            result.append(handler)
+        elif not override.skip:
+            weight = handler.weight if override.weight is None else float(override.weight)
+            result.append(replace(handler, weight=weight))
+    return result
+
+
 @dataclass
 class Handlers:
     """All handlers of a harness run, by kind, highest priority first."""
@@ -293,6 +312,7 @@ __all__ = [
     "HandlerSpec",
     "Handlers",
     "advantage",
+    "apply_scoring",
     "cleanup",
     "group_arguments",
     "handlers_from_list",
