@@ -36,6 +36,11 @@ from v1.task import Task, thaw
 from v1.taskset import Taskset
 from v1.types import GenerateMetadata, GenerateOutputs, RolloutOutput, SamplingArgs
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 if TYPE_CHECKING:
     from datasets import Dataset
 
@@ -145,17 +150,20 @@ def _git_commit(path: Path) -> str | None:
 
 
 def _module_version(module_name: str | None) -> tuple[str | None, str | None]:
+    """The version of the distribution named like the module's top package, else of the source checkout holding it."""
     if not module_name:
         return None, None
     top = module_name.split(".")[0]
-    module = sys.modules.get(top)
+    location = getattr(sys.modules.get(top), "__file__", None)
+    folder = Path(location).parent if location else None
     version = None
-    for distribution in importlib.metadata.packages_distributions().get(top, []):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            version = importlib.metadata.version(distribution)
-            break
-    location = getattr(module, "__file__", None)
-    return version, _git_commit(Path(location).parent) if location else None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        version = importlib.metadata.version(top)
+    if version is None and folder is not None:
+        pyproject = folder.parent / "pyproject.toml"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            version = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("version")
+    return version, _git_commit(folder) if folder is not None else None
 
 
 def version_info(env_module: str | None) -> dict[str, str | None]:
