@@ -319,3 +319,13 @@ def test_bad_input_exit_code_from_a_real_process(tmp_path: Path) -> None:
         f"v1 eval: error: {config}: field 'env.harness.max_turns': Input should be greater than or equal to 1 (got 0)"
     )
     assert not (tmp_path / "outputs").exists()
+
+
+def test_endpoint_variants_are_used_round_robin(mock: MockModelServer, tmp_path: Path) -> None:
+    mock.responder = policy
+    with MockModelServer(policy) as second:
+        registry = tmp_path / "endpoints.toml"
+        registry.write_text("".join(f'[[pair]]\nmodel = "served"\nurl = "{url}"\n' for url in (mock.url, second.url)))
+        assert run_main(CONFIG, "-m", "pair", "-e", str(registry), "-n", "4", "-r", "2", "--no-save") == 0
+        assert len(mock.requests) == 4 and len(second.requests) == 4
+        assert {r.body["model"] for r in mock.requests + second.requests} == {"served"}

@@ -161,10 +161,13 @@ class Config(BaseModel, metaclass=_ConfigMeta):
 
     @classmethod
     def from_config(cls, config: object | None = None, /, **data: object) -> Self:
-        """`config` itself when it is already this class and there are no overrides, else a new one."""
+        """`config` itself when it is already this class and there are no overrides, else a new one.
+
+        A config of a subclass keeps its class (and its extra fields) under overrides.
+        """
         if isinstance(config, cls) and not data:
             return config
-        return cls(config, **data)
+        return (type(config) if isinstance(config, cls) else cls)(config, **data)
 
     @classmethod
     def from_toml(cls, path: str | Path, section: str | Iterable[str] | None = None) -> Self:

@@ -451,7 +451,8 @@ class Env:
                 await results.write_metadata(current_metadata())
                 await results.close()
         if keep_outputs:
-            kept.sort(key=lambda output: (str(output["example_id"]), output["rollout_index"]))
+            order = {example_id: position for position, example_id in enumerate(groups)}
+            kept.sort(key=lambda output: (order[output["example_id"]], output["rollout_index"]))
         return GenerateOutputs(outputs=kept, metadata=current_metadata())
 
     async def _run_unit(

@@ -215,8 +215,9 @@ def resolve_client(settings: EvalSettings, env: Env) -> tuple[ClientConfig, str]
                 f"-m {model}: no endpoint {model!r} in {registry_path} (known: {', '.join(sorted(registry)) or 'none'}); "
                 "pass -b BASE_URL to call a model by name"
             )
-        client, model = client_config_for(model, registry[model], base)
-        key_named = key_named or any("key" in variant.model_fields_set for variant in registry[settings.model or model])
+        variants = registry[model]
+        client, model = client_config_for(model, variants, base)
+        key_named = key_named or any("key" in variant.model_fields_set for variant in variants)
     else:
         if not model:
             raise ConfigError("no model: pass -m MODEL or set [env.harness] model")
@@ -302,7 +303,7 @@ def summary_table(metadata: GenerateMetadata, wall_seconds: float, new_rollouts:
         title_justify="left",
     )
     table.add_column("", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("value")
     table.add_row("reward (mean)", f"{meta['avg_reward']:.4f}")
     for name, value in meta["avg_metrics"].items():
         table.add_row(f"  {name}", f"{value:.4f}")
