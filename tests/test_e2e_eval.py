@@ -106,7 +106,8 @@ def only_run(output_dir: Path) -> Path:
 def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
     server, gate = gated
     out = tmp_path / "out"
-    args = (CONFIG, "-m", "mock", "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out))
+    # No -m: the model is the one the server says it serves (GET /v1/models).
+    args = (CONFIG, "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out))
     process = subprocess.Popen(eval_command(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: out.exists() and any(out.iterdir()), "the run folder")
@@ -141,6 +142,7 @@ def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate]
     assert only_run(out) == run  # resume wrote into the same folder, no new one
     metadata = json.loads((run / "metadata.json").read_text())
     assert metadata["num_rollouts"] == 60 and metadata["num_examples"] == 20 and metadata["rollouts_per_example"] == 3
+    assert metadata["model"] == "mock" and {request.body["model"] for request in server.requests} == {"mock"}
     assert "60 rollouts (20 examples x 3)" in resumed.stdout
 
     # The same eval uninterrupted: every aggregate matches the resumed run's.
@@ -297,6 +299,8 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
 
 
 def test_bad_ids_and_aliases(mock: MockModelServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(CONFIG, "-b", "http://127.0.0.1:9/v1") == 2
+    assert "no model: pass -m MODEL (asking http://127.0.0.1:9/v1/models which model it serves failed" in capsys.readouterr().err
     assert run_main("no_such_env_xyz", "-m", "mock", "-b", mock.url) == 2
     assert "environment 'no_such_env_xyz' not found" in capsys.readouterr().err
     registry = tmp_path / "endpoints.toml"
@@ -329,3 +333,17 @@ def test_endpoint_variants_are_used_round_robin(mock: MockModelServer, tmp_path:
         assert run_main(CONFIG, "-m", "pair", "-e", str(registry), "-n", "4", "-r", "2", "--no-save") == 0
         assert len(mock.requests) == 4 and len(second.requests) == 4
         assert {r.body["model"] for r in mock.requests + second.requests} == {"served"}
+
+
+def test_a_bad_task_row_is_bad_input(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad_rows_env.py").write_text('def rows():\n    return [{"prompt": [{"role": "system", "content": "no"}]}]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "env.toml"
+    config.write_text('[env.taskset]\nsource = "bad_rows_env:rows"\n')
+    out = tmp_path / "out"
+    assert run_main(str(config), "-m", "m", "-b", mock.url, "--output-dir", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "system messages are not allowed" in err and "row 0" in err
+    assert not out.exists() and mock.requests == []

@@ -421,7 +421,7 @@ class Env:
         try:
             for position, unit in enumerate(todo):
                 slots = await limiter.acquire(len(unit.indices))
-                task = asyncio.create_task(
+                job = asyncio.create_task(
                     self._run_unit(
                         unit,
                         clients[position % len(clients)],
@@ -434,16 +434,16 @@ class Env:
                         finished,
                     )
                 )
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                pending.add(job)
+                job.add_done_callback(pending.discard)
                 failed = [t for t in list(pending) if t.done() and not t.cancelled() and t.exception()]
                 if failed:
                     raise failed[0].exception()  # type: ignore[misc]
             while pending:
                 await asyncio.gather(*list(pending))
         except BaseException:
-            for task in pending:
-                task.cancel()
+            for job in pending:
+                job.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             raise
         finally:

@@ -107,7 +107,7 @@ def _build(target: Any, base: type[Config], product: type, data: Any, where: str
         data = data.model_dump(exclude_unset=True)
     if isinstance(target, type) and issubclass(target, product):
         config = target.config_type.from_section(data, where, path)  # type: ignore[attr-defined]
-        return target(config=config)
+        return target(config=config)  # type: ignore[call-arg]
     if not callable(target):
         raise ConfigError(f"{where}: field '{path}.loader': expected a {product.__name__} class or a loader function")
     config = config_type_of(target, base).from_section(data, where, path)

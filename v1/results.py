@@ -19,7 +19,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
@@ -290,11 +290,11 @@ class ResultsWriter:
                 if isinstance(output, dict):
                     yield output
 
-    async def write(self, outputs: list[dict[str, Any]]) -> None:
+    async def write(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         """Append outputs, one JSON line each, and flush."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._append, outputs)
 
-    def _append(self, outputs: list[dict[str, Any]]) -> None:
+    def _append(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         if self._file is None:
             self.path.mkdir(parents=True, exist_ok=True)
             self._file = self.results_path.open("a", encoding="utf-8")

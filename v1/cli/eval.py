@@ -2,7 +2,8 @@
 
 Settings come from the config file's ``[eval]`` table, then ``V1_EVAL_*``
 environment variables, then flags (pydantic-settings). ``-m`` names a model at
-``-b BASE_URL``, or an endpoint id of the registry (``configs/endpoints.toml``).
+``-b BASE_URL`` (default: the one model the server lists), or an endpoint id of the
+registry (``configs/endpoints.toml``).
 Results stream to ``OUTPUT_DIR/ENV--MODEL--TIME/{results.jsonl,metadata.json}``;
 ``--resume PATH`` finishes an interrupted run. Bad input is one line on stderr
 and exit code 2, before anything is written.
@@ -219,9 +220,8 @@ def resolve_client(settings: EvalSettings, env: Env) -> tuple[ClientConfig, str]
         client, model = client_config_for(model, variants, base)
         key_named = key_named or any("key" in variant.model_fields_set for variant in variants)
     else:
-        if not model:
-            raise ConfigError("no model: pass -m MODEL or set [env.harness] model")
         client = ClientConfig({**base.model_dump(), "api_base_url": base_url})
+        model = model or served_model(client)
     if settings.api_key_var is not None:
         client = ClientConfig(
             {
@@ -236,6 +236,24 @@ def resolve_client(settings: EvalSettings, env: Env) -> tuple[ClientConfig, str]
         if missing:
             raise ConfigError(f"API key variable {missing[0]} is not set: export {missing[0]}=... or name another with -k VAR")
     return client, model
+
+
+def served_model(client: ClientConfig) -> str:
+    """The one model the server at `client.api_base_url` serves (``GET /models``), for a run without ``-m``."""
+    import httpx
+
+    from v1.clients.credentials import resolve_api_key
+
+    url = client.api_base_url.rstrip("/") + "/models"
+    try:
+        response = httpx.get(url, headers={"Authorization": f"Bearer {resolve_api_key(client.api_key_var)}"}, timeout=10)
+        response.raise_for_status()
+        models = [entry["id"] for entry in response.json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"no model: pass -m MODEL (asking {url} which model it serves failed: {exc})") from None
+    if len(models) != 1:
+        raise ConfigError(f"no model: pass -m MODEL; {url} serves {len(models)} models: {', '.join(models[:10]) or 'none'}")
+    return str(models[0])
 
 
 def _slug(text: str) -> str:
@@ -414,6 +432,9 @@ def run(args: argparse.Namespace) -> int:
         where = f"; saved rollouts are in {writer.path}, finish with --resume {writer.path}" if writer else ""
         error_console.print(f"v1 eval: interrupted{where}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
+    except Error as exc:  # found only once running (a bad task row, an unsupported client type)
+        error_console.print(f"v1 eval: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
     console.print(summary_table(metadata, wall, new))
     if writer is not None:
         console.print(
