@@ -50,6 +50,19 @@ def rows() -> list[dict[str, Any]]:
     return [{"question": f"benchmark prompt number {i}", "answer": f"{i} rebmun tpmorp kramhcneb"} for i in range(count)]
 
 
+def time_writing(results: Path, folder: Path) -> float:
+    """Seconds to write these outputs again the way an eval does: JSON-encode, append and flush, one group at a time."""
+    from v1.results import ResultsWriter
+
+    outputs = [json.loads(line) for line in results.read_text().splitlines()]
+    writer = ResultsWriter(folder)
+    start = time.perf_counter()
+    for index in range(0, len(outputs), GROUP):
+        writer._append(outputs[index : index + GROUP])
+    writer._close_file()
+    return time.perf_counter() - start
+
+
 def child(args: argparse.Namespace) -> None:
     """Run `v1 eval` in this process and print its figures as JSON."""
     sys.path.insert(0, str(ROOT))
@@ -67,10 +80,11 @@ def child(args: argparse.Namespace) -> None:
         if code != 0:
             raise SystemExit(code)
         metadata: dict[str, Any] = {}
-        size = 0
+        size, write_s = 0, None
         for run in out.glob("*"):
             metadata = json.loads((run / "metadata.json").read_text())
             size = (run / "results.jsonl").stat().st_size
+            write_s = time_writing(run / "results.jsonl", Path(folder) / "rewrite")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         "BENCH "
@@ -81,6 +95,7 @@ def child(args: argparse.Namespace) -> None:
                 "wall_s": wall,
                 "peak_rss_mib": peak,
                 "results_bytes": size,
+                "write_ms_per_rollout": write_s * 1000 / args.rollouts if write_s is not None else None,
                 "eval_s": metadata.get("time_ms", 0) / 1000 if metadata else None,
                 "errors": metadata.get("num_errors") if metadata else None,
             }
@@ -155,6 +170,8 @@ def main() -> None:
     print(f"\nmedians of {args.repeats} repeats, concurrency {args.concurrency}, groups of {GROUP}:")
     for name, figures in medians.items():
         print(f"  {name:>14}: {figures['rollouts_per_s']:7.1f} rollouts/s, peak RSS {figures['peak_rss_mib']:.0f} MiB")
+    writes = [r["write_ms_per_rollout"] for r in runs[f"save x{args.rollouts}"]]
+    print(f"  writing results (encode + append + flush per group): {statistics.median(writes):.3f} ms per rollout")
     save, nosave = medians[f"save x{args.rollouts}"], medians[f"nosave x{args.rollouts}"]
     cost = save["wall_s"] - nosave["wall_s"]
     print(f"  cost of --save at {args.rollouts} rollouts: {cost * 1000:+.0f} ms ({cost / nosave['wall_s']:+.1%} of the run)")

@@ -371,7 +371,8 @@ class Env:
         model_name = self._model(model)
         merged_args = self._sampling_args(sampling_args)
         summary = EvalSummary(self.pass_threshold)
-        done = results.load({uid: unit.keys() for uid, unit in units.items()}, summary) if results is not None else set()
+        planned = {uid: unit.keys() for uid, unit in units.items()}
+        done = await asyncio.to_thread(results.load, planned, summary) if results is not None else set()
         metadata: dict[str, Any] = {
             "env_id": self.env_id,
             "env_args": self.env_args,
@@ -385,7 +386,7 @@ class Env:
             "independent_scoring": independent_scoring,
             "max_retries": max_retries,
             "scoring": self.scoring_plan(independent_scoring),
-            "version_info": version_info(self.module),
+            "version_info": await asyncio.to_thread(version_info, self.module),
             "state_columns": columns,
             "path_to_save": str(results.path) if results is not None else "",
             "tools": self.tools(),

@@ -106,7 +106,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("-r", "--rollouts-per-example", type=int, default=s, help="rollouts per example (default 3)")
     parser.add_argument("-c", "--max-concurrent", type=int, default=s, help="most rollouts in flight (default 32)")
     parser.add_argument("-s", "--sampling-args", default=s, help="sampling args as JSON, e.g. '{\"temperature\": 0.7}'")
-    parser.add_argument("--independent-scoring", action="store_true", default=s, help="score each rollout alone (group of one)")
+    parser.add_argument(
+        "--independent-scoring", action=argparse.BooleanOptionalAction, default=s, help="score each rollout alone (group of one)"
+    )
     parser.add_argument("--max-retries", type=int, default=s, help="retries of a group after an infrastructure error")
     parser.add_argument("--state-columns", nargs="+", default=s, help="extra state fields to save per rollout")
     parser.add_argument("--save", action=argparse.BooleanOptionalAction, default=s, help="write results (default --save)")
