@@ -79,13 +79,13 @@ def child(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - start
         if code != 0:
             raise SystemExit(code)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before time_writing loads the outputs
         metadata: dict[str, Any] = {}
         size, write_s = 0, None
         for run in out.glob("*"):
             metadata = json.loads((run / "metadata.json").read_text())
             size = (run / "results.jsonl").stat().st_size
             write_s = time_writing(run / "results.jsonl", Path(folder) / "rewrite")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         "BENCH "
         + json.dumps(

@@ -207,3 +207,12 @@ def test_loader_annotation_must_be_a_config(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(vf.ConfigError, match="must be annotated with a TasksetConfig subclass"):
         vf.load_environment("odd_env")
+
+
+def test_a_subclass_config_keeps_its_class_under_overrides() -> None:
+    class WordsConfig(vf.TasksetConfig):
+        words: list[str] = ["a"]  # noqa: RUF012 - a pydantic field
+
+    taskset = vf.Taskset(config=WordsConfig(words=["x", "y"]), source=[{"prompt": "p"}])
+    assert type(taskset.config) is WordsConfig and taskset.config.words == ["x", "y"]
+    assert vf.TasksetConfig.from_config(WordsConfig(), taskset_id="t").taskset_id == "t"

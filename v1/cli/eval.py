@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -364,10 +363,10 @@ async def run_eval(
     model: str,
     rows: list[dict[str, Any]],
     writer: ResultsWriter | None,
-    console: Console,
 ) -> tuple[GenerateMetadata, int, float]:
+    """Run the eval under the live view (on stderr); the metadata, the rollouts run now, and the wall time."""
     total = len(rows) * settings.rollouts_per_example
-    view = LiveView(Console(stderr=True) if console.file is sys.stdout else console, total, env.env_id)
+    view = LiveView(Console(stderr=True), total, env.env_id)
     start = time.perf_counter()
     with view.progress:
         result = await env.generate(
@@ -384,7 +383,7 @@ async def run_eval(
             keep_outputs=False,
             on_progress=view.update,
         )
-    new = result["metadata"]["num_rollouts"] - (view.first or 0)  # type: ignore[typeddict-item]
+    new = result["metadata"].get("num_rollouts", 0) - (view.first or 0)
     return result["metadata"], new, time.perf_counter() - start
 
 
@@ -429,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.independent_scoring:
         console.print(env.scoring_plan(True)["note"], markup=False, highlight=False)
     try:
-        metadata, new, wall = asyncio.run(run_eval(env, settings, client, model, rows, writer, console))
+        metadata, new, wall = asyncio.run(run_eval(env, settings, client, model, rows, writer))
     except KeyboardInterrupt:
         where = f"; saved rollouts are in {writer.path}, finish with --resume {writer.path}" if writer else ""
         error_console.print(f"v1 eval: interrupted{where}", markup=False, highlight=False, soft_wrap=True)
