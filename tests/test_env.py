@@ -213,3 +213,22 @@ async def test_generate_streams_to_a_results_folder(
     )
     assert mock.requests == [] and again["metadata"]["num_rollouts"] == 6
     assert len((tmp_path / "run" / "results.jsonl").read_text().splitlines()) == 6
+
+
+async def test_resume_under_independent_scoring_redoes_single_rollouts(
+    mock: MockModelServer, client_config: vf.ClientConfig, tmp_path: Path
+) -> None:
+    mock.responder = reverser
+    env = make_env()
+    run = tmp_path / "run"
+    kwargs: dict[str, Any] = {"rollouts_per_example": 3, "independent_scoring": True, "keep_outputs": False}
+    first = await env.generate(env.eval_rows(2), client_config, "m", results=vf.ResultsWriter(run), **kwargs)
+    lines = (run / "results.jsonl").read_text().splitlines()
+    (run / "results.jsonl").write_text("\n".join(lines[:4]) + "\n" + lines[4][:30])  # one lost, one half-written
+    mock.reset()
+    again = await env.generate(env.eval_rows(2), client_config, "m", results=vf.ResultsWriter(run), **kwargs)
+    assert len(mock.requests) == 2  # only the two missing rollouts ran again
+    saved = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert sorted((o["example_id"], o["rollout_index"]) for o in saved) == [(e, i) for e in range(2) for i in range(3)]
+    aggregates = ("avg_reward", "avg_metrics", "pass_at_k", "pass_all_k", "num_rollouts", "usage")
+    assert {k: again["metadata"][k] for k in aggregates} == {k: first["metadata"][k] for k in aggregates}
