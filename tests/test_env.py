@@ -232,3 +232,34 @@ async def test_resume_under_independent_scoring_redoes_single_rollouts(
     assert sorted((o["example_id"], o["rollout_index"]) for o in saved) == [(e, i) for e in range(2) for i in range(3)]
     aggregates = ("avg_reward", "avg_metrics", "pass_at_k", "pass_all_k", "num_rollouts", "usage")
     assert {k: again["metadata"][k] for k in aggregates} == {k: first["metadata"][k] for k in aggregates}
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first addend
+        b: the second addend
+    """
+    return a + b
+
+
+async def test_a_client_object_and_the_tools_in_metadata(mock: MockModelServer, client_config: vf.ClientConfig) -> None:
+    mock.script(Reply.tool("add", {"a": 2, "b": 3}), Reply.text("5"))
+    env = vf.Env(
+        vf.Taskset(source=[{"question": "2+3?", "answer": "5"}], toolsets=[vf.Toolset([add])], rewards=[reversed_exactly])
+    )
+    client = vf.OpenAIChatCompletionsClient(client_config)
+    try:
+        result = await env.generate(env.eval_rows(), client, "m")
+    finally:
+        await client.close()
+    (only,) = result["outputs"]
+    assert only["stop_condition"] == "no_tools_called" and only["completion"][1] == {
+        "role": "tool",
+        "tool_call_id": only["completion"][0]["tool_calls"][0]["id"],
+        "content": "5",
+    }
+    assert only["tool_defs"][0]["name"] == "add"
+    (tool,) = result["metadata"]["tools"]
+    assert tool["name"] == "add" and tool["parameters"]["properties"]["a"]["description"] == "the first addend"
