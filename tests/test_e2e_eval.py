@@ -347,3 +347,19 @@ def test_a_bad_task_row_is_bad_input(
     err = capsys.readouterr().err
     assert "system messages are not allowed" in err and "row 0" in err
     assert not out.exists() and mock.requests == []
+
+
+def test_resume_refuses_other_settings(mock: MockModelServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mock.responder = policy
+    out = tmp_path / "out"
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", str(out)) == 0
+    run = only_run(out)
+    before = (run / "results.jsonl").read_text()
+    capsys.readouterr()
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "2", "--resume", str(run)) == 2
+    assert "field 'rollouts_per_example' of the saved run is 1, this run has 2" in capsys.readouterr().err
+    assert (run / "results.jsonl").read_text() == before
+    # The same settings: nothing to redo, nothing duplicated.
+    mock.reset()
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--resume", str(run)) == 0
+    assert mock.requests == [] and (run / "results.jsonl").read_text() == before

@@ -402,6 +402,11 @@ def run(args: argparse.Namespace) -> int:
         env, file, table = load_env(args.env, taskset_overrides, harness_overrides)
         settings = load_settings(flags, file, table)
         client, model = resolve_client(settings, env)
+        if settings.save_to_hf_hub and not settings.save:
+            raise ConfigError("--save-to-hf-hub needs --save (it uploads the saved results.jsonl)")
+        if settings.resume and not settings.save:
+            raise ConfigError("--resume needs --save (it completes a saved run)")
+        resumed = ResultsWriter.resuming(settings.resume) if settings.resume else None
         rows = env.eval_rows(settings.num_examples)
         expected = {
             "env_id": env.env_id,
@@ -411,13 +416,9 @@ def run(args: argparse.Namespace) -> int:
             "sampling_args": {**env.harness.config.sampling_args, **settings.sampling_args},
             "independent_scoring": settings.independent_scoring,
         }
-        if settings.save_to_hf_hub and not settings.save:
-            raise ConfigError("--save-to-hf-hub needs --save (it uploads the saved results.jsonl)")
-        if settings.resume:
-            if not settings.save:
-                raise ConfigError("--resume needs --save (it completes a saved run)")
-            writer: ResultsWriter | None = ResultsWriter.resuming(settings.resume)
-            check_resume(writer, expected)  # type: ignore[arg-type]
+        writer: ResultsWriter | None = resumed
+        if resumed is not None:
+            check_resume(resumed, expected)
         elif settings.save:
             writer = ResultsWriter(new_run_folder(settings, env.env_id, model))
         else:
