@@ -144,6 +144,8 @@ def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate]
     assert metadata["num_rollouts"] == 60 and metadata["num_examples"] == 20 and metadata["rollouts_per_example"] == 3
     assert metadata["model"] == "mock" and {request.body["model"] for request in server.requests} == {"mock"}
     assert "60 rollouts (20 examples x 3)" in resumed.stdout
+    assert "60/60" in resumed.stderr and "rollouts/s" in resumed.stderr and "errors 0" in resumed.stderr  # the live view
+    assert "v1 eval: warning: reverse_text has no eval split" in resumed.stderr
 
     # The same eval uninterrupted: every aggregate matches the resumed run's.
     fresh_out = tmp_path / "fresh"

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import datetime
 import json
+import logging
 import os
 import re
 import time
@@ -393,9 +394,19 @@ def push_to_hub(results_path: Path, name: str) -> None:
     Dataset.from_json(str(results_path)).push_to_hub(name)
 
 
+def _show_warnings() -> None:
+    """v1's warnings (e.g. "no eval split") as ``v1 eval: warning: ...`` lines, unless logging is set up already."""
+    if not logging.getLogger().handlers and not logging.getLogger("v1").handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("v1 eval: warning: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        logging.getLogger("v1").addHandler(handler)
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console()
     error_console = Console(stderr=True)
+    _show_warnings()
     try:
         taskset_overrides, harness_overrides = parse_overrides(getattr(args, "extra", []))
         flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra")}
