@@ -35,14 +35,19 @@ def exact(completion: list[dict[str, Any]], answer: str) -> float:
     return float(similarity(completion, answer) == 1.0)
 
 
-def load_taskset() -> vf.Taskset:
-    return vf.Taskset(
-        source=load_rows,
-        taskset_id="reverse_text",
-        system_prompt=SYSTEM_PROMPT,
-        rewards=[similarity],
-        metrics=[exact],
-    )
+DEFAULTS: dict[str, Any] = {
+    "taskset_id": "reverse_text",
+    "source": "tasksets.reverse_text:load_rows",
+    "system_prompt": SYSTEM_PROMPT,
+    "rewards": [{"fn": "tasksets.reverse_text:similarity", "weight": 1.0}],
+    "metrics": [{"fn": "tasksets.reverse_text:exact"}],
+}
 
 
-__all__ = ["load_rows", "load_taskset", "similarity"]
+def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
+    """The reverse_text taskset; fields set in `config` (``[env.taskset]``) override its defaults."""
+    given = config.model_dump(exclude_unset=True) if config is not None else {}
+    return vf.Taskset(config=vf.TasksetConfig({**DEFAULTS, **given}))
+
+
+__all__ = ["DEFAULTS", "SYSTEM_PROMPT", "exact", "load_rows", "load_taskset", "similarity"]

@@ -9,6 +9,11 @@ import pytest
 import v1
 
 EXPECTED = {
+    "Env",
+    "EvalSummary",
+    "ResultsWriter",
+    "ScoringConfig",
+    "load_environment",
     "Client",
     "ClientConfig",
     "Config",

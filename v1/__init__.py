@@ -15,10 +15,12 @@ from v1.config import (
     MCPToolConfig,
     ProgramConfig,
     SandboxConfig,
+    ScoringConfig,
     TasksetConfig,
     ToolsetConfig,
     UserConfig,
 )
+from v1.env import Env
 from v1.errors import (
     ConfigError,
     EndpointError,
@@ -36,7 +38,9 @@ from v1.errors import (
 )
 from v1.harness import Harness
 from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardown, update
+from v1.loading import load_environment
 from v1.mcp import MCPTool
+from v1.results import EvalSummary, ResultsWriter
 from v1.state import State
 from v1.task import Task
 from v1.taskset import Taskset
@@ -67,6 +71,11 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+local"
 
 __all__ = [
+    "load_environment",
+    "ScoringConfig",
+    "ResultsWriter",
+    "EvalSummary",
+    "Env",
     "Client",
     "ClientConfig",
     "Config",

@@ -61,12 +61,13 @@ def resolve_callable(value: Any, field: str) -> Callable[..., Any]:
     return target
 
 
-def format_validation_error(error: ValidationError, where: str = "") -> str:
-    """One line per problem: ``where: field 'a.b': message (got ...)``."""
+def format_validation_error(error: ValidationError, where: str = "", prefix: str = "") -> str:
+    """One line per problem: ``where: field 'prefix.a.b': message (got ...)``."""
     lines = []
     for problem in error.errors():
         # Union tags start with "_" (field names can't), and are not part of the user's path.
-        path = ".".join(str(part) for part in problem["loc"] if not str(part).startswith("_")) or "<root>"
+        parts = [str(part) for part in problem["loc"] if not str(part).startswith("_")]
+        path = ".".join([prefix, *parts] if prefix else parts) or "<root>"
         message = problem["msg"]
         if problem["type"] == "extra_forbidden":
             message = "unknown field"
@@ -134,7 +135,7 @@ class Config(BaseModel, metaclass=_ConfigMeta):
         return cls._validate(obj, cls.__name__, *args, **kwargs)
 
     @classmethod
-    def _validate(cls, obj: Any, where: str, *args: Any, **kwargs: Any) -> Self:
+    def _validate(cls, obj: Any, where: str, *args: Any, prefix: str = "", **kwargs: Any) -> Self:
         # pydantic calls the custom __init__ from model_validate: raise its ValidationError as is, convert here.
         depth = _init_depth.get()
         token = _init_depth.set(depth + 1)
@@ -143,16 +144,30 @@ class Config(BaseModel, metaclass=_ConfigMeta):
         except ValidationError as exc:
             if depth:
                 raise
-            raise ConfigError(format_validation_error(exc, where)) from None
+            raise ConfigError(format_validation_error(exc, where, prefix)) from None
         finally:
             _init_depth.reset(token)
 
     @classmethod
+    def from_section(cls, data: Any, where: str, path: str) -> Self:
+        """Validate one section of a file; problems read ``where: field 'path.a.b': ...``.
+
+        Args:
+            data: the section's contents.
+            where: the file (or other source) the section came from.
+            path: the section's dotted path in that file, e.g. ``env.taskset``.
+        """
+        return cls._validate(data, where, prefix=path)
+
+    @classmethod
     def from_config(cls, config: object | None = None, /, **data: object) -> Self:
-        """`config` itself when it is already this class and there are no overrides, else a new one."""
+        """`config` itself when it is already this class and there are no overrides, else a new one.
+
+        A config of a subclass keeps its class (and its extra fields) under overrides.
+        """
         if isinstance(config, cls) and not data:
             return config
-        return cls(config, **data)
+        return (type(config) if isinstance(config, cls) else cls)(config, **data)
 
     @classmethod
     def from_toml(cls, path: str | Path, section: str | Iterable[str] | None = None) -> Self:
@@ -373,8 +388,18 @@ class _HandlerLists(Config):
     cleanups: list[HandlerConfig] = []
 
 
+class ScoringConfig(Config):
+    """Re-weight or skip one reward/metric by name: ``[env.taskset.scoring.NAME] weight = 0.5`` or ``skip = true``."""
+
+    weight: float | None = None
+    skip: bool = False
+
+
 class TasksetConfig(_HandlerLists):
-    """Config of a `Taskset`. Subclass it to add environment-specific fields."""
+    """Config of a `Taskset`. Subclass it to add environment-specific fields.
+
+    `scoring` re-weights or skips rewards and metrics by name, class-defined ones included.
+    """
 
     taskset_id: str | None = None
     system_prompt: object | None = None
@@ -382,6 +407,7 @@ class TasksetConfig(_HandlerLists):
     eval_source: object | None = None
     user: UserConfig | None = None
     toolsets: list[ToolsetConfig] = []
+    scoring: dict[str, ScoringConfig] = {}
 
 
 class HarnessConfig(_HandlerLists):
@@ -419,6 +445,7 @@ __all__ = [
     "MCPToolConfig",
     "ProgramConfig",
     "SandboxConfig",
+    "ScoringConfig",
     "SystemPromptStrategy",
     "TasksetConfig",
     "ToolScope",

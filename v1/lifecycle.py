@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from v1.calling import call_user_code
@@ -208,7 +208,7 @@ def group_arguments(tasks: list[Task], states: list[State]) -> dict[str, Any]:
     return {plural: [args[single] for args in per_rollout] for plural, single in GROUP_ARGS.items()}
 
 
-_LIST_KINDS: dict[str, Kind] = {
+LIST_KINDS: dict[str, Kind] = {  # config/constructor list name -> handler kind
     "stops": "stop",
     "setups": "setup",
     "updates": "update",
@@ -232,7 +232,7 @@ def handlers_of(owner: object) -> list[Handler]:
 
 def handlers_from_list(list_name: str, entries: Iterable[Any], where: str) -> list[Handler]:
     """Handlers named in a constructor or config list (`rewards=[...]`, `[[env.taskset.rewards]]`)."""
-    kind = _LIST_KINDS[list_name]
+    kind = LIST_KINDS[list_name]
     built = []
     for i, entry in enumerate(entries):
         entry = entry if isinstance(entry, HandlerConfig) else HandlerConfig.model_validate(entry)
@@ -250,11 +250,30 @@ def owned_handlers(owner: object, config: Any, lists: Mapping[str, Iterable[Any]
     """An owner's handlers: its decorated methods, then each config list (`config.rewards`, ...)
     followed by the matching constructor list (`lists["rewards"]`)."""
     handlers = handlers_of(owner)
-    for list_name in _LIST_KINDS:
+    for list_name in LIST_KINDS:
         if hasattr(config, list_name) or lists.get(list_name):
             entries = list(getattr(config, list_name, None) or []) + list(lists.get(list_name) or [])
             handlers += handlers_from_list(list_name, entries, where)
     return handlers
+
+
+def apply_scoring(handlers: list[Handler], scoring: Mapping[str, Any], where: str) -> list[Handler]:
+    """Re-weight or drop rewards/metrics by name (`ScoringConfig` values); unknown names fail."""
+    scored = {h.name for h in handlers if h.kind in ("reward", "metric")}
+    unknown = sorted(set(scoring) - scored)
+    if unknown:
+        raise ConfigError(
+            f"field '{where}.scoring.{unknown[0]}': no reward or metric named {unknown[0]!r}; known: {sorted(scored) or 'none'}"
+        )
+    result = []
+    for handler in handlers:
+        override = scoring.get(handler.name) if handler.kind in ("reward", "metric") else None
+        if override is None:
+            result.append(handler)
+        elif not override.skip:
+            weight = handler.weight if override.weight is None else float(override.weight)
+            result.append(replace(handler, weight=weight))
+    return result
 
 
 @dataclass
@@ -289,10 +308,12 @@ class Handlers:
 
 
 __all__ = [
+    "LIST_KINDS",
     "Handler",
     "HandlerSpec",
     "Handlers",
     "advantage",
+    "apply_scoring",
     "cleanup",
     "group_arguments",
     "handlers_from_list",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from v1.config import TasksetConfig, import_ref
 from v1.errors import TaskError
-from v1.lifecycle import Handler, owned_handlers
+from v1.lifecycle import Handler, apply_scoring, owned_handlers
 from v1.state import State
 from v1.task import Task
 from v1.toolset import Toolset, merge_toolsets
@@ -98,7 +98,9 @@ class Taskset:
         merge_toolsets(self.toolsets)
         lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
         lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
-        self._handlers: list[Handler] = owned_handlers(self, self.config, lists, "taskset")
+        self._handlers: list[Handler] = apply_scoring(
+            owned_handlers(self, self.config, lists, "taskset"), self.config.scoring, "taskset"
+        )
         self._rows: list[dict[str, Any]] | None = None
         self._eval_rows: list[dict[str, Any]] | None = None
 

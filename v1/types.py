@@ -227,6 +227,17 @@ class GenerateMetadata(TypedDict):
     state_columns: list[str]
     path_to_save: str
     tools: list[dict[str, Any]] | None
+    # v1's additions (see docs/evaluation.md)
+    num_rollouts: NotRequired[int]
+    num_errors: NotRequired[int]
+    num_retries: NotRequired[int]
+    error_types: NotRequired[dict[str, int]]
+    stop_conditions: NotRequired[dict[str, int]]
+    total_usage: NotRequired[dict[str, float]]
+    avg_timing: NotRequired[dict[str, float]]
+    independent_scoring: NotRequired[bool]
+    max_retries: NotRequired[int]
+    scoring: NotRequired[dict[str, Any]]
 
 
 class GenerateOutputs(TypedDict):

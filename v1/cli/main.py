@@ -6,17 +6,23 @@ import argparse
 import sys
 
 from v1.cli import demo
+from v1.cli import eval as eval_command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="v1", description="LLM evaluation and RL environments.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.add_parser(commands)
+    eval_command.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "eval":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     return int(args.run(args) or 0)
 
 

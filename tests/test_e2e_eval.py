@@ -1,0 +1,367 @@
+"""End to end: `v1 eval` as a real process against the mock model server, killed, interrupted and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from v1.cli.main import main
+from v1.testing import MockModelServer, MockRequest, Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "configs" / "reverse_text.toml")
+AGGREGATES = (
+    "avg_reward",
+    "avg_metrics",
+    "avg_error",
+    "pass_at_k",
+    "pass_all_k",
+    "usage",
+    "total_usage",
+    "num_rollouts",
+    "num_errors",
+    "error_types",
+    "stop_conditions",
+    "num_retries",
+    "num_examples",
+    "rollouts_per_example",
+    "env_id",
+    "model",
+    "sampling_args",
+)
+
+
+def policy(request: MockRequest) -> Reply:
+    """Deterministic per prompt (so runs are comparable): exact for even lengths, one char short otherwise."""
+    text = request.last_user_text[::-1]
+    return Reply.text(text if len(text) % 2 == 0 else text[1:])
+
+
+class Gate:
+    """Let the first `open_for` requests through, hold the rest until `release()`: a run stopped mid-way for sure."""
+
+    def __init__(self, open_for: int) -> None:
+        self.open_for = open_for
+        self.seen = 0
+        self.released = threading.Event()
+        self.lock = threading.Lock()
+
+    async def __call__(self, request: MockRequest) -> Reply:
+        with self.lock:
+            self.seen += 1
+            held = self.seen > self.open_for
+        while held and not self.released.is_set():  # noqa: ASYNC110 - the event is set from another thread
+            await asyncio.sleep(0.01)
+        return policy(request)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[MockModelServer, Gate]]:
+    gate = Gate(open_for=24)
+    with MockModelServer(gate, model="mock") as server:
+        yield server, gate
+        gate.release()
+
+
+def eval_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "v1.cli.main", "eval", *args]
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def saved_lines(run: Path) -> list[dict[str, Any]]:
+    path = run / "results.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def only_run(output_dir: Path) -> Path:
+    runs = list(output_dir.iterdir()) if output_dir.exists() else []
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
+    server, gate = gated
+    out = tmp_path / "out"
+    # No -m: the model is the one the server says it serves (GET /v1/models).
+    args = (CONFIG, "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out))
+    process = subprocess.Popen(eval_command(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: out.exists() and any(out.iterdir()), "the run folder")
+        run = only_run(out)
+        # 24 requests pass (8 groups of 3); the next ones are held, so the run is surely mid-way.
+        wait_for(lambda: len(saved_lines(run)) == 24 and gate.seen > 24, "8 saved groups and a held request")
+        assert process.poll() is None
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert process.returncode == -signal.SIGKILL
+    saved = saved_lines(run)
+    assert len(saved) == 24
+    # What a kill at a worse moment leaves: part of an unfinished group, and a half-written line.
+    done = {o["example_id"] for o in saved}
+    unfinished = next(e for e in range(20) if e not in done)
+    partial = {**saved[0], "example_id": unfinished, "rollout_index": 0}
+    with (run / "results.jsonl").open("a") as results:
+        results.write(json.dumps(partial) + "\n" + json.dumps(saved[1])[:50])
+    gate.release()
+
+    resumed = subprocess.run(eval_command(*args, "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    final = saved_lines(run)
+    keys = [(o["example_id"], o["rollout_index"]) for o in final]
+    assert len(final) == 60 and len(set(keys)) == 60
+    assert set(keys) == {(e, i) for e in range(20) for i in range(3)}
+    assert (run / "results.jsonl").read_text().endswith("}\n")
+    assert only_run(out) == run  # resume wrote into the same folder, no new one
+    metadata = json.loads((run / "metadata.json").read_text())
+    assert metadata["num_rollouts"] == 60 and metadata["num_examples"] == 20 and metadata["rollouts_per_example"] == 3
+    assert metadata["model"] == "mock" and {request.body["model"] for request in server.requests} == {"mock"}
+    assert "60 rollouts (20 examples x 3)" in resumed.stdout
+    assert "60/60" in resumed.stderr and "rollouts/s" in resumed.stderr and "errors 0" in resumed.stderr  # the live view
+    assert "v1 eval: warning: reverse_text has no eval split" in resumed.stderr
+
+    # The same eval uninterrupted: every aggregate matches the resumed run's.
+    fresh_out = tmp_path / "fresh"
+    fresh = subprocess.run(eval_command(*args[:-1], str(fresh_out)), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    uninterrupted = json.loads((only_run(fresh_out) / "metadata.json").read_text())
+    assert {k: metadata[k] for k in AGGREGATES} == {k: uninterrupted[k] for k in AGGREGATES}
+    assert 0 < metadata["avg_metrics"]["exact"] < 1 and metadata["num_errors"] == 0
+    table_lines = [line for line in resumed.stdout.splitlines() if "reward (mean)" in line or "pass (" in line]
+    assert table_lines == [line for line in fresh.stdout.splitlines() if "reward (mean)" in line or "pass (" in line]
+
+
+CLEANUP_ENV = """
+import os
+
+
+def mark(state) -> None:
+    with open(os.environ["MARKER_FILE"], "a") as marker:
+        marker.write(f"{state['example_id']}\\n")
+"""
+
+
+def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
+    server, gate = gated
+    (tmp_path / "marker_env.py").write_text(CLEANUP_ENV)
+    config = tmp_path / "env.toml"
+    config.write_text(
+        Path(CONFIG).read_text() + '\n[[env.taskset.cleanups]]\nfn = "marker_env:mark"\n',
+    )
+    marker = tmp_path / "marker.txt"
+    env = {
+        **os.environ,
+        "MARKER_FILE": str(marker),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        eval_command(str(config), "-m", "mock", "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out)),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: out.exists() and any(out.iterdir()) and len(saved_lines(only_run(out))) == 24 and gate.seen >= 30,
+            "held requests",
+        )
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    run = only_run(out)
+    assert "interrupted" in stderr and f"--resume {run}" in stderr
+    saved = saved_lines(run)
+    assert len(saved) == 24
+    metadata = json.loads((run / "metadata.json").read_text())
+    assert metadata["num_rollouts"] == 24
+    cleaned = marker.read_text().split()
+    assert len(cleaned) == 30  # 24 finished rollouts and the 6 in flight when Ctrl-C came
+    assert not list(run.glob("*.tmp"))
+
+
+def run_main(*args: str) -> int:
+    return main(["eval", *args])
+
+
+def test_settings_come_from_file_then_environment_then_flags(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mock.responder = policy
+    common = (CONFIG, "-m", "mock", "-b", mock.url, "-r", "1", "--no-save")
+    assert run_main(*common) == 0
+    assert len(mock.requests) == 20  # [eval] num_examples = 20 in the file
+    mock.reset()
+    monkeypatch.setenv("V1_EVAL_NUM_EXAMPLES", "4")
+    assert run_main(*common) == 0
+    assert len(mock.requests) == 4
+    mock.reset()
+    assert run_main(*common, "-n", "2", "-s", '{"temperature": 0.5, "max_tokens": 7}') == 0
+    assert len(mock.requests) == 2 and mock.requests[0].body["temperature"] == 0.5 and mock.requests[0].body["max_tokens"] == 7
+    assert "2 rollouts (2 examples x 1)" in capsys.readouterr().out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_taskset_and_harness_flags_override_the_environment(mock: MockModelServer, capsys: pytest.CaptureFixture[str]) -> None:
+    mock.responder = policy
+    code = run_main(
+        CONFIG, "-m", "mock", "-b", mock.url, "-n", "1", "-r", "1", "--no-save",
+        "--taskset.system_prompt", "Say it backwards.", "--harness.sampling_args", '{"temperature": 0.9}',
+    )  # fmt: skip
+    assert code == 0
+    (request,) = mock.requests
+    assert request.body["messages"][0] == {"role": "system", "content": "Say it backwards."}
+    assert request.body["temperature"] == 0.9
+
+
+def test_endpoint_aliases_resolve_url_model_and_key(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mock.responder = policy
+    registry = tmp_path / "endpoints.toml"
+    registry.write_text(f'[local]\nmodel = "served-name"\nurl = "{mock.url}"\nkey = "MOCK_API_KEY"\n')
+    monkeypatch.setenv("MOCK_API_KEY", "sk-mock-123")
+    assert run_main(CONFIG, "-m", "local", "-e", str(registry), "-n", "1", "-r", "1", "--no-save") == 0
+    (request,) = mock.requests
+    assert request.body["model"] == "served-name"
+    assert request.headers["Authorization"] == "Bearer sk-mock-123"
+    monkeypatch.delenv("MOCK_API_KEY")
+    assert run_main(CONFIG, "-m", "local", "-e", str(registry), "-n", "1", "--no-save") == 2
+    assert "API key variable MOCK_API_KEY is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "flags", "message"),
+    [
+        ("[eval]\n", "[eval]\nbogus = 1\n", (), "field 'eval.bogus': unknown field"),
+        ("num_examples = 20", "num_examples = 'many'", (), "field 'eval.num_examples': Input should be a valid integer"),
+        ("", "", ("-s", "{not json"), "-s/--sampling-args: expected a JSON object"),
+        (
+            'fn = "tasksets.reverse_text:exact"',
+            'fn = "nowhere:f"',
+            (),
+            "field 'env.taskset.metrics[0].fn': cannot import module 'nowhere'",
+        ),
+        ("", "", ("-k", "V1_TEST_UNSET_KEY"), "API key variable V1_TEST_UNSET_KEY is not set"),
+        ("", "", ("--taskset.nonsense", "1"), "field 'env.taskset.nonsense': unknown field"),
+        ("", "", ("--resume", "/nonexistent/run"), "no metadata.json there"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
+    mock: MockModelServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    old: str,
+    new: str,
+    flags: tuple[str, ...],
+    message: str,
+) -> None:
+    config = tmp_path / "env.toml"
+    base = Path(CONFIG).read_text()
+    assert old in base
+    config.write_text(base.replace(old, new, 1) if old else base)
+    out = tmp_path / "out"
+    code = run_main(str(config), "-m", "mock", "-b", mock.url, "--output-dir", str(out), *flags)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and err.count("\n") == 0, err
+    assert not out.exists() and mock.requests == []
+
+
+def test_bad_ids_and_aliases(mock: MockModelServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(CONFIG, "-b", "http://127.0.0.1:9/v1") == 2
+    assert "no model: pass -m MODEL (asking http://127.0.0.1:9/v1/models which model it serves failed" in capsys.readouterr().err
+    assert run_main("no_such_env_xyz", "-m", "mock", "-b", mock.url) == 2
+    assert "environment 'no_such_env_xyz' not found" in capsys.readouterr().err
+    registry = tmp_path / "endpoints.toml"
+    registry.write_text('[known]\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n')
+    assert run_main(CONFIG, "-m", "unknown-alias", "-e", str(registry)) == 2
+    assert f"no endpoint 'unknown-alias' in {registry} (known: known)" in capsys.readouterr().err
+    registry.write_text('[known]\nmodel = "m"\nurl = 3\n')
+    assert run_main(CONFIG, "-m", "known", "-e", str(registry)) == 2
+    assert f"{registry}: field 'known.url': Input should be a valid string" in capsys.readouterr().err
+
+
+def test_bad_input_exit_code_from_a_real_process(tmp_path: Path) -> None:
+    config = tmp_path / "env.toml"
+    config.write_text(textwrap.dedent("[env.harness]\nmax_turns = 0\n"))
+    result = subprocess.run(
+        eval_command(str(config), "-m", "m", "-b", "http://127.0.0.1:9/v1"), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"v1 eval: error: {config}: field 'env.harness.max_turns': Input should be greater than or equal to 1 (got 0)"
+    )
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_endpoint_variants_are_used_round_robin(mock: MockModelServer, tmp_path: Path) -> None:
+    mock.responder = policy
+    with MockModelServer(policy) as second:
+        registry = tmp_path / "endpoints.toml"
+        registry.write_text("".join(f'[[pair]]\nmodel = "served"\nurl = "{url}"\n' for url in (mock.url, second.url)))
+        assert run_main(CONFIG, "-m", "pair", "-e", str(registry), "-n", "4", "-r", "2", "--no-save") == 0
+        assert len(mock.requests) == 4 and len(second.requests) == 4
+        assert {r.body["model"] for r in mock.requests + second.requests} == {"served"}
+
+
+def test_a_bad_task_row_is_bad_input(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad_rows_env.py").write_text('def rows():\n    return [{"prompt": [{"role": "system", "content": "no"}]}]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "env.toml"
+    config.write_text('[env.taskset]\nsource = "bad_rows_env:rows"\n')
+    out = tmp_path / "out"
+    assert run_main(str(config), "-m", "m", "-b", mock.url, "--output-dir", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "system messages are not allowed" in err and "row 0" in err
+    assert not out.exists() and mock.requests == []
+
+
+def test_resume_refuses_other_settings(mock: MockModelServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mock.responder = policy
+    out = tmp_path / "out"
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", str(out)) == 0
+    run = only_run(out)
+    before = (run / "results.jsonl").read_text()
+    capsys.readouterr()
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "2", "--resume", str(run)) == 2
+    assert "field 'rollouts_per_example' of the saved run is 1, this run has 2" in capsys.readouterr().err
+    assert (run / "results.jsonl").read_text() == before
+    # The same settings: nothing to redo, nothing duplicated.
+    mock.reset()
+    assert run_main(CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--resume", str(run)) == 0
+    assert mock.requests == [] and (run / "results.jsonl").read_text() == before

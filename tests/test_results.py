@@ -1,0 +1,115 @@
+"""EvalSummary (incremental, order-independent aggregates) and ResultsWriter (the run folder)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import v1 as vf
+from v1.results import ExactSum, k_values, pass_all_at_k, pass_at_k
+
+
+def output(example_id: int, index: int, reward: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "example_id": example_id,
+        "rollout_index": index,
+        "reward": reward,
+        "metrics": {"m": reward * 2},
+        "error": None,
+        "stop_condition": "final_response",
+        "token_usage": {"input_tokens": 10.0, "output_tokens": 3.0},
+        "timing": {"total": 0.5, "model": {"duration": 0.25}},
+        "attempts": 1,
+        **extra,
+    }
+
+
+def test_exact_sum_does_not_depend_on_order() -> None:
+    values = [0.1, 1e16, 0.2, -1e16, 0.3] * 50
+    sums = set()
+    for seed in range(5):
+        shuffled = list(values)
+        random.Random(seed).shuffle(shuffled)
+        total = ExactSum()
+        for value in shuffled:
+            total.add(value)
+        sums.add(total.value)
+    assert sums == {math.fsum(values)}
+
+
+def test_pass_at_k_estimators() -> None:
+    assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 2) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
+    assert pass_all_at_k(4, 2, 2) == pytest.approx(1 / 6)  # C(2,2)/C(4,2)
+    assert k_values(3) == [1, 2, 3] and k_values(8) == [1, 2, 4, 8] and k_values(1) == [1]
+
+
+def test_summary_aggregates() -> None:
+    summary = vf.EvalSummary(pass_threshold=0.5)
+    for index, reward in enumerate([1.0, 0.0]):
+        summary.add(output(0, index, reward))
+    summary.add(output(1, 0, 0.0, error={"type": "ModelError", "message": "x", "where": "model"}, attempts=3))
+    summary.add(output(1, 1, 0.0))
+    meta = summary.metadata()
+    assert meta["num_rollouts"] == 4
+    assert meta["avg_reward"] == 0.25 and meta["avg_metrics"] == {"m": 0.5}
+    assert meta["avg_error"] == 0.25 and meta["error_types"] == {"ModelError": 1}
+    assert meta["num_retries"] == 2
+    assert meta["pass_at_k"] == {"1": 0.25, "2": 0.5}  # example 0: 1/2 and 1; example 1: 0 and 0
+    assert meta["pass_all_k"] == {"1": 0.25, "2": 0.0}
+    assert meta["usage"] == {"input_tokens": 10.0, "output_tokens": 3.0}
+    assert meta["total_usage"] == {"input_tokens": 40.0, "output_tokens": 12.0}
+    assert meta["avg_timing"] == {"model": 0.25, "total": 0.5}
+
+
+def test_summary_is_the_same_in_any_order() -> None:
+    outputs = [output(e, i, random.Random(e * 7 + i).random()) for e in range(30) for i in range(3)]
+    metadata = []
+    for seed in range(3):
+        random.Random(seed).shuffle(outputs)
+        summary = vf.EvalSummary()
+        for item in outputs:
+            summary.add(item)
+        metadata.append(json.dumps(summary.metadata(), sort_keys=True))
+    assert len(set(metadata)) == 1
+
+
+async def test_writer_appends_lines_and_replaces_metadata(tmp_path: Path) -> None:
+    writer = vf.ResultsWriter(tmp_path / "run")
+    await writer.write_metadata({"n": 0})
+    await writer.write([output(0, 0, 1.0), output(0, 1, 0.0)])
+    await writer.write_metadata({"n": 2})
+    await writer.close()
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["rollout_index"] for line in lines] == [0, 1]
+    assert json.loads((tmp_path / "run" / "metadata.json").read_text()) == {"n": 2}
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["metadata.json", "results.jsonl"]
+
+
+def test_load_keeps_finished_groups_and_drops_the_rest(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps(output(0, 0, 1.0)), json.dumps(output(0, 1, 0.0))]  # group 0: complete
+    lines += [json.dumps(output(1, 0, 1.0))]  # group 1: one of two saved
+    lines += [json.dumps(output(0, 1, 0.0))]  # a duplicate
+    lines += [json.dumps(output(7, 0, 1.0))]  # not planned
+    text = "\n".join(lines) + "\n" + json.dumps(output(2, 0, 1.0))[:40]  # a half-written last line
+    (run / "results.jsonl").write_text(text)
+    summary = vf.EvalSummary()
+    planned = {0: [(0, 0), (0, 1)], 1: [(1, 0), (1, 1)], 2: [(2, 0), (2, 1)]}
+    done = vf.ResultsWriter(run).load(planned, summary)
+    assert done == {0}
+    kept = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert [(o["example_id"], o["rollout_index"]) for o in kept] == [(0, 0), (0, 1)]
+    assert summary.count == 2 and summary.avg_reward == 0.5
+
+
+def test_resuming_needs_a_run_folder(tmp_path: Path) -> None:
+    with pytest.raises(vf.ConfigError, match=r"no metadata\.json there"):
+        vf.ResultsWriter.resuming(tmp_path)

@@ -1,0 +1,565 @@
+"""`Env`: a taskset/harness pair made usable by eval and training workers.
+
+`generate` runs groups of rollouts (one group per example) with at most
+`max_concurrent` rollouts in flight, scores each group with `score_group` when
+all of its rollouts finish, retries groups whose rollouts failed for an
+infrastructure reason, and turns each final state into a JSON `RolloutOutput`.
+Outputs stream to an optional `ResultsWriter` and into an `EvalSummary`, so an
+eval that does not keep its outputs (`keep_outputs=False`) uses memory for the
+rollouts in flight only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import importlib.metadata
+import logging
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from v1.clients.base import Client
+from v1.clients.registry import resolve_client
+from v1.config import ClientConfig, EnvConfig
+from v1.errors import ConfigError
+from v1.harness import Harness
+from v1.results import EvalSummary, ResultsWriter, RolloutKey
+from v1.state import State
+from v1.task import Task, thaw
+from v1.taskset import Taskset
+from v1.types import GenerateMetadata, GenerateOutputs, RolloutOutput, SamplingArgs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_ERRORS = frozenset(
+    {
+        "ModelError",
+        "InvalidModelResponseError",
+        "EndpointError",
+        "SandboxError",
+        "TunnelError",
+        "InfrastructureError",
+    }
+)
+"""`state["error"]["type"]` values worth another attempt: infrastructure, invalid responses, sandboxes, tunnels.
+
+`OverlongPromptError` is not one: the same prompt fails the same way.
+"""
+
+OUTPUT_FIELDS = (
+    "example_id",
+    "rollout_index",
+    "prompt",
+    "completion",
+    "answer",
+    "info",
+    "reward",
+    "advantage",
+    "metrics",
+    "timing",
+    "is_completed",
+    "is_truncated",
+    "stop_condition",
+    "error",
+    "token_usage",
+    "trajectory",
+    "tool_defs",
+    "trajectory_id",
+    "attempts",
+)
+
+ProgressCallback = Callable[[list[RolloutOutput], EvalSummary], None]
+
+
+def is_retryable(error: Mapping[str, Any] | None) -> bool:
+    """Whether a rollout's recorded error (`{"type", "message", "where"}`) is worth retrying."""
+    return bool(error) and str(error.get("type")) in RETRYABLE_ERRORS  # type: ignore[union-attr]
+
+
+class RolloutLimiter:
+    """A weighted semaphore: a group of n rollouts takes n slots (capped at the limit)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit if limit > 0 else sys.maxsize
+        self.in_flight = 0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, n: int) -> int:
+        n = min(n, self.limit)
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight + n <= self.limit)
+            self.in_flight += n
+        return n
+
+    async def release(self, n: int) -> None:
+        async with self._changed:
+            self.in_flight -= n
+            self._changed.notify_all()
+
+
+@dataclass
+class _Unit:
+    """What is scored together: one example's group, or one rollout under independent scoring."""
+
+    task: Task
+    indices: list[int]
+
+    def keys(self) -> list[RolloutKey]:
+        return [(self.task.get("example_id"), index) for index in self.indices]
+
+
+def _expand_client_configs(config: ClientConfig) -> list[ClientConfig]:
+    if not config.endpoint_configs:
+        return [config]
+    shared = config.model_dump(exclude={"endpoint_configs"})
+    return [ClientConfig({**shared, **endpoint.model_dump()}) for endpoint in config.endpoint_configs]
+
+
+def _base_url(client: Any) -> str:
+    if isinstance(client, ClientConfig):
+        return client.api_base_url
+    config = getattr(client, "config", None)
+    if isinstance(config, ClientConfig):
+        return config.api_base_url
+    return str(getattr(getattr(client, "client", client), "base_url", ""))
+
+
+def _git_commit(path: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def _module_version(module_name: str | None) -> tuple[str | None, str | None]:
+    """The version of the distribution named like the module's top package, else of the source checkout holding it."""
+    if not module_name:
+        return None, None
+    top = module_name.split(".")[0]
+    location = getattr(sys.modules.get(top), "__file__", None)
+    folder = Path(location).parent if location else None
+    version = None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        version = importlib.metadata.version(top)
+    if version is None and folder is not None:
+        pyproject = folder.parent / "pyproject.toml"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            version = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("version")
+    return version, _git_commit(folder) if folder is not None else None
+
+
+def version_info(env_module: str | None) -> dict[str, str | None]:
+    """Versions and git commits of v1 and of the environment's package (None where unknown)."""
+    import v1
+
+    env_version, env_commit = _module_version(env_module)
+    return {
+        "vf_version": v1.__version__,
+        "vf_commit": _git_commit(Path(v1.__file__).parent),
+        "env_version": env_version,
+        "env_commit": env_commit,
+    }
+
+
+def state_to_output(
+    state: State, task: Task, rollout_index: int, attempts: int, state_columns: Iterable[str] = ()
+) -> RolloutOutput:
+    """The JSON record of one finished rollout: the seed's fields, `attempts`, and any `state_columns`.
+
+    `error` stays a dict (`{"type", "message", "where"}`) or None.
+    """
+    values = {**state, "answer": task.get("answer"), "info": task.get("info") or {}}
+    values["rollout_index"] = rollout_index
+    values["attempts"] = attempts
+    output = RolloutOutput({name: thaw(values.get(name)) for name in OUTPUT_FIELDS})
+    for column in state_columns:
+        output[column] = thaw(state.get(column))
+    return output
+
+
+class Env:
+    """Makes a taskset/harness pair usable by eval and training workers.
+
+    Args:
+        taskset: the tasks and what they own (tools, rewards, stops).
+        harness: how each task is attempted; the base `Harness()` when omitted.
+            The harness is bound to the taskset (`harness.taskset = taskset`).
+        env_id: the name results are saved under; the taskset's id by default.
+        env_args: how the environment was configured, recorded in results metadata.
+        pass_threshold: the reward at which a rollout counts as passed for pass@k.
+    """
+
+    def __init__(
+        self,
+        taskset: Taskset,
+        harness: Harness | None = None,
+        *,
+        env_id: str | None = None,
+        env_args: Mapping[str, Any] | None = None,
+        pass_threshold: float = 0.5,
+    ) -> None:
+        self.taskset = taskset
+        self.harness = harness if harness is not None else Harness()
+        self.harness.taskset = taskset
+        self.env_id = env_id or taskset.taskset_id
+        self.env_args = (
+            dict(env_args) if env_args is not None else self.config.model_dump(mode="json", exclude_defaults=True, fallback=repr)
+        )
+        self.pass_threshold = pass_threshold
+        self.module: str | None = type(taskset).__module__ if type(taskset) is not Taskset else None
+
+    @property
+    def config(self) -> EnvConfig:
+        """The taskset's and harness's configs, as one `EnvConfig`."""
+        return EnvConfig(taskset=self.taskset.config, harness=self.harness.config)
+
+    # -- datasets -------------------------------------------------------------------------
+
+    @staticmethod
+    def _select(rows: list[dict[str, Any]], n: int, seed: int | None) -> list[dict[str, Any]]:
+        if seed is not None:
+            rows = list(rows)
+            random.Random(seed).shuffle(rows)
+        return rows[:n] if n is not None and n >= 0 else list(rows)
+
+    def eval_rows(self, n: int = -1, seed: int | None = None) -> list[dict[str, Any]]:
+        """The first `n` evaluation rows (all when n < 0), shuffled with `seed` first if given.
+
+        Without an `eval_source`, the training rows are used, with a warning.
+        """
+        rows = self.taskset.eval_rows()
+        if not rows:
+            logger.warning("%s has no eval split (eval_source); evaluating on its training rows", self.env_id)
+            rows = self.taskset.rows()
+        return self._select(rows, n, seed)
+
+    def get_dataset(self, n: int = -1, seed: int | None = None) -> Dataset:
+        """The training rows as a `datasets.Dataset`: the first `n` (all when n < 0), shuffled with `seed` if given."""
+        from datasets import Dataset
+
+        return Dataset.from_list(self._select(self.taskset.rows(), n, seed))
+
+    def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Dataset:
+        """The evaluation rows as a `datasets.Dataset` (training rows, with a warning, when there is no eval split)."""
+        from datasets import Dataset
+
+        return Dataset.from_list(self.eval_rows(n, seed))
+
+    # -- running --------------------------------------------------------------------------
+
+    async def _clients(self, client: Any) -> list[Client[Any, Any, Any, Any]]:
+        if client is None:
+            client = self.harness.client if self.harness.client is not None else self.harness.config.client
+        if client is None:
+            raise ConfigError("no model client: pass client=ClientConfig(...) (or a v1 Client), or set [env.harness.client]")
+        sources = list(client) if isinstance(client, (list, tuple)) else [client]
+        configs = [
+            c for source in sources for c in (_expand_client_configs(source) if isinstance(source, ClientConfig) else [source])
+        ]
+        return [await resolve_client(source) for source in configs]
+
+    def _model(self, model: str | None) -> str:
+        model = model or self.harness.config.model
+        if not model:
+            raise ConfigError("no model: pass model=... or set [env.harness] model")
+        return model
+
+    def _sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+        return {**self.harness.config.sampling_args, **(sampling_args or {})}
+
+    async def _run_states(
+        self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
+    ) -> list[State]:
+        states = [State.for_task(task) for task in tasks]
+        for state in states:
+            state.runtime.client = client
+            state.runtime.model = model
+            state.runtime.sampling_args = dict(sampling_args)
+        return await self.harness.run_group(tasks, states)
+
+    async def run_group(
+        self,
+        group_inputs: Iterable[Mapping[str, Any] | Task],
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+    ) -> list[State]:
+        """Run one group (e.g. `[row] * 8` for 8 rollouts of a task) and score it together.
+
+        Returns the finalized states, each with `reward`, `advantage`, `metrics` and the
+        `trajectory` (token ids and logprobs per step when the server returns them):
+        what a training worker consumes.
+        """
+        tasks = [self.taskset.to_task(row) for row in group_inputs]
+        clients = await self._clients(client)
+        return await self._run_states(tasks, clients[0], self._model(model), self._sampling_args(sampling_args))
+
+    async def generate(
+        self,
+        inputs: Iterable[Mapping[str, Any] | Task],
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        *,
+        rollouts_per_example: int = 1,
+        max_concurrent: int = -1,
+        independent_scoring: bool = False,
+        max_retries: int = 0,
+        state_columns: Iterable[str] | None = None,
+        results: ResultsWriter | None = None,
+        keep_outputs: bool = True,
+        on_progress: ProgressCallback | None = None,
+    ) -> GenerateOutputs:
+        """Run `rollouts_per_example` rollouts of every input and return their outputs and metadata.
+
+        Inputs with the same `example_id` form one group (so `[row] * 4` is a group of four).
+
+        Args:
+            inputs: rows, tasks, or a `datasets.Dataset`.
+            client: a `ClientConfig` (its `endpoint_configs` are used round-robin, one group
+                each), a v1 `Client`, a list of either, or None for the harness's own.
+            model: the model name; the harness's when None.
+            sampling_args: merged over the harness's sampling args.
+            rollouts_per_example: rollouts per input row.
+            max_concurrent: the most rollouts in flight across groups (<= 0: no limit).
+            independent_scoring: score each rollout alone, as a group of one: group rewards
+                and metrics still run (on that one rollout) and every advantage is 0.
+            max_retries: attempts after the first for a group with a retryable error
+                (`RETRYABLE_ERRORS`); each output records its `attempts`.
+            state_columns: extra state fields to copy into each output.
+            results: where to stream outputs and metadata; rollouts it already holds
+                (a resumed run) are not run again and count in the aggregates.
+            keep_outputs: return the outputs (False keeps memory bounded by the rollouts in flight).
+            on_progress: called with each finished group's outputs and the running summary.
+        """
+        if rollouts_per_example < 1:
+            raise ConfigError(f"rollouts_per_example must be at least 1, got {rollouts_per_example}")
+        start = time.time()
+        columns = list(state_columns or [])
+        groups: dict[Any, list[Any]] = {}
+        for position, row in enumerate(inputs):
+            if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
+                row = {**row, "example_id": position}
+            task = self.taskset.to_task(row)
+            entry = groups.setdefault(task.get("example_id"), [task, 0])
+            entry[1] += rollouts_per_example
+        units: dict[Any, _Unit] = {}
+        for example_id, (task, count) in groups.items():
+            if independent_scoring:
+                units.update({(example_id, i): _Unit(task, [i]) for i in range(count)})
+            else:
+                units[example_id] = _Unit(task, list(range(count)))
+        clients = await self._clients(None if client is None else client)
+        model_name = self._model(model)
+        merged_args = self._sampling_args(sampling_args)
+        summary = EvalSummary(self.pass_threshold)
+        planned = {uid: unit.keys() for uid, unit in units.items()}
+        done = await asyncio.to_thread(results.load, planned, summary) if results is not None else set()
+        metadata: dict[str, Any] = {
+            "env_id": self.env_id,
+            "env_args": self.env_args,
+            "model": model_name,
+            "base_url": ",".join(_base_url(c) for c in clients),
+            "num_examples": len(groups),
+            "rollouts_per_example": rollouts_per_example,
+            "sampling_args": merged_args,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "time_ms": 0.0,
+            "independent_scoring": independent_scoring,
+            "max_retries": max_retries,
+            "scoring": self.scoring_plan(independent_scoring),
+            "version_info": await asyncio.to_thread(version_info, self.module),
+            "state_columns": columns,
+            "path_to_save": str(results.path) if results is not None else "",
+            "tools": self.tools(),
+        }
+        kept: list[RolloutOutput] = []
+        last_metadata_write = 0.0
+
+        def current_metadata() -> GenerateMetadata:
+            metadata["time_ms"] = (time.time() - start) * 1000
+            return GenerateMetadata(**{**metadata, **summary.metadata()})  # type: ignore[typeddict-item]
+
+        async def finished(outputs: list[RolloutOutput]) -> None:
+            nonlocal last_metadata_write
+            if results is not None:
+                await results.write(outputs)
+            for output in outputs:
+                summary.add(output)
+            if keep_outputs:
+                kept.extend(outputs)
+            if on_progress is not None:
+                on_progress(outputs, summary)
+            if results is not None and time.time() - last_metadata_write > 1.0:
+                last_metadata_write = time.time()
+                await results.write_metadata(current_metadata())
+
+        if results is not None:
+            await results.write_metadata(current_metadata())
+        if on_progress is not None:
+            on_progress([], summary)
+        limiter = RolloutLimiter(max_concurrent)
+        pending: set[asyncio.Task[None]] = set()
+        todo = [unit for uid, unit in units.items() if uid not in done]
+        try:
+            for position, unit in enumerate(todo):
+                slots = await limiter.acquire(len(unit.indices))
+                job = asyncio.create_task(
+                    self._run_unit(
+                        unit,
+                        clients[position % len(clients)],
+                        model_name,
+                        merged_args,
+                        max_retries,
+                        columns,
+                        slots,
+                        limiter,
+                        finished,
+                    )
+                )
+                pending.add(job)
+                job.add_done_callback(pending.discard)
+                failed = [t for t in list(pending) if t.done() and not t.cancelled() and t.exception()]
+                if failed:
+                    raise failed[0].exception()  # type: ignore[misc]
+            while pending:
+                await asyncio.gather(*list(pending))
+        except BaseException:
+            for job in pending:
+                job.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+        finally:
+            if results is not None:
+                await results.write_metadata(current_metadata())
+                await results.close()
+        if keep_outputs:
+            order = {example_id: position for position, example_id in enumerate(groups)}
+            kept.sort(key=lambda output: (order[output["example_id"]], output["rollout_index"]))
+        return GenerateOutputs(outputs=kept, metadata=current_metadata())
+
+    async def _run_unit(
+        self,
+        unit: _Unit,
+        client: Client[Any, Any, Any, Any],
+        model: str,
+        sampling_args: SamplingArgs,
+        max_retries: int,
+        state_columns: list[str],
+        slots: int,
+        limiter: RolloutLimiter,
+        finished: Callable[[list[RolloutOutput]], Any],
+    ) -> None:
+        try:
+            attempts = 0
+            while True:
+                attempts += 1
+                states = await self._run_states([unit.task] * len(unit.indices), client, model, sampling_args)
+                if attempts > max_retries or not any(is_retryable(state["error"]) for state in states):
+                    break
+                logger.info(
+                    "example %s: retrying its group (attempt %d of %d) after %s",
+                    unit.task.get("example_id"),
+                    attempts + 1,
+                    max_retries + 1,
+                    next(state["error"] for state in states if is_retryable(state["error"])),
+                )
+        finally:
+            await limiter.release(slots)
+        outputs = [
+            state_to_output(state, unit.task, index, attempts, state_columns) for state, index in zip(states, unit.indices)
+        ]
+        await finished(outputs)
+
+    async def evaluate(
+        self,
+        client: Any = None,
+        model: str | None = None,
+        num_examples: int = -1,
+        rollouts_per_example: int = 1,
+        max_concurrent: int = -1,
+        sampling_args: SamplingArgs | None = None,
+        **kwargs: Any,
+    ) -> GenerateOutputs:
+        """`generate` over the first `num_examples` evaluation rows (see `eval_rows`); kwargs go to `generate`."""
+        return await self.generate(
+            self.eval_rows(num_examples),
+            client,
+            model,
+            sampling_args,
+            rollouts_per_example=rollouts_per_example,
+            max_concurrent=max_concurrent,
+            **kwargs,
+        )
+
+    def generate_sync(self, *args: Any, **kwargs: Any) -> GenerateOutputs:
+        """`generate` from synchronous code (not from inside a running event loop)."""
+        return _run_sync(self.generate(*args, **kwargs))
+
+    def evaluate_sync(self, *args: Any, **kwargs: Any) -> GenerateOutputs:
+        """`evaluate` from synchronous code (not from inside a running event loop)."""
+        return _run_sync(self.evaluate(*args, **kwargs))
+
+    # -- description ----------------------------------------------------------------------
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The Python tools the harness's toolsets show by default, or None without any.
+
+        MCP tools are listed only once their server starts, so they are not included here.
+        """
+        tools = [
+            tool.model_dump(exclude_none=True)
+            for toolset in self.harness.all_toolsets
+            for tool in toolset.tools
+            if toolset.visible(tool.name)
+        ]
+        return tools or None
+
+    def scoring_plan(self, independent_scoring: bool = False) -> dict[str, Any]:
+        """What scores a rollout: per-rollout and group rewards/metrics, and how advantages are computed."""
+        handlers = self.harness.handlers
+        group = [h.name for kind in ("reward", "metric") for h in handlers.of(kind, group=True)]  # type: ignore[arg-type]
+        advantage = [h.name for h in handlers.of("advantage")]
+        plan: dict[str, Any] = {
+            "rollout": [h.name for kind in ("reward", "metric") for h in handlers.of(kind, group=False)],  # type: ignore[arg-type]
+            "group": group,
+            "advantage": advantage[0] if advantage else "reward - group mean",
+            "groups_of_one": independent_scoring,
+        }
+        if independent_scoring:
+            plan["note"] = (
+                "independent_scoring: each rollout is scored as a group of one; "
+                + (f"group functions {group} see only that rollout; " if group else "")
+                + "advantages are 0 unless an @advantage function says otherwise"
+            )
+        return plan
+
+
+def _run_sync(coroutine: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise ConfigError("generate_sync/evaluate_sync can't run inside an event loop; await generate/evaluate instead")
+
+
+__all__ = ["RETRYABLE_ERRORS", "Env", "RolloutLimiter", "is_retryable", "state_to_output", "version_info"]

@@ -1,0 +1,275 @@
+"""Loading an `Env`: from a Python module, or from a TOML file alone.
+
+A module defines an environment with a root loader, or with child loaders:
+
+    def load_environment(config: MyEnvConfig) -> vf.Env: ...          # root
+    def load_taskset(config: MyTasksetConfig) -> vf.Taskset: ...      # children: the annotations
+    def load_harness(config: MyHarnessConfig) -> vf.Harness: ...      # are the [env.taskset] /
+                                                                      # [env.harness] schemas
+
+A TOML file names a module (``[env] id = "..."``) or defines everything itself:
+sections ``[env.taskset]`` and ``[env.harness]`` with an optional ``loader``
+(a `Taskset`/`Harness` class or a loader function, by ``"module:object"`` ref),
+sources, handlers (``[[env.taskset.rewards]] fn = "..." weight = ...``) and
+``[env.taskset.scoring.NAME]`` overrides.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref
+from v1.env import Env
+from v1.errors import ConfigError
+from v1.harness import Harness
+from v1.lifecycle import LIST_KINDS
+from v1.taskset import Taskset
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENV_KEYS = ("id", "name", "pass_threshold", "taskset", "harness")
+TOP_LEVEL_KEYS = ("env", "eval")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as a dict. Raises `ConfigError` naming the file when it is missing or invalid."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def import_env_module(env_id: str) -> Any:
+    """The module of an environment id: ``name``, ``owner/name``, dashes for underscores, or ``tasksets.name``.
+
+    Raises:
+        ConfigError: no candidate module exists, or the module fails to import.
+    """
+    name = env_id.split("/")[-1]
+    candidates = list(dict.fromkeys([name, name.replace("-", "_"), f"tasksets.{name.replace('-', '_')}"]))
+    for candidate in candidates:
+        try:
+            return importlib.import_module(candidate)
+        except ModuleNotFoundError as exc:
+            if exc.name and (candidate == exc.name or candidate.startswith(exc.name + ".")):
+                continue
+            raise ConfigError(f"environment {env_id!r}: module {candidate!r} failed to import: {exc}") from exc
+        except Exception as exc:
+            raise ConfigError(
+                f"environment {env_id!r}: module {candidate!r} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
+    raise ConfigError(f"environment {env_id!r} not found: no module {' or '.join(repr(c) for c in candidates)}")
+
+
+def config_type_of(loader: Callable[..., Any], base: type[Config]) -> type[Config]:
+    """The `Config` subclass a loader's first parameter is annotated with (`base` without annotation)."""
+    try:
+        parameters = list(inspect.signature(loader).parameters.values())
+    except (TypeError, ValueError):
+        return base
+    if not parameters:
+        raise ConfigError(f"{_name(loader)} takes no config argument; define it as {_name(loader)}(config: {base.__name__})")
+    try:
+        hints = typing.get_type_hints(loader)
+    except Exception:
+        hints = {}
+    annotation = hints.get(parameters[0].name)
+    options = typing.get_args(annotation) if typing.get_args(annotation) else (annotation,)
+    for option in options:
+        if isinstance(option, type) and issubclass(option, base):
+            return option
+    if annotation is not None and annotation is not inspect.Parameter.empty:
+        raise ConfigError(
+            f"{_name(loader)}: its config parameter must be annotated with a {base.__name__} subclass, got {annotation!r}"
+        )
+    return base
+
+
+def _name(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def _build(target: Any, base: type[Config], product: type, data: Any, where: str, path: str) -> Any:
+    """A taskset or harness from a class (`cls(config=...)`) or a loader function (`fn(config)`)."""
+    if isinstance(data, Config) and isinstance(data, base):
+        data = data.model_dump(exclude_unset=True)
+    if isinstance(target, type) and issubclass(target, product):
+        config = target.config_type.from_section(data, where, path)  # type: ignore[attr-defined]
+        return target(config=config)  # type: ignore[call-arg]
+    if not callable(target):
+        raise ConfigError(f"{where}: field '{path}.loader': expected a {product.__name__} class or a loader function")
+    config = config_type_of(target, base).from_section(data, where, path)
+    built = target(config)
+    if not isinstance(built, product):
+        raise ConfigError(f"{where}: {_name(target)} returned {type(built).__name__}, expected a {product.__name__}")
+    return built
+
+
+def _section(data: Any, where: str, path: str) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if isinstance(data, Config):
+        return data.model_dump(exclude_unset=True)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: field '{path}': expected a table (mapping), got {type(data).__name__}")
+    return dict(data)
+
+
+def _check_refs(section: Mapping[str, Any], where: str, path: str) -> None:
+    """Import every `module:object` ref of a section now, so a bad one is reported with its full path."""
+
+    def check(value: Any, field: str) -> None:
+        if isinstance(value, str):
+            try:
+                import_ref(value, field)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+
+    for key in ("loader", "source", "eval_source"):
+        check(section.get(key), f"{path}.{key}")
+    for list_name in LIST_KINDS:
+        for index, entry in enumerate(section.get(list_name) or []):
+            check(entry.get("fn") if isinstance(entry, Mapping) else entry, f"{path}.{list_name}[{index}].fn")
+    program = section.get("program")
+    if isinstance(program, Mapping):
+        check(program.get("fn"), f"{path}.program.fn")
+    for index, toolset in enumerate(section.get("toolsets") or []):
+        if isinstance(toolset, Mapping):
+            for tool_index, tool in enumerate(toolset.get("tools") or []):
+                check(tool, f"{path}.toolsets[{index}].tools[{tool_index}]")
+
+
+def _located(exc: ConfigError, where: str) -> ConfigError:
+    message = str(exc)
+    for part in ("taskset", "harness"):
+        message = message.replace(f"field '{part}.", f"field 'env.{part}.")
+    return ConfigError(message if message.startswith(where) else f"{where}: {message}")
+
+
+def load_module_environment(module: Any, taskset: Any = None, harness: Any = None, where: str | None = None) -> Env:
+    """An `Env` from a module's `load_environment` (root) or `load_taskset`/`load_harness` (children)."""
+    where = where or module.__name__
+    root = getattr(module, "load_environment", None)
+    if root is not None:
+        config_type = config_type_of(root, EnvConfig)
+        config = config_type.from_section(
+            {"taskset": _section(taskset, where, "env.taskset"), "harness": _section(harness, where, "env.harness")}, where, "env"
+        )
+        env = root(config)
+        if not isinstance(env, Env):
+            raise ConfigError(f"{where}: {_name(root)} returned {type(env).__name__}, expected a v1.Env")
+    else:
+        load_taskset = getattr(module, "load_taskset", None)
+        if load_taskset is None:
+            raise ConfigError(f"{where}: module {module.__name__!r} defines neither load_environment nor load_taskset")
+        built_taskset = _build(
+            load_taskset, TasksetConfig, Taskset, _section(taskset, where, "env.taskset"), where, "env.taskset"
+        )
+        load_harness = getattr(module, "load_harness", Harness)
+        built_harness = _build(
+            load_harness, HarnessConfig, Harness, _section(harness, where, "env.harness"), where, "env.harness"
+        )
+        env = Env(built_taskset, built_harness)
+    env.module = module.__name__
+    return env
+
+
+def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = None) -> Env:
+    """An `Env` from the ``[env]`` section of a TOML file; `taskset`/`harness` mappings override its fields.
+
+    Raises:
+        ConfigError: one line naming the file, the field path and what was expected.
+    """
+    where = str(path)
+    document = read_toml(path)
+    unknown = sorted(set(document) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: field '{unknown[0]}': unknown section; a config file has [env] and optionally [eval]")
+    env_table = document.get("env")
+    if not isinstance(env_table, Mapping):
+        raise ConfigError(f'{where}: no [env] section; define [env.taskset] (and [env.harness]) or set [env] id = "module"')
+    unknown = sorted(set(env_table) - set(ENV_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: field 'env.{unknown[0]}': unknown field; expected one of {', '.join(ENV_KEYS)}")
+    taskset_data = {**_section(env_table.get("taskset"), where, "env.taskset"), **_section(taskset, where, "env.taskset")}
+    harness_data = {**_section(env_table.get("harness"), where, "env.harness"), **_section(harness, where, "env.harness")}
+    env_id, name = env_table.get("id"), env_table.get("name")
+    for field, value in (("id", env_id), ("name", name)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{where}: field 'env.{field}': expected a string, got {value!r}")
+    threshold = env_table.get("pass_threshold", 0.5)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ConfigError(f"{where}: field 'env.pass_threshold': expected a number, got {threshold!r}")
+    _check_refs(taskset_data, where, "env.taskset")
+    _check_refs(harness_data, where, "env.harness")
+    try:
+        if env_id is not None:
+            for part, data in (("taskset", taskset_data), ("harness", harness_data)):
+                if "loader" in data:
+                    raise ConfigError(f"field 'env.{part}.loader': not allowed with [env] id (the module's loaders are used)")
+            env = load_module_environment(import_env_module(env_id), taskset_data, harness_data, where)
+        else:
+            taskset_loader = import_ref(taskset_data.pop("loader"), "env.taskset.loader") if "loader" in taskset_data else Taskset
+            harness_loader = import_ref(harness_data.pop("loader"), "env.harness.loader") if "loader" in harness_data else Harness
+            built_taskset = _build(taskset_loader, TasksetConfig, Taskset, taskset_data, where, "env.taskset")
+            built_harness = _build(harness_loader, HarnessConfig, Harness, harness_data, where, "env.harness")
+            env = Env(built_taskset, built_harness)
+            env.module = _module_of(taskset_loader, built_taskset.config)
+    except ConfigError as exc:
+        raise _located(exc, where) from None
+    env.pass_threshold = float(threshold)
+    if name or env_id:
+        env.env_id = name or env_id.split("/")[-1]  # type: ignore[union-attr]
+    return env
+
+
+def _module_of(loader: Any, config: TasksetConfig) -> str | None:
+    if loader is not Taskset:
+        return getattr(loader, "__module__", None)
+    source = config.source
+    if isinstance(source, str) and ":" in source:
+        return source.split(":")[0]
+    return getattr(source, "__module__", None)
+
+
+def load_environment(env: str | Path, /, **overrides: Any) -> Env:
+    """Load an environment by module/id or from a TOML file.
+
+    Examples: ``load_environment("reverse_text")``, ``load_environment("configs/reverse_text.toml")``,
+    ``load_environment("my_pkg.my_env", harness={"max_turns": 3})``.
+
+    Args:
+        env: a module name or environment id (``name``, ``owner/name``), or a ``.toml`` path.
+        **overrides: ``taskset={...}`` and ``harness={...}``: fields that override the environment's.
+
+    Raises:
+        ConfigError: unknown id, bad file, or a field that does not validate.
+    """
+    unknown = sorted(set(overrides) - {"taskset", "harness"})
+    if unknown:
+        raise ConfigError(f"load_environment: unknown argument {unknown[0]!r}; pass taskset={{...}} and/or harness={{...}}")
+    if str(env).endswith(".toml") or isinstance(env, Path):
+        return load_toml_environment(env, overrides.get("taskset"), overrides.get("harness"))
+    return load_module_environment(import_env_module(str(env)), overrides.get("taskset"), overrides.get("harness"))
+
+
+__all__ = [
+    "config_type_of",
+    "import_env_module",
+    "load_environment",
+    "load_module_environment",
+    "load_toml_environment",
+    "read_toml",
+]
