@@ -344,7 +344,7 @@ async def test_random_object_is_a_config_error(value: Any) -> None:
         await resolve_client(value)
 
 
-@pytest.mark.parametrize("client_type", ["anthropic_messages", "openai_responses", "openai_completions"])
+@pytest.mark.parametrize("client_type", ["renderer", "nemorl_chat_completions"])
 async def test_unsupported_client_type(client_type: str) -> None:
     with pytest.raises(vf.NotSupportedError, match=f"client_type '{client_type}' is not supported yet"):
         await resolve_client(vf.ClientConfig(client_type=client_type))

@@ -160,8 +160,8 @@ async def test_unknown_rollout_is_404(mock: MockModelServer) -> None:
     [
         ("GET", "/"),
         ("POST", "/v1/chat/completions"),
-        ("POST", "/r/{rollout}/v1/completions"),
-        ("POST", "/r/{rollout}/v1/responses"),
+        ("POST", "/r/{rollout}/v1/embeddings"),
+        ("POST", "/r/{rollout}/v1/responses/compact"),
         ("GET", "/r/{rollout}/v1/chat/completions"),
         ("DELETE", "/r/{rollout}/v1/models"),
     ],

@@ -35,6 +35,25 @@ def describe_error(error: BaseException) -> str:
     return text
 
 
+def select_thinking(messages: Messages, *, preserve_all: bool, between_tool_calls: bool) -> Messages:
+    """The prompt with earlier turns' `reasoning_content` kept or dropped, per the `ClientConfig` flags.
+
+    `preserve_all` keeps every turn's reasoning; `between_tool_calls` keeps it on the
+    assistant turns after the last user message (an interleaved-thinking tool chain in
+    progress); neither drops it from every earlier turn.
+    """
+    if preserve_all or isinstance(messages, str) or not any("reasoning_content" in m for m in messages):
+        return messages
+    keep_from = len(messages)
+    if between_tool_calls:
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        keep_from = last_user + 1
+    return [
+        {k: v for k, v in m.items() if k != "reasoning_content"} if i < keep_from and "reasoning_content" in m else m
+        for i, m in enumerate(messages)
+    ]
+
+
 class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
     """Wraps one provider SDK client and translates to and from v1's types.
 
@@ -78,6 +97,12 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
             OverlongPromptError: the prompt does not fit the model's context.
             ModelError: any other failure, after retries (authentication errors surface unchanged).
         """
+        if self.config is not None:
+            prompt = select_thinking(
+                prompt,
+                preserve_all=self.config.preserve_all_thinking,
+                between_tool_calls=self.config.preserve_thinking_between_tool_calls,
+            )
         native_prompt, extra = self.to_native_prompt(prompt)
         native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
         try:
@@ -108,6 +133,16 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
             raise
         except Exception as exc:  # a malformed response (a tool call without `function`, say) is the upstream's fault
             raise InvalidModelResponseError(f"cannot read the model's response: {type(exc).__name__}: {exc}") from exc
+
+    def headers_from_state(self, state: Any) -> dict[str, str]:
+        """`ClientConfig.extra_headers_from_state`: header -> the state field's value (e.g. `X-Session-ID` from `example_id`)."""
+        if self.config is None or state is None:
+            return {}
+        return {
+            header: str(state.get(field))
+            for header, field in self.config.extra_headers_from_state.items()
+            if state.get(field) is not None
+        }
 
     def is_retryable(self, error: BaseException) -> bool:
         """Whether a failed call is worth repeating (connection errors, timeouts, 408/409/429/5xx)."""
@@ -151,4 +186,4 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """Close the SDK client, if this client created it."""
 
 
-__all__ = ["Client"]
+__all__ = ["Client", "describe_error", "select_thinking"]

@@ -114,7 +114,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     ) -> NativeResponse:
         known, extra_body = split_sampling_args(sampling_args)
         state = kwargs.get("state")
-        headers = self._headers_from_state(state) if state is not None else None
+        headers = self.headers_from_state(state)
         request: dict[str, Any] = {"model": model, "messages": prompt, **known}
         if tools:
             request["tools"] = tools
@@ -129,15 +129,6 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             return raw.http_response.json()  # type: ignore[no-any-return]
         result = await completions.create(**request)
         return result.model_dump() if hasattr(result, "model_dump") else dict(result)
-
-    def _headers_from_state(self, state: Any) -> dict[str, str]:
-        if self.config is None:
-            return {}
-        return {
-            header: str(state.get(field))
-            for header, field in self.config.extra_headers_from_state.items()
-            if state.get(field) is not None
-        }
 
     def is_retryable(self, error: BaseException) -> bool:
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):

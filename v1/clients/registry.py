@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import openai
 
 from v1.calling import is_async_callable
+from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.clients.openai_chat_completions_token import OpenAIChatCompletionsTokenClient
+from v1.clients.openai_completions import OpenAICompletionsClient
+from v1.clients.openai_responses import OpenAIResponsesClient
 from v1.config import ClientConfig
 from v1.errors import ConfigError, NotSupportedError
 from v1.loop_scope import loop_scope
 
 CLIENT_TYPES: dict[str, type[Client[Any, Any, Any, Any]]] = {
     "openai_chat_completions": OpenAIChatCompletionsClient,
+    "openai_chat_completions_token": OpenAIChatCompletionsTokenClient,
+    "openai_completions": OpenAICompletionsClient,
+    "openai_responses": OpenAIResponsesClient,
+    "anthropic_messages": AnthropicMessagesClient,
 }
 
 
@@ -42,8 +51,8 @@ async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:
 async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
     """A `Client` from a `ClientConfig` (shared per config), a `Client`, or an SDK client object.
 
-    An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`)
-    is wrapped once per object, so every rollout using it shares one wrapper.
+    An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`;
+    an `AsyncAnthropic`) is wrapped once per object, so every rollout using it shares one wrapper.
     """
     if isinstance(client, Client):
         return client
@@ -51,6 +60,8 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         return await shared_client(client)
     if isinstance(client, dict):
         return await shared_client(ClientConfig(client))
+    if isinstance(client, anthropic.AsyncAnthropic):
+        return await _wrap_once(client, AnthropicMessagesClient)
     create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
     if create is None:
         raise ConfigError(
@@ -58,13 +69,17 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         )
     if isinstance(client, openai.OpenAI) or not (is_async_callable(create) or isinstance(client, openai.AsyncOpenAI)):
         raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
+    return await _wrap_once(client, OpenAIChatCompletionsClient)
+
+
+async def _wrap_once(client: Any, cls: type[Client[Any, Any, Any, Any]]) -> Client[Any, Any, Any, Any]:
     scope = await loop_scope()
 
     async def wrap() -> tuple[Client[Any, Any, Any, Any], Any]:
         async def nothing_to_close() -> None:
             return None
 
-        return OpenAIChatCompletionsClient(client), nothing_to_close
+        return cls(client), nothing_to_close
 
     return await scope.get(("wrapped", id(client)), wrap)
 

@@ -4,32 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from v1.types import ChatMessage, Response, Tool
+from v1.interception.dialect import BadRequest, ChatRequest, EndpointRequest, check_tool_results, sse
+from v1.types import Response, Tool
+
+ROUTE = "/chat/completions"
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 CONTROL_FIELDS = frozenset({"model", "messages", "tools", "stream", "stream_options", "functions"})
-
-
-class BadRequest(Exception):
-    """A malformed request: answered with status 400 and an OpenAI-shaped error."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass
-class ChatRequest:
-    messages: list[ChatMessage]
-    tools: list[Tool] | None
-    sampling_args: dict[str, Any]
-    stream: bool = False
-    include_usage: bool = False
-    model: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_message(index: int, message: Any) -> None:
@@ -58,7 +41,7 @@ def _check_message(index: int, message: Any) -> None:
                 raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
 
 
-def _parse_tools(raw: Any) -> list[Tool] | None:
+def parse_tools(raw: Any) -> list[Tool] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -85,7 +68,7 @@ def _parse_tools(raw: Any) -> list[Tool] | None:
     return tools or None
 
 
-def parse_request(body: Any) -> ChatRequest:
+def parse_request(body: Any) -> EndpointRequest:
     """Validate a `/chat/completions` body; raises `BadRequest` naming the bad parameter."""
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
@@ -94,6 +77,7 @@ def parse_request(body: Any) -> ChatRequest:
         raise BadRequest("'messages' is required and must be a non-empty list", "messages")
     for index, message in enumerate(messages):
         _check_message(index, message)
+    check_tool_results(messages)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest("'model' must be a string", "model")
@@ -104,9 +88,9 @@ def parse_request(body: Any) -> ChatRequest:
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, Mapping):
         raise BadRequest("'stream_options' must be an object", "stream_options")
-    return ChatRequest(
+    return EndpointRequest(
         messages=list(messages),
-        tools=_parse_tools(body.get("tools")),
+        tools=parse_tools(body.get("tools")),
         sampling_args={k: v for k, v in body.items() if k not in CONTROL_FIELDS and k != "n"},
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
@@ -213,4 +197,32 @@ def render_chunks(response: Response, model: str, include_usage: bool) -> Iterat
         yield {**base, "choices": [], "usage": _usage(response)}
 
 
-__all__ = ["BadRequest", "ChatRequest", "parse_request", "render_chunks", "render_completion"]
+def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
+    """The non-streaming answer (the dialect interface every endpoint module offers)."""
+    return render_completion(response, model)
+
+
+def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
+    """The SSE byte frames of a streamed answer, ending with ``data: [DONE]``."""
+    for chunk in render_chunks(response, model, request.include_usage):
+        yield sse(chunk)
+    yield b"data: [DONE]\n\n"
+
+
+def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+__all__ = [
+    "ROUTE",
+    "BadRequest",
+    "ChatRequest",
+    "error_body",
+    "parse_request",
+    "parse_tools",
+    "render",
+    "render_chunks",
+    "render_completion",
+    "render_stream",
+]

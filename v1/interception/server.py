@@ -8,19 +8,24 @@ OpenAI-shaped error bodies. The port is bound once (port 0, read back).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
 import os
+import secrets
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import anthropic
 import openai
 from aiohttp import web
 
-from v1.errors import ModelError, OverlongPromptError, RolloutStopped
-from v1.interception import chat_completions
-from v1.interception.sdk import shared_async_http
+from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
+from v1.interception import chat_completions, completions, messages, responses
+from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results
+from v1.interception.sdk import shared_anthropic_async_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
 from v1.loop_scope import loop_scope
 
@@ -37,12 +42,31 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+DIALECTS: tuple[ModuleType, ...] = (chat_completions, completions, responses, messages)
+AUTH_ERRORS = (
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+    anthropic.AuthenticationError,
+    anthropic.PermissionDeniedError,
+)
+
+
 def error_response(
-    status: int, message: str, *, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    dialect: ModuleType = chat_completions,
 ) -> web.Response:
-    """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    """An error in the dialect's shape (OpenAI's ``{"error": {"message", "type", "param", "code"}}`` by default)."""
+    body = dialect.error_body(status, message, type_, code, param)
     return web.Response(status=status, text=_dumps(body), content_type="application/json")
+
+
+def _dialect_of(request: web.Request) -> ModuleType:
+    return messages if request.path.endswith("/v1/messages") else chat_completions
 
 
 class EndpointServer:
@@ -55,6 +79,7 @@ class EndpointServer:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._http_client: Any = None
+        self._anthropic_http_client: Any = None
 
     @property
     def url(self) -> str:
@@ -62,7 +87,8 @@ class EndpointServer:
 
     async def start(self) -> None:
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post("/r/{rollout}/v1/chat/completions", self._chat_completions)
+        for dialect in DIALECTS:
+            app.router.add_post(f"/r/{{rollout}}/v1{dialect.ROUTE}", self._handler(dialect))
         app.router.add_get("/r/{rollout}/v1/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._unknown_route)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -71,6 +97,7 @@ class EndpointServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._http_client = await shared_async_http()
+        self._anthropic_http_client = await shared_anthropic_async_http()
         logger.debug("interception endpoint listening on %s", self.url)
 
     async def close(self) -> None:
@@ -82,6 +109,7 @@ class EndpointServer:
     def open(self, state: State, stop_check: StopCheck | None = None) -> RolloutSession:
         """Register a rollout; its URL and key are on the returned session (and `state.runtime.session`)."""
         session = RolloutSession(state, self.url, self._http_client, stop_check)
+        session.anthropic_http_client = self._anthropic_http_client
         self.sessions[session.rollout_id] = session
         state.runtime.session = session
         return session
@@ -95,7 +123,7 @@ class EndpointServer:
 
     # -- request handling -----------------------------------------------------------------
 
-    def _authorize(self, request: web.Request) -> RolloutSession | web.Response:
+    def _authorize(self, request: web.Request, dialect: ModuleType = chat_completions) -> RolloutSession | web.Response:
         session = self.sessions.get(request.match_info["rollout"])
         if session is None:
             return error_response(
@@ -103,6 +131,7 @@ class EndpointServer:
                 "unknown rollout: it never existed or has already been cleaned up",
                 type_="not_found_error",
                 code="unknown_rollout",
+                dialect=dialect,
             )
         presented = request.headers.get("x-api-key")
         authorization = request.headers.get("Authorization", "")
@@ -110,11 +139,15 @@ class EndpointServer:
             presented = authorization[7:].strip()
         if not presented or not hmac.compare_digest(presented.encode(), session.api_key.encode()):
             return error_response(
-                401, "invalid or missing API key for this rollout", type_="authentication_error", code="invalid_api_key"
+                401,
+                "invalid or missing API key for this rollout",
+                type_="authentication_error",
+                code="invalid_api_key",
+                dialect=dialect,
             )
         return session
 
-    async def _read_json(self, request: web.Request) -> Any:
+    async def _read_json(self, request: web.Request, dialect: ModuleType = chat_completions) -> tuple[Any, bytes]:
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -122,68 +155,116 @@ class EndpointServer:
                 413,
                 f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)",
                 code="request_too_large",
-            )
+                dialect=dialect,
+            ), b""
         try:
-            return json.loads(raw)
+            return json.loads(raw), raw
         except ValueError as exc:
-            return error_response(400, f"request body is not valid JSON: {exc}", code="invalid_json")
+            return error_response(400, f"request body is not valid JSON: {exc}", code="invalid_json", dialect=dialect), raw
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        session = self._authorize(request)
-        if isinstance(session, web.Response):
-            return session
-        body = await self._read_json(request)
-        if isinstance(body, web.Response):
-            return body
-        try:
-            parsed = chat_completions.parse_request(body)
-        except chat_completions.BadRequest as exc:
-            return error_response(400, str(exc), param=exc.param)
-        return await self._guarded(
-            session,
-            lambda: self._answer_chat(request, session, parsed),
-        )
+    def _handler(self, dialect: ModuleType) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            session = self._authorize(request, dialect)
+            if isinstance(session, web.Response):
+                return session
+            body, raw = await self._read_json(request, dialect)
+            if isinstance(body, web.Response):
+                return body
+            try:
+                parsed = dialect.parse_request(body)
+                if dialect is responses:
+                    self._resolve_previous_response(session, parsed)
+            except BadRequest as exc:
+                return error_response(400, str(exc), param=exc.param, dialect=dialect)
+            idempotency_key = request.headers.get("Idempotency-Key")
+            if idempotency_key:
+                key, retry = b"idempotency:" + idempotency_key.encode(), True
+            else:
+                key = hashlib.blake2b(raw, digest_size=16).digest() + dialect.ROUTE.encode()
+                retry = request.headers.get("x-stainless-retry-count", "0") not in ("0", "")
+            return await self._guarded(session, lambda: self._answer(request, session, dialect, parsed, key, retry), dialect)
 
-    async def _answer_chat(
-        self, request: web.Request, session: RolloutSession, parsed: chat_completions.ChatRequest
+        return handle
+
+    @staticmethod
+    def _resolve_previous_response(session: RolloutSession, parsed: EndpointRequest) -> None:
+        previous = parsed.extra.get("previous_response_id")
+        if previous is not None:
+            history = session.response_history.get(previous)
+            if history is None:
+                raise BadRequest(f"previous_response_id {previous!r} is not a response of this rollout", "previous_response_id")
+            assert isinstance(parsed.messages, list)
+            parsed.messages = [*history, *parsed.messages]
+        assert isinstance(parsed.messages, list)
+        if not parsed.messages:
+            raise BadRequest("'input' is empty: there is nothing to answer", "input")
+        check_tool_results(parsed.messages, "input")
+
+    async def _answer(
+        self,
+        request: web.Request,
+        session: RolloutSession,
+        dialect: ModuleType,
+        parsed: EndpointRequest,
+        key: bytes,
+        retry: bool,
     ) -> web.StreamResponse:
-        response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args)
+        response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
         model = session.state.get_model()
+        if dialect is responses:
+            known = session.response_ids.get(id(response))
+            response_id = known[1] if known is not None else f"resp_{secrets.token_hex(12)}"
+            if known is None:
+                session.response_ids[id(response)] = (response, response_id)
+                assert isinstance(parsed.messages, list)
+                session.response_history[response_id] = [*parsed.messages, response.message.to_chat_message()]
+            parsed.extra["response_id"] = response_id
         if not parsed.stream:
-            return web.Response(text=_dumps(chat_completions.render_completion(response, model)), content_type="application/json")
+            return web.Response(text=_dumps(dialect.render(response, model, parsed)), content_type="application/json")
+        frames = list(dialect.render_stream(response, model, parsed))
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream.prepare(request)
         try:
-            for chunk in chat_completions.render_chunks(response, model, parsed.include_usage):
-                await stream.write(f"data: {_dumps(chunk)}\n\n".encode())
-            await stream.write(b"data: [DONE]\n\n")
+            for frame in frames:
+                await stream.write(frame)
             await stream.write_eof()
         except ConnectionError:  # the program went away mid-stream; the step is already recorded
             logger.debug("rollout %s closed its stream early", session.rollout_id)
         return stream
 
-    async def _guarded(self, session: RolloutSession, answer: Callable[[], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        """Turn every failure into an OpenAI-shaped error; the session has recorded it on the state."""
+    async def _guarded(
+        self, session: RolloutSession, answer: Callable[[], Awaitable[web.StreamResponse]], dialect: ModuleType = chat_completions
+    ) -> web.StreamResponse:
+        """Turn every failure into an error in the dialect's shape; the session has recorded it on the state."""
         try:
             return await answer()
         except RolloutStopped as exc:
-            return error_response(400, str(exc), code=exc.condition)
+            return error_response(400, str(exc), code=exc.condition, dialect=dialect)
         except OverlongPromptError as exc:
-            return error_response(400, str(exc), code="context_length_exceeded")
+            return error_response(400, str(exc), code="context_length_exceeded", dialect=dialect)
+        except (BadRequest, NotSupportedError) as exc:
+            return error_response(400, str(exc), code="unsupported_feature", param=getattr(exc, "param", None), dialect=dialect)
         except ModelError as exc:
-            return error_response(502, f"upstream model call failed: {exc}", type_="upstream_error", code="upstream_error")
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            return error_response(
+                502, f"upstream model call failed: {exc}", type_="upstream_error", code="upstream_error", dialect=dialect
+            )
+        except AUTH_ERRORS as exc:
             return error_response(
                 exc.status_code,
                 f"upstream rejected the credentials: {exc.message}",
                 type_="authentication_error",
                 code="upstream_auth",
+                dialect=dialect,
             )
         except Exception as exc:
             logger.exception("interception endpoint failed while answering rollout %s", session.rollout_id)
             session.state._record_error(exc, "endpoint")
             return error_response(
-                500, f"interception endpoint error: {type(exc).__name__}: {exc}", type_="server_error", code="endpoint_error"
+                500,
+                f"interception endpoint error: {type(exc).__name__}: {exc}",
+                type_="server_error",
+                code="endpoint_error",
+                dialect=dialect,
             )
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -198,7 +279,11 @@ class EndpointServer:
 
     async def _unknown_route(self, request: web.Request) -> web.Response:
         return error_response(
-            404, f"no such route: {request.method} {request.path}", type_="not_found_error", code="unknown_route"
+            404,
+            f"no such route: {request.method} {request.path}",
+            type_="not_found_error",
+            code="unknown_route",
+            dialect=_dialect_of(request),
         )
 
 

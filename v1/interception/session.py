@@ -8,12 +8,13 @@ through the state's own setters.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.errors import OverlongPromptError, RolloutStopped
+from v1.errors import NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.types import Messages, Response, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 
 if TYPE_CHECKING:
@@ -54,10 +55,15 @@ class RolloutSession:
         self.api_key = "v1-" + secrets.token_urlsafe(24)
         self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
         self.http_client = http_client
+        self.anthropic_http_client: Any = None
         self.stop_check = stop_check
         self.recording = True
         self.closed = False
         self.turns_started = 0
+        self.response_history: dict[str, list[dict[str, Any]]] = {}
+        self.response_ids: dict[int, tuple[Response, str]] = {}
+        self._in_flight: dict[bytes, asyncio.Future[Response]] = {}
+        self._last_answer: tuple[bytes, Response] | None = None
 
     def end_program_phase(self) -> None:
         """Later calls (updates, judges, cleanups) still reach the model but are not trajectory steps."""
@@ -78,13 +84,55 @@ class RolloutSession:
             raise RolloutStopped("max_turns_reached", f"rollout stopped: max_turns_reached ({max_turns} model calls allowed)")
         self.turns_started += 1
 
-    async def complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+    async def complete(
+        self,
+        prompt: Messages,
+        tools: list[Tool] | None,
+        requested: SamplingArgs,
+        dedupe_key: bytes | None = None,
+        retry: bool = False,
+    ) -> Response:
         """Forward one model call upstream and record it.
+
+        Every call with a `dedupe_key` (the endpoint passes a hash of the raw
+        request, or its `Idempotency-Key`) is remembered while in flight and
+        once answered. A `retry` (the SDK's `x-stainless-retry-count` > 0, or
+        a repeated `Idempotency-Key`) identical to the call in flight or to the
+        last answered one gets that same `Response` and records no new step:
+        an agent's own retry does not fork the trajectory. Identical calls that
+        are not retries (sampling the same prompt twice) are separate turns.
 
         Raises:
             RolloutStopped: the rollout already ended (turn limit, stop condition, error).
             OverlongPromptError, ModelError: the upstream call failed; recorded on the state first.
         """
+        if dedupe_key is None:
+            return await self._complete(prompt, tools, requested)
+        if retry:
+            pending = self._in_flight.get(dedupe_key)
+            if pending is not None:
+                return await asyncio.shield(pending)
+            last = self._last_answer
+            if last is not None and last[0] == dedupe_key:
+                return last[1]
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._in_flight[dedupe_key] = future
+        try:
+            response = await self._complete(prompt, tools, requested)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            else:
+                future.cancel()
+            raise
+        finally:
+            del self._in_flight[dedupe_key]
+        future.set_result(response)
+        self._last_answer = (dedupe_key, response)
+        return response
+
+    async def _complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
         state = self.state
         runtime = state.runtime
         recording = self.recording
@@ -100,6 +148,10 @@ class RolloutSession:
             if recording:
                 state._set_managed("is_truncated", True)
                 state.stop("prompt_too_long")
+            raise
+        except NotSupportedError:  # the call cannot be translated for this upstream: the program's request, answered with 400
+            if recording:
+                self.turns_started -= 1
             raise
         except Exception as exc:
             state._record_error(exc, "model" if recording else "model (after the program)")
