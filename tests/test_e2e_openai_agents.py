@@ -56,4 +56,5 @@ async def test_openai_agents_program_uses_a_tool_through_the_endpoint(upstream: 
     assert second["prompt"][-2]["reasoning_content"] == "add them"  # the reasoning item came back and survived
     assert second["prompt"][-1] == {"role": "tool", "tool_call_id": call["id"], "content": "3"}
     assert second["completion"] == [{"role": "assistant", "content": "The sum is 3."}]
-    assert [request.body.get("stream") for request in upstream.requests] == [None, None]  # upstream: plain chat calls
+    # a streamed run is relayed from a streamed upstream call, a plain one from a plain call
+    assert [request.body.get("stream") for request in upstream.requests] == [True if streamed else None] * 2

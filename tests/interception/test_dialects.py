@@ -293,3 +293,73 @@ async def test_token_client_uses_the_token_route(mock: MockModelServer) -> None:
     assert mock.requests[0].path == "/v1/chat/completions/tokens"
     assert mock.requests[0].body["logprobs"] is True
     assert response.message.tokens is not None
+
+
+# -- real streaming: relayed as the upstream generates, recorded before the terminal event --------------
+
+STREAMS = {
+    "/chat/completions": ({"messages": USER}, "[DONE]"),
+    "/completions": ({"prompt": "hello"}, "[DONE]"),
+    "/responses": ({"input": "hello"}, "response.completed"),
+    "/messages": ({"max_tokens": 50, "messages": USER}, "message_stop"),
+}
+
+
+async def read_stream(session: RolloutSession, state: vf.State, route: str, body: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every SSE line with the number of trajectory steps recorded when the program read it."""
+    headers = {"Authorization": f"Bearer {session.api_key}"}
+    seen: list[tuple[str, int]] = []
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream(
+            "POST", f"{session.base_url}{route}", headers=headers, json={"model": "m", **body, "stream": True}
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line:
+                seen.append((line, len(state["trajectory"])))
+    return seen
+
+
+@pytest.mark.parametrize("route", list(STREAMS))
+async def test_every_dialect_streams_incrementally_and_records_before_the_end(mock: MockModelServer, route: str) -> None:
+    mock.script(Reply.text("one two three four five", stream_delay=0.05))
+    _, state, session = await open_rollout(mock)
+    body, terminal = STREAMS[route]
+    seen = await read_stream(session, state, route, body)
+    words = [steps for line, steps in seen if '"one ' in line or '"two ' in line]
+    assert words and words[0] == 0  # relayed while the upstream was still generating
+    end = next(i for i, (line, _) in enumerate(seen) if terminal in line)
+    assert all(steps == 1 for _, steps in seen[end:])
+    assert state["trajectory"][0]["completion"][0]["content"] == "one two three four five"
+    assert mock.requests[0].body["stream"] is True
+
+
+@pytest.mark.parametrize(("route", "keepalive"), [("/chat/completions", ": keepalive"), ("/messages", "event: ping")])
+async def test_keepalives_while_the_upstream_is_silent(
+    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch, route: str, keepalive: str
+) -> None:
+    from v1.interception import server
+
+    monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
+    mock.script(Reply.text("late answer", delay=0.5))
+    _, state, session = await open_rollout(mock)
+    seen = await read_stream(session, state, route, STREAMS[route][0])
+    lines = [line for line, _ in seen]
+    assert keepalive in lines
+    assert state["trajectory"][0]["completion"][0]["content"] == "late answer"
+
+
+async def test_streamed_tokens_are_captured(mock: MockModelServer) -> None:
+    mock.script(Reply.text("four", completion_ids=[11, 12, 13], logprobs=[-0.5, -0.25, -0.125]))
+    _, state, _session = await open_rollout(mock, sampling_args={"logprobs": True, "return_token_ids": True})
+    client = state.get_client()
+    chunks = await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+    assert "".join([chunk.choices[0].delta.content or "" async for chunk in chunks if chunk.choices]) == "four"
+    tokens = state["trajectory"][0]["tokens"]
+    assert tokens["prompt_ids"] == mock_token_ids("user: hello")
+    assert tokens["completion_ids"] == [11, 12, 13]
+    assert tokens["completion_logprobs"] == [-0.5, -0.25, -0.125]
+    assert tokens["completion_mask"] == [1, 1, 1]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, ChatRequest, EndpointRequest, check_tool_results, sse
-from v1.types import Response, Tool
+from v1.interception.dialect import BadRequest, ChatRequest, EndpointRequest, check_tool_results, deltas_of, sse
+from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/chat/completions"
 
@@ -202,11 +203,65 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     return render_completion(response, model)
 
 
+class StreamWriter:
+    """Renders a streamed answer as `chat.completion.chunk` SSE frames, delta by delta."""
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.request = request
+        self.base = {
+            "id": response_id or f"chatcmpl-{secrets.token_hex(12)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        return sse(
+            {**self.base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}]}
+        )
+
+    def start(self) -> list[bytes]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.reasoning_content:
+            return [self._chunk({"reasoning_content": delta.reasoning_content})]
+        if delta.content:
+            return [self._chunk({"content": delta.content})]
+        if delta.tool_call_index is None:
+            return []
+        call: dict[str, Any] = {"index": delta.tool_call_index}
+        if delta.tool_call_id is not None:
+            call.update(id=delta.tool_call_id, type="function", function={"name": delta.tool_call_name or "", "arguments": ""})
+        else:
+            call["function"] = {"arguments": delta.tool_call_arguments or ""}
+        return [self._chunk({"tool_calls": [call]})]
+
+    def finish(self, response: Response) -> list[bytes]:
+        extra: dict[str, Any] = {}
+        tokens = response.message.tokens
+        if tokens is not None:
+            extra = {"token_ids": tokens.completion_ids, "logprobs": _logprobs(response)}
+        frames = [self._chunk({}, _finish_reason(response), **extra)]
+        if self.request.include_usage:
+            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
+
+
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """The SSE byte frames of a streamed answer, ending with ``data: [DONE]``."""
-    for chunk in render_chunks(response, model, request.include_usage):
-        yield sse(chunk)
-    yield b"data: [DONE]\n\n"
+    writer = StreamWriter(model, request, response.id or None)
+    writer.base["created"] = response.created
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
 
 
 def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
@@ -217,6 +272,7 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
 __all__ = [
     "ROUTE",
     "BadRequest",
+    "StreamWriter",
     "ChatRequest",
     "error_body",
     "parse_request",

@@ -7,13 +7,13 @@ The canonical prompt is the string itself (v1's "completion mode" `Messages`).
 
 from __future__ import annotations
 
-import re
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, sse
-from v1.types import Response
+from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, sse
+from v1.types import Response, ResponseDelta
 
 ROUTE = "/completions"
 CONTROL_FIELDS = frozenset({"model", "prompt", "stream", "stream_options", "n", "logprobs"})
@@ -120,21 +120,52 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     return body
 
 
+class StreamWriter:
+    """Renders a streamed answer as `text_completion` SSE chunks, delta by delta."""
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.request = request
+        self.base = {
+            "id": response_id or f"cmpl-{secrets.token_hex(12)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def _chunk(self, text: str, finish_reason: str | None = None) -> bytes:
+        return sse({**self.base, "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]})
+
+    def start(self) -> list[bytes]:
+        return []
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.tool_call_index is not None:
+            raise BadRequest("the model answered with tool calls, which the Completions API cannot carry", "tools")
+        return [self._chunk(delta.content)] if delta.content else []
+
+    def finish(self, response: Response) -> list[bytes]:
+        _check_translatable(response)
+        frames = [self._chunk("", _finish_reason(response))]
+        if self.request.include_usage:
+            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
+
+
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """`text_completion` chunks (one per word), then the finish reason, usage if asked, and ``[DONE]``."""
     _check_translatable(response)
-    base = {
-        "id": response.id or f"cmpl-{int(time.time() * 1000)}",
-        "object": "text_completion",
-        "created": response.created,
-        "model": model,
-    }
-    for piece in re.findall(r"\s*\S+\s*", response.message.content or ""):
-        yield sse({**base, "choices": [{"index": 0, "text": piece, "finish_reason": None, "logprobs": None}]})
-    yield sse({**base, "choices": [{"index": 0, "text": "", "finish_reason": _finish_reason(response), "logprobs": None}]})
-    if request.include_usage:
-        yield sse({**base, "choices": [], "usage": _usage(response)})
-    yield b"data: [DONE]\n\n"
+    writer = StreamWriter(model, request, response.id or None)
+    writer.base["created"] = response.created
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
 
 
 def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
@@ -142,4 +173,4 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-__all__ = ["ROUTE", "error_body", "parse_request", "render", "render_stream"]
+__all__ = ["ROUTE", "StreamWriter", "error_body", "parse_request", "render", "render_stream"]

@@ -9,11 +9,12 @@ names, and renders a `Response` back, whole or as its own stream of events.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from v1.types import Messages, Tool
+from v1.types import Messages, Response, ResponseDelta, Tool
 
 
 class BadRequest(Exception):
@@ -64,6 +65,18 @@ def check_tool_results(messages: list[dict[str, Any]], where: str = "messages") 
             )
 
 
+def deltas_of(response: Response) -> Iterator[ResponseDelta]:
+    """A complete `Response` as the deltas a stream of it would carry (text word by word)."""
+    message = response.message
+    if message.reasoning_content:
+        yield ResponseDelta(reasoning_content=message.reasoning_content)
+    for piece in re.findall(r"\s*\S+\s*", message.content or "") or ([message.content] if message.content else []):
+        yield ResponseDelta(content=piece)
+    for index, call in enumerate(message.tool_calls or ()):
+        yield ResponseDelta(tool_call_index=index, tool_call_id=call.id, tool_call_name=call.name)
+        yield ResponseDelta(tool_call_index=index, tool_call_arguments=call.arguments)
+
+
 def image_part(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
@@ -77,4 +90,4 @@ def arguments_object(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-__all__ = ["BadRequest", "ChatRequest", "EndpointRequest", "check_tool_results", "dumps", "sse"]
+__all__ = ["BadRequest", "ChatRequest", "EndpointRequest", "check_tool_results", "deltas_of", "dumps", "sse"]

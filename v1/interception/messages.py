@@ -12,12 +12,21 @@ pass through unchanged (`top_k`, `thinking`, ...).
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, arguments_object, check_tool_results, image_part, sse
-from v1.types import Response, Tool
+from v1.interception.dialect import (
+    BadRequest,
+    EndpointRequest,
+    arguments_object,
+    check_tool_results,
+    deltas_of,
+    image_part,
+    sse,
+)
+from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/messages"
 CONTROL_FIELDS = frozenset({"model", "messages", "system", "tools", "stream", "stop_sequences", "tool_choice", "metadata"})
@@ -222,36 +231,98 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     }
 
 
+class StreamWriter:
+    """Renders a streamed answer as Anthropic's typed events, opening and closing content blocks as deltas change kind."""
+
+    keepalive = sse({"type": "ping"}, "ping")
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.model = model
+        self.request = request
+        self.id = response_id or f"msg_{secrets.token_hex(12)}"
+        self.index = -1
+        self.open: tuple[str, int | None] | None = None
+
+    def start(self) -> list[bytes]:
+        message = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [sse({"type": "message_start", "message": message}, "message_start")]
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        frames = []
+        if self.open[0] == "thinking":
+            signature = {"type": "signature_delta", "signature": ""}
+            frames.append(sse({"type": "content_block_delta", "index": self.index, "delta": signature}, "content_block_delta"))
+        frames.append(sse({"type": "content_block_stop", "index": self.index}, "content_block_stop"))
+        self.open = None
+        return frames
+
+    def _switch(self, kind: str, call: int | None, block: dict[str, Any]) -> list[bytes]:
+        if self.open == (kind, call):
+            return []
+        frames = self._close()
+        self.index += 1
+        self.open = (kind, call)
+        frames.append(sse({"type": "content_block_start", "index": self.index, "content_block": block}, "content_block_start"))
+        return frames
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse({"type": "content_block_delta", "index": self.index, "delta": delta}, "content_block_delta")
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.reasoning_content:
+            frames = self._switch("thinking", None, {"type": "thinking", "thinking": "", "signature": ""})
+            return [*frames, self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content})]
+        if delta.content:
+            frames = self._switch("text", None, {"type": "text", "text": ""})
+            return [*frames, self._delta({"type": "text_delta", "text": delta.content})]
+        if delta.tool_call_index is None:
+            return []
+        if delta.tool_call_id is not None:
+            block = {"type": "tool_use", "id": delta.tool_call_id, "name": delta.tool_call_name or "", "input": {}}
+            frames = self._switch("tool_use", delta.tool_call_index, block)
+        else:
+            frames = []
+        if delta.tool_call_arguments:
+            frames.append(self._delta({"type": "input_json_delta", "partial_json": delta.tool_call_arguments}))
+        return frames
+
+    def finish(self, response: Response) -> list[bytes]:
+        usage = _usage(response)
+        return [
+            *self._close(),
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": _stop_reason(response), "stop_sequence": None},
+                    "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(error_body(status, message, type_, code, None), "error")]
+
+
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """Anthropic's typed stream: message_start, content blocks (start/delta/stop), message_delta, message_stop."""
-    message = render(response, model, request)
-    usage = message["usage"]
-    start = {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}
-    yield sse({"type": "message_start", "message": start}, "message_start")
-    for index, block in enumerate(message["content"]):
-        kind = block["type"]
-        if kind == "thinking":
-            empty: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]}, {"type": "signature_delta", "signature": ""}]
-        elif kind == "text":
-            empty = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": block["text"]}]
-        else:
-            empty = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        yield sse({"type": "content_block_start", "index": index, "content_block": empty}, "content_block_start")
-        for delta in deltas:
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
-    yield sse(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": usage["output_tokens"]},
-        },
-        "message_delta",
-    )
-    yield sse({"type": "message_stop"}, "message_stop")
+    writer = StreamWriter(model, request, response.id or None)
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
 
 
 ERROR_TYPES = {
@@ -269,4 +340,4 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-__all__ = ["ROUTE", "content_blocks", "error_body", "parse_request", "render", "render_stream"]
+__all__ = ["ROUTE", "StreamWriter", "content_blocks", "error_body", "parse_request", "render", "render_stream"]

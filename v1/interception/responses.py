@@ -17,12 +17,13 @@ for OpenAI's servers and are not forwarded.
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, image_part, sse
-from v1.types import Response, Tool
+from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of, image_part, sse
+from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/responses"
 NOT_FORWARDED = frozenset(
@@ -299,50 +300,132 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     }
 
 
+class StreamWriter:
+    """Renders a streamed answer as typed Responses events, opening and closing output items as deltas change kind.
+
+    Item ids follow `output_items` (`rs_<id>`, `msg_<id>`, `fc_<call id>`), so the
+    items streamed are exactly those in the final `response.completed`.
+    """
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.model = model
+        self.request = request
+        self.id = response_id or str(request.extra.get("response_id") or f"resp_{secrets.token_hex(12)}")
+        self.request.extra["response_id"] = self.id
+        self.numbers = itertools.count()
+        self.index = -1
+        self.open: dict[str, Any] | None = None
+        self.text: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        return sse({"type": kind, "sequence_number": next(self.numbers), **fields}, kind)
+
+    def start(self) -> list[bytes]:
+        pending = {
+            "id": self.id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": self.model,
+            "status": "in_progress",
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "previous_response_id": self.request.extra.get("previous_response_id"),
+            "usage": None,
+        }
+        return [self._event("response.created", response=pending), self._event("response.in_progress", response=pending)]
+
+    def _close(self) -> list[bytes]:
+        item = self.open
+        if item is None:
+            return []
+        text = "".join(self.text)
+        at = {"item_id": item["id"], "output_index": self.index}
+        frames = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            frames.append(self._event("response.output_text.done", **at, content_index=0, text=text, logprobs=[]))
+            frames.append(self._event("response.content_part.done", **at, content_index=0, part=part))
+            item = {**item, "status": "completed", "content": [part]}
+        elif item["type"] == "reasoning":
+            frames.append(self._event("response.reasoning_text.done", **at, content_index=0, text=text))
+            item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+        else:
+            frames.append(self._event("response.function_call_arguments.done", **at, name=item["name"], arguments=text))
+            item = {**item, "arguments": text, "status": "completed"}
+        frames.append(self._event("response.output_item.done", output_index=self.index, item=item))
+        self.open = None
+        self.text = []
+        return frames
+
+    def _switch(self, item: dict[str, Any]) -> list[bytes]:
+        if self.open is not None and self.open["id"] == item["id"]:
+            return []
+        frames = self._close()
+        self.index += 1
+        self.open = item
+        frames.append(self._event("response.output_item.added", output_index=self.index, item=item))
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            frames.append(
+                self._event(
+                    "response.content_part.added", item_id=item["id"], output_index=self.index, content_index=0, part=part
+                )
+            )
+        return frames
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.reasoning_content:
+            frames = self._switch({"type": "reasoning", "id": f"rs_{self.id}", "summary": [], "content": []})
+            self.text.append(delta.reasoning_content)
+            at = {"item_id": f"rs_{self.id}", "output_index": self.index, "content_index": 0}
+            return [*frames, self._event("response.reasoning_text.delta", **at, delta=delta.reasoning_content)]
+        if delta.content:
+            item = {"type": "message", "id": f"msg_{self.id}", "role": "assistant", "status": "in_progress", "content": []}
+            frames = self._switch(item)
+            self.text.append(delta.content)
+            at = {"item_id": item["id"], "output_index": self.index, "content_index": 0}
+            return [*frames, self._event("response.output_text.delta", **at, delta=delta.content, logprobs=[])]
+        if delta.tool_call_index is None:
+            return []
+        frames = []
+        if delta.tool_call_id is not None:
+            item = {
+                "type": "function_call",
+                "id": f"fc_{delta.tool_call_id}",
+                "call_id": delta.tool_call_id,
+                "name": delta.tool_call_name or "",
+                "arguments": "",
+                "status": "in_progress",
+            }
+            frames = self._switch(item)
+        if delta.tool_call_arguments and self.open is not None:
+            self.text.append(delta.tool_call_arguments)
+            at = {"item_id": self.open["id"], "output_index": self.index}
+            frames.append(self._event("response.function_call_arguments.delta", **at, delta=delta.tool_call_arguments))
+        return frames
+
+    def finish(self, response: Response) -> list[bytes]:
+        frames = self._close()
+        final = render(response, self.model, self.request)
+        terminal = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        frames.append(self._event(terminal, response=final))
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [self._event("error", code=code, message=message, param=None)]
+
+
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """Typed Responses events: created, each output item (added, deltas, done), completed."""
-    final = render(response, model, request)
-    numbers = itertools.count()
-
-    def event(kind: str, **fields: Any) -> bytes:
-        return sse({"type": kind, "sequence_number": next(numbers), **fields}, kind)
-
-    pending = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
-    yield event("response.created", response=pending)
-    yield event("response.in_progress", response=pending)
-    for index, item in enumerate(final["output"]):
-        kind = item["type"]
-        if kind == "message":
-            part = item["content"][0]
-            text = part["text"]
-            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
-            empty = {**part, "text": ""}
-            yield event("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=empty)
-            yield event(
-                "response.output_text.delta", item_id=item["id"], output_index=index, content_index=0, delta=text, logprobs=[]
-            )
-            yield event(
-                "response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text, logprobs=[]
-            )
-            yield event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)
-        elif kind == "function_call":
-            yield event("response.output_item.added", output_index=index, item={**item, "arguments": "", "status": "in_progress"})
-            yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=item["arguments"])
-            yield event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            )
-        else:
-            text = item["content"][0]["text"]
-            yield event("response.output_item.added", output_index=index, item={**item, "content": []})
-            yield event("response.reasoning_text.delta", item_id=item["id"], output_index=index, content_index=0, delta=text)
-            yield event("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0, text=text)
-        yield event("response.output_item.done", output_index=index, item=item)
-    terminal = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    yield event(terminal, response=final)
+    writer = StreamWriter(model, request, _response_id(response, request))
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
 
 
 def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
@@ -350,4 +433,14 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-__all__ = ["ROUTE", "check_history", "error_body", "input_messages", "output_items", "parse_request", "render", "render_stream"]
+__all__ = [
+    "ROUTE",
+    "StreamWriter",
+    "check_history",
+    "error_body",
+    "input_messages",
+    "output_items",
+    "parse_request",
+    "render",
+    "render_stream",
+]

@@ -8,6 +8,7 @@ OpenAI-shaped error bodies. The port is bound once (port 0, read back).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -24,10 +25,11 @@ from aiohttp import web
 
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import chat_completions, completions, messages, responses
-from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results
+from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of
 from v1.interception.sdk import shared_anthropic_async_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
 from v1.loop_scope import loop_scope
+from v1.types import Response
 
 if TYPE_CHECKING:
     from v1.state import State
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_BODY_ENV = "V1_ENDPOINT_MAX_BODY_BYTES"
+KEEPALIVE_S = 10.0
+"""Seconds of upstream silence after which a streaming answer gets a keepalive event."""
 
 
 def _dumps(value: Any) -> str:
@@ -209,28 +213,134 @@ class EndpointServer:
         key: bytes,
         retry: bool,
     ) -> web.StreamResponse:
+        if parsed.stream:
+            return await self._answer_stream(request, session, dialect, parsed, key, retry)
         response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
-        model = session.state.get_model()
         if dialect is responses:
-            known = session.response_ids.get(id(response))
-            response_id = known[1] if known is not None else f"resp_{secrets.token_hex(12)}"
-            if known is None:
-                session.response_ids[id(response)] = (response, response_id)
-                assert isinstance(parsed.messages, list)
-                session.response_history[response_id] = [*parsed.messages, response.message.to_chat_message()]
-            parsed.extra["response_id"] = response_id
-        if not parsed.stream:
-            return web.Response(text=_dumps(dialect.render(response, model, parsed)), content_type="application/json")
-        frames = list(dialect.render_stream(response, model, parsed))
+            parsed.extra["response_id"] = self._remember_response(session, parsed, response)
+        body = dialect.render(response, session.state.get_model(), parsed)
+        return web.Response(text=_dumps(body), content_type="application/json")
+
+    @staticmethod
+    def _remember_response(
+        session: RolloutSession, parsed: EndpointRequest, response: Response, response_id: str | None = None
+    ) -> str:
+        """The Responses id of `response` (the same for a deduplicated retry); its conversation kept for `previous_response_id`."""
+        known = session.response_ids.get(id(response))
+        if known is not None:
+            return known[1]
+        response_id = response_id or f"resp_{secrets.token_hex(12)}"
+        session.response_ids[id(response)] = (response, response_id)
+        assert isinstance(parsed.messages, list)
+        session.response_history[response_id] = [*parsed.messages, response.message.to_chat_message()]
+        return response_id
+
+    async def _answer_stream(
+        self,
+        request: web.Request,
+        session: RolloutSession,
+        dialect: ModuleType,
+        parsed: EndpointRequest,
+        key: bytes,
+        retry: bool,
+    ) -> web.StreamResponse:
+        """Relay the upstream's deltas as the dialect's events as they arrive.
+
+        Failures before the first delta are ordinary error responses; later ones
+        become the dialect's in-stream error event. While the upstream is silent
+        for `KEEPALIVE_S`, a keepalive (SSE comment; Anthropic `ping`) keeps the
+        connection alive. The step is recorded before the terminal event is written.
+        """
+        items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry).__aiter__()
+        stream: web.StreamResponse | None = None
+        writer: Any = None
+        model = session.state.get_model()
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                pending = asyncio.ensure_future(items.__anext__())
+                while not (await asyncio.wait({pending}, timeout=KEEPALIVE_S))[0]:
+                    if stream is None:
+                        stream, writer = await self._open_stream(request, session, dialect, parsed, model, None)
+                    await stream.write(writer.keepalive)
+                try:
+                    item = pending.result()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    pending = None
+                if stream is None:
+                    stream, writer = await self._open_stream(request, session, dialect, parsed, model, item)
+                if isinstance(item, Response):
+                    if dialect is responses:
+                        self._remember_response(session, parsed, item, writer.id)
+                    deltas = [] if writer.streamed else list(deltas_of(item))
+                    for delta in deltas:
+                        for frame in writer.delta(delta):
+                            await stream.write(frame)
+                    for frame in writer.finish(item):
+                        await stream.write(frame)
+                else:
+                    writer.streamed = True
+                    for frame in writer.delta(item):
+                        await stream.write(frame)
+            await stream.write_eof()
+        except ConnectionError:  # the program went away mid-stream
+            logger.debug("rollout %s closed its stream early", session.rollout_id)
+        except Exception as exc:
+            if stream is None:
+                raise
+            status, message, type_, code = self._describe_failure(session, exc)
+            try:
+                for frame in writer.error(status, message, type_, code):
+                    await stream.write(frame)
+                await stream.write_eof()
+            except ConnectionError:
+                pass
+        finally:
+            if pending is not None:
+                pending.cancel()
+            await items.aclose()
+        assert stream is not None
+        return stream
+
+    async def _open_stream(
+        self,
+        request: web.Request,
+        session: RolloutSession,
+        dialect: ModuleType,
+        parsed: EndpointRequest,
+        model: str,
+        first: Any,
+    ) -> tuple[web.StreamResponse, Any]:
+        response_id = None
+        if isinstance(first, Response):
+            known = session.response_ids.get(id(first))
+            response_id = known[1] if known is not None else None
+        writer = dialect.StreamWriter(model, parsed, response_id)
+        writer.streamed = False
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream.prepare(request)
-        try:
-            for frame in frames:
-                await stream.write(frame)
-            await stream.write_eof()
-        except ConnectionError:  # the program went away mid-stream; the step is already recorded
-            logger.debug("rollout %s closed its stream early", session.rollout_id)
-        return stream
+        for frame in writer.start():
+            await stream.write(frame)
+        return stream, writer
+
+    @staticmethod
+    def _describe_failure(session: RolloutSession, exc: BaseException) -> tuple[int, str, str, str | None]:
+        """Status, message, type and code for a failure (the same mapping as `_guarded`)."""
+        if isinstance(exc, RolloutStopped):
+            return 400, str(exc), "invalid_request_error", exc.condition
+        if isinstance(exc, OverlongPromptError):
+            return 400, str(exc), "invalid_request_error", "context_length_exceeded"
+        if isinstance(exc, (BadRequest, NotSupportedError)):
+            return 400, str(exc), "invalid_request_error", "unsupported_feature"
+        if isinstance(exc, ModelError):
+            return 502, f"upstream model call failed: {exc}", "upstream_error", "upstream_error"
+        if isinstance(exc, AUTH_ERRORS):
+            return exc.status_code, f"upstream rejected the credentials: {exc.message}", "authentication_error", "upstream_auth"
+        logger.error("interception endpoint failed while streaming rollout %s", session.rollout_id, exc_info=exc)
+        session.state._record_error(exc, "endpoint")
+        return 500, f"interception endpoint error: {type(exc).__name__}: {exc}", "server_error", "endpoint_error"
 
     async def _guarded(
         self, session: RolloutSession, answer: Callable[[], Awaitable[web.StreamResponse]], dialect: ModuleType = chat_completions

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.errors import NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.types import Messages, Response, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
+from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
+from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 
 if TYPE_CHECKING:
+    from v1.clients.base import Client
     from v1.state import State
 
 StopCheck = Callable[["State"], Awaitable[str | None]]
@@ -132,34 +133,95 @@ class RolloutSession:
         self._last_answer = (dedupe_key, response)
         return response
 
-    async def _complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
-        state = self.state
-        runtime = state.runtime
+    async def _begin(self, requested: SamplingArgs) -> tuple[Client, SamplingArgs, bool]:
         recording = self.recording
         if recording:
             await self._admit()
-        client = runtime.client
+        client = self.state.runtime.client
         assert client is not None, "a rollout session needs an upstream client"
-        sampling_args = merge_sampling_args(requested, runtime.sampling_args)
-        start = time.time()
-        try:
-            response = await client.get_response(prompt, state.get_model(), sampling_args, tools=tools, state=state)
-        except OverlongPromptError:
+        return client, merge_sampling_args(requested, self.state.runtime.sampling_args), recording
+
+    def _failed(self, error: Exception, recording: bool) -> None:
+        state = self.state
+        if isinstance(error, OverlongPromptError):
             if recording:
                 state._set_managed("is_truncated", True)
                 state.stop("prompt_too_long")
-            raise
-        except NotSupportedError:  # the call cannot be translated for this upstream: the program's request, answered with 400
+        elif isinstance(error, NotSupportedError):  # the call cannot be translated for this upstream: a 400 for the program
             if recording:
                 self.turns_started -= 1
-            raise
+        else:
+            state._record_error(error, "model" if recording else "model (after the program)")
+
+    async def _complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+        client, sampling_args, recording = await self._begin(requested)
+        state = self.state
+        start = time.time()
+        try:
+            response = await client.get_response(prompt, state.get_model(), sampling_args, tools=tools, state=state)
         except Exception as exc:
-            state._record_error(exc, "model" if recording else "model (after the program)")
+            self._failed(exc, recording)
             raise
-        end = time.time()
         if recording:
-            self._record(prompt, response, start, end)
+            self._record(prompt, response, start, time.time())
         return response
+
+    async def stream(
+        self,
+        prompt: Messages,
+        tools: list[Tool] | None,
+        requested: SamplingArgs,
+        dedupe_key: bytes | None = None,
+        retry: bool = False,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Like `complete`, relaying the upstream's deltas as they arrive; the `Response` comes last.
+
+        The step is recorded before the `Response` is yielded, so it is on the
+        trajectory before the program sees the stream's terminal event.
+        """
+        if dedupe_key is not None and retry:
+            pending = self._in_flight.get(dedupe_key)
+            if pending is not None:
+                yield await asyncio.shield(pending)
+                return
+            last = self._last_answer
+            if last is not None and last[0] == dedupe_key:
+                yield last[1]
+                return
+        client, sampling_args, recording = await self._begin(requested)
+        future: asyncio.Future[Response] | None = None
+        if dedupe_key is not None:
+            future = self._in_flight[dedupe_key] = asyncio.get_running_loop().create_future()
+        state = self.state
+        start = time.time()
+        response: Response | None = None
+        try:
+            async for item in client.stream_response(prompt, state.get_model(), sampling_args, tools=tools, state=state):
+                if isinstance(item, Response):
+                    response = item
+                else:
+                    yield item
+            if response is None:
+                raise ModelError("the upstream stream ended without a response")
+        except Exception as exc:
+            self._failed(exc, recording)
+            if future is not None:
+                future.set_exception(exc)
+                future.exception()
+            raise
+        except BaseException:
+            if future is not None:
+                future.cancel()
+            raise
+        finally:
+            if dedupe_key is not None:
+                self._in_flight.pop(dedupe_key, None)
+        if recording:
+            self._record(prompt, response, start, time.time())
+        if future is not None and dedupe_key is not None:
+            future.set_result(response)
+            self._last_answer = (dedupe_key, response)
+        yield response
 
     def _record(self, prompt: Messages, response: Response, start: float, end: float) -> None:
         state = self.state

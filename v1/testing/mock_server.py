@@ -122,6 +122,8 @@ class Reply:
     error: str | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    stream_delay: float = 0.0
+    """Seconds between streamed chunks (a slow generation, for streaming tests)."""
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -290,7 +292,8 @@ class MockModelServer:
             return self._error(reply, chat_dialect)
         completion = self._completion(received, reply)
         if body.get("stream"):
-            return await self._stream(request, completion, bool((body.get("stream_options") or {}).get("include_usage")))
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, completion, include_usage, reply.stream_delay)
         return web.json_response(completion)
 
     @staticmethod
@@ -336,6 +339,8 @@ class MockModelServer:
         await stream.prepare(request)
         for frame in dialect.render_stream(response, body.get("model") or self.model, parsed):
             await stream.write(frame)
+            if reply.stream_delay:
+                await asyncio.sleep(reply.stream_delay)
         await stream.write_eof()
         return stream
 
@@ -421,18 +426,25 @@ class MockModelServer:
             choice["token_ids"] = completion_ids
         return completion
 
-    async def _stream(self, request: web.Request, completion: dict[str, Any], include_usage: bool) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, completion: dict[str, Any], include_usage: bool, delay: float = 0.0
+    ) -> web.StreamResponse:
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await stream.prepare(request)
         base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
         choice = completion["choices"][0]
         message = choice["message"]
 
-        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
-            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        async def send(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
+            if "prompt_token_ids" in extra:
+                chunk["prompt_token_ids"] = chunk["choices"][0].pop("prompt_token_ids")
             await stream.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if delay:
+                await asyncio.sleep(delay)
 
-        await send({"role": "assistant", "content": ""})
+        first = {"prompt_token_ids": completion["prompt_token_ids"]} if "prompt_token_ids" in completion else {}
+        await send({"role": "assistant", "content": ""}, **first)
         if message.get("reasoning_content"):
             await send({"reasoning_content": message["reasoning_content"]})
         for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or (
@@ -452,7 +464,8 @@ class MockModelServer:
                     ]
                 }
             )
-        await send({}, choice["finish_reason"])
+        last = {k: choice[k] for k in ("token_ids", "logprobs") if choice.get(k) is not None}
+        await send({}, choice["finish_reason"], **last)
         if include_usage:
             await stream.write(f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode())
         await stream.write(b"data: [DONE]\n\n")
