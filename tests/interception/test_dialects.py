@@ -363,3 +363,63 @@ async def test_streamed_tokens_are_captured(mock: MockModelServer) -> None:
     assert tokens["completion_ids"] == [11, 12, 13]
     assert tokens["completion_logprobs"] == [-0.5, -0.25, -0.125]
     assert tokens["completion_mask"] == [1, 1, 1]
+
+
+# -- sampling args: the harness wins, per dialect field names; limits ---------------------------------
+
+SAMPLING_REQUESTS = {
+    "/chat/completions": {"messages": USER, "temperature": 0.9, "top_p": 0.5, "max_tokens": 100},
+    "/responses": {"input": "hello", "temperature": 0.9, "top_p": 0.5, "max_output_tokens": 100},
+    "/messages": {"messages": USER, "temperature": 0.9, "top_p": 0.5, "max_tokens": 100},
+}
+UPSTREAM_MAX_TOKENS = {
+    "openai_chat_completions": "max_tokens",
+    "openai_responses": "max_output_tokens",
+    "anthropic_messages": "max_tokens",
+}
+
+
+@pytest.mark.parametrize("client_type", list(UPSTREAM_MAX_TOKENS))
+@pytest.mark.parametrize("route", list(SAMPLING_REQUESTS))
+async def test_harness_sampling_args_win_in_every_dialect(mock: MockModelServer, route: str, client_type: str) -> None:
+    _, _state, session = await open_rollout(mock, client_type, sampling_args={"temperature": 0.1, "max_tokens": 7})
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{session.base_url}{route}",
+            headers={"x-api-key": session.api_key},
+            json={"model": "m", **SAMPLING_REQUESTS[route]},
+        )
+    assert response.status_code == 200, response.text
+    (upstream,) = mock.requests
+    assert upstream.body["temperature"] == 0.1  # the harness's value
+    assert upstream.body["top_p"] == 0.5  # the program's, where the harness sets nothing
+    assert upstream.body[UPSTREAM_MAX_TOKENS[client_type]] == 7
+
+
+async def test_max_total_completion_tokens_caps_and_then_stops(mock: MockModelServer) -> None:
+    mock.script("a b c", "d e f", "never")
+    _, state, _session = await open_rollout(mock, sampling_args={"max_total_completion_tokens": 5})
+    client = state.get_client()
+    await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    assert caught.value.code == "max_total_completion_tokens_reached"
+    assert [r.body["max_tokens"] for r in mock.requests] == [5, 2]
+    assert all("max_total_completion_tokens" not in r.body for r in mock.requests)
+    assert state["stop_condition"] == "max_total_completion_tokens_reached"
+    assert len(state["trajectory"]) == 2
+
+
+async def test_max_seq_len_stops_a_rollout_whose_context_is_full(mock: MockModelServer) -> None:
+    mock.script("a b c d e f g h", "never")
+    _, state, _session = await open_rollout(mock, sampling_args={"max_seq_len": 10})
+    client = state.get_client()
+    await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    assert caught.value.code == "context_length_exceeded"
+    assert "fills max_seq_len (10)" in caught.value.message
+    assert state["stop_condition"] == "prompt_too_long"
+    assert state["is_truncated"] is True
+    assert len(mock.requests) == 1 and "max_seq_len" not in mock.requests[0].body

@@ -65,6 +65,7 @@ class RolloutSession:
         self.response_ids: dict[int, tuple[Response, str]] = {}
         self._in_flight: dict[bytes, asyncio.Future[Response]] = {}
         self._last_answer: tuple[bytes, Response] | None = None
+        self._max_seq_len: int | None = None
 
     def end_program_phase(self) -> None:
         """Later calls (updates, judges, cleanups) still reach the model but are not trajectory steps."""
@@ -139,7 +140,52 @@ class RolloutSession:
             await self._admit()
         client = self.state.runtime.client
         assert client is not None, "a rollout session needs an upstream client"
-        return client, merge_sampling_args(requested, self.state.runtime.sampling_args), recording
+        sampling_args = merge_sampling_args(requested, self.state.runtime.sampling_args)
+        if "max_seq_len" in sampling_args or "max_total_completion_tokens" in sampling_args:
+            self._apply_limits(sampling_args, recording)
+        return client, sampling_args, recording
+
+    def _apply_limits(self, sampling_args: SamplingArgs, recording: bool) -> None:
+        """`max_seq_len` and `max_total_completion_tokens` (set in the harness's sampling args).
+
+        They are limits, not sampling args: removed from what goes upstream. Reached
+        before a call, the rollout stops (`prompt_too_long` /
+        `max_total_completion_tokens_reached`); otherwise `max_tokens` is capped to
+        what is left of both budgets.
+        """
+        harness = self.state.runtime.sampling_args
+        max_seq_len = harness.get("max_seq_len")
+        max_total = harness.get("max_total_completion_tokens")
+        sampling_args.pop("max_seq_len", None)
+        sampling_args.pop("max_total_completion_tokens", None)
+        self._max_seq_len = int(max_seq_len) if max_seq_len else None
+        if not recording:
+            return
+        state = self.state
+        usages = [step["response"].get("usage") or {} for step in state["trajectory"]]
+        caps = []
+        if max_total:
+            used = sum(int(usage.get("completion_tokens") or 0) for usage in usages)
+            if used >= int(max_total):
+                state.stop("max_total_completion_tokens_reached")
+                raise RolloutStopped(
+                    "max_total_completion_tokens_reached",
+                    f"rollout stopped: max_total_completion_tokens_reached ({used} of {max_total} completion tokens used)",
+                )
+            caps.append(int(max_total) - used)
+        if self._max_seq_len and usages:
+            context = int(usages[-1].get("prompt_tokens") or 0) + int(usages[-1].get("completion_tokens") or 0)
+            if context >= self._max_seq_len:
+                state._set_managed("is_truncated", True)
+                state.stop("prompt_too_long")
+                raise OverlongPromptError(f"the context ({context} tokens) already fills max_seq_len ({self._max_seq_len})")
+            caps.append(self._max_seq_len - context)
+        if caps:
+            keys = [key for key in ("max_tokens", "max_completion_tokens") if sampling_args.get(key) is not None] or [
+                "max_tokens"
+            ]
+            for key in keys:
+                sampling_args[key] = min([*caps, sampling_args.get(key) or min(caps)])
 
     def _failed(self, error: Exception, recording: bool) -> None:
         state = self.state
@@ -226,11 +272,19 @@ class RolloutSession:
     def _record(self, prompt: Messages, response: Response, start: float, end: float) -> None:
         state = self.state
         truncated = bool(response.message.is_truncated)
+        tokens = step_tokens(response)
+        usage = response.usage
+        overlong = bool(self._max_seq_len and usage is not None and usage.prompt_tokens >= self._max_seq_len)
+        if overlong:
+            truncated = True
+            if tokens is not None:
+                tokens["overlong_prompt"] = True
+                tokens["is_truncated"] = True
         step = TrajectoryStep(
             prompt=prompt,
             completion=[response.message.to_chat_message()],
             response=response.model_dump(mode="json"),
-            tokens=step_tokens(response),
+            tokens=tokens,
             reward=None,
             advantage=None,
             is_truncated=truncated,
@@ -241,6 +295,8 @@ class RolloutSession:
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
         if truncated:
             state._set_managed("is_truncated", True)
+        if overlong:
+            state.stop("prompt_too_long")
 
 
 __all__ = ["RolloutSession", "merge_sampling_args"]
