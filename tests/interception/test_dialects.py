@@ -423,3 +423,23 @@ async def test_max_seq_len_stops_a_rollout_whose_context_is_full(mock: MockModel
     assert state["stop_condition"] == "prompt_too_long"
     assert state["is_truncated"] is True
     assert len(mock.requests) == 1 and "max_seq_len" not in mock.requests[0].body
+
+
+async def test_a_program_leaving_mid_stream_is_not_an_error(mock: MockModelServer) -> None:
+    mock.script(Reply.text("one two three four five six", stream_delay=0.1), "next")
+    _, state, session = await open_rollout(mock)
+    headers = {"Authorization": f"Bearer {session.api_key}"}
+    async with (
+        httpx.AsyncClient() as http,
+        http.stream(
+            "POST", f"{session.base_url}/responses", headers=headers, json={"model": "m", "input": "x", "stream": True}
+        ) as response,
+    ):
+        async for line in response.aiter_lines():
+            if "output_text.delta" in line:
+                break  # leave while the upstream is still generating
+    await asyncio.sleep(0.3)
+    assert state["error"] is None
+    answer = await state.get_client("responses").responses.create(model="m", input="again")
+    assert answer.output_text == "next"
+    assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["next"]

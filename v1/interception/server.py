@@ -9,6 +9,7 @@ OpenAI-shaped error bodies. The port is bound once (port 0, read back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -298,8 +299,10 @@ class EndpointServer:
             except ConnectionError:
                 pass
         finally:
-            if pending is not None:
+            if pending is not None:  # the program left (or we failed) while waiting for the upstream
                 pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
             await items.aclose()
         assert stream is not None
         return stream
