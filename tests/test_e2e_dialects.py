@@ -8,6 +8,7 @@ the recorded trajectory is the same canonical content in every cell.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -159,12 +160,14 @@ PROGRAMS = {
 }
 
 
-async def run_cell(upstream: MockModelServer, dialect: str, client_type: str, stream: bool) -> tuple[vf.State, list[Any]]:
+async def run_cell(upstream: MockModelServer, dialect: Any, client_type: str, stream: bool) -> tuple[vf.State, list[Any]]:
+    """Run one program (a dialect's name in `PROGRAMS`, or the program function) against `client_type`."""
+    run = PROGRAMS[dialect] if isinstance(dialect, str) else dialect
     answers: list[Any] = []
 
     async def program(task: vf.Task, state: vf.State) -> None:
         try:
-            answers.append(await PROGRAMS[dialect](state, stream))
+            answers.append(await run(state, stream))
         except (openai.APIStatusError, anthropic.APIStatusError) as exc:
             answers.append(exc)
 
@@ -221,3 +224,67 @@ async def test_chat_messages_to_a_completions_upstream_are_a_clear_400(
     assert error.status_code == 400
     assert "cannot be sent to an openai_completions upstream" in str(error)
     assert state["trajectory"] == []
+
+
+async def plain_chat(state: vf.State, stream: bool) -> str:
+    client: openai.AsyncOpenAI = state.get_client("chat_completions")
+    if stream:
+        chunks = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": QUESTION}], stream=True)
+        return "".join([chunk.choices[0].delta.content or "" async for chunk in chunks if chunk.choices])
+    completion = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": QUESTION}])
+    return completion.choices[0].message.content or ""
+
+
+async def plain_responses(state: vf.State, stream: bool) -> str:
+    client: openai.AsyncOpenAI = state.get_client("responses")
+    if stream:
+        async with client.responses.stream(model="any", input=QUESTION) as events:
+            return (await events.get_final_response()).output_text
+    return (await client.responses.create(model="any", input=QUESTION)).output_text
+
+
+async def plain_messages(state: vf.State, stream: bool) -> str:
+    client: anthropic.AsyncAnthropic = state.get_client("messages")
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    if stream:
+        async with client.messages.stream(model="any", max_tokens=64, messages=messages) as events:
+            return await events.get_final_text()
+    message = await client.messages.create(model="any", max_tokens=64, messages=messages)
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("client_type", UPSTREAMS[:4])
+@pytest.mark.parametrize("dialect", CHAT_DIALECTS)
+async def test_chat_dialects_without_tools(upstream: MockModelServer, dialect: str, client_type: str, stream: bool) -> None:
+    program = {"chat_completions": plain_chat, "responses": plain_responses, "messages": plain_messages}[dialect]
+    state, answers = await run_cell(upstream, program, client_type, stream)
+    assert answers == [f"echo: {QUESTION}"]
+    (step,) = state["trajectory"]
+    assert step["prompt"] == [{"role": "user", "content": QUESTION}]
+    assert step["completion"] == [{"role": "assistant", "content": f"echo: {QUESTION}"}]
+    assert upstream.requests[-1].tools == []
+
+
+def test_sync_sdk_clients_for_every_dialect(upstream: MockModelServer) -> None:
+    def program(task: vf.Task, state: vf.State) -> None:
+        oa = state.get_client("chat_completions", sync=True)
+        state["answers"] = [
+            oa.chat.completions.create(model="x", messages=[{"role": "user", "content": "a"}]).choices[0].message.content
+        ]
+        state["answers"].append(oa.completions.create(model="x", prompt="b").choices[0].text)
+        state["answers"].append(state.get_client("responses", sync=True).responses.create(model="x", input="c").output_text)
+        an = state.get_client("messages", sync=True)
+        message = an.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": "d"}])
+        state["answers"].append(message.content[0].text)
+
+    config = vf.ClientConfig(api_base_url=upstream.url, max_retries=0)
+    state = asyncio.run(vf.Harness(program=program, client=config, model="m").run({"prompt": "x"}))
+    assert state["error"] is None
+    assert state["answers"] == ["echo: a", "echo: b", "echo: c", "echo: d"]
+    assert [step["prompt"] for step in state["trajectory"]] == [
+        [{"role": "user", "content": "a"}],
+        "b",
+        [{"role": "user", "content": "c"}],
+        [{"role": "user", "content": "d"}],
+    ]

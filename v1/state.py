@@ -248,7 +248,10 @@ class State(dict):  # type: ignore[type-arg]
 
             if kind == "anthropic":
                 self.runtime.sdk_clients[key] = anthropic_client(
-                    session.base_url.removesuffix("/v1"), session.api_key, sync=sync, http_client=session.anthropic_http_client
+                    session.base_url.removesuffix("/v1"),
+                    session.api_key,
+                    sync=sync,
+                    http_client=None if sync or session.server is None else session.server.anthropic_http_client(),
                 )
             else:
                 self.runtime.sdk_clients[key] = openai_client(

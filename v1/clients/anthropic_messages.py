@@ -11,13 +11,11 @@ harness set it. `api_base_url` may end in ``/v1`` (the SDK adds ``/v1/messages``
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import time
-from typing import Any
-
-import anthropic
-from anthropic.resources.messages import AsyncMessages
+from typing import TYPE_CHECKING, Any
 
 from v1.clients.base import Client, describe_error
 from v1.clients.credentials import resolve_api_key
@@ -26,7 +24,18 @@ from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError, OverlongPromptError
 from v1.types import ChatMessage, Messages, Response, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
 
-CREATE_PARAMS = frozenset(inspect.signature(AsyncMessages.create).parameters) - {"self", "extra_body"}
+if TYPE_CHECKING:
+    import anthropic
+
+
+@functools.cache
+def create_params() -> frozenset[str]:
+    """The keyword arguments of the SDK's `messages.create` (anthropic is imported on first use: it is large)."""
+    from anthropic.resources.messages import AsyncMessages
+
+    return frozenset(inspect.signature(AsyncMessages.create).parameters) - {"self", "extra_body"}
+
+
 DEFAULT_MAX_TOKENS = 4096
 STOP_REASONS = {
     "end_turn": "stop",
@@ -134,19 +143,22 @@ def anthropic_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
     if "reasoning_effort" in args:
         raise NotSupportedError("reasoning_effort cannot be sent to an anthropic_messages upstream; set 'thinking' instead")
     nested = args.pop("extra_body", None)
-    out.update({k: v for k, v in args.items() if k in CREATE_PARAMS})
-    extra = {k: v for k, v in args.items() if k not in CREATE_PARAMS}
+    known = create_params()
+    out.update({k: v for k, v in args.items() if k in known})
+    extra = {k: v for k, v in args.items() if k not in known}
     if isinstance(nested, dict):
         extra = {**nested, **extra}
     return out, extra
 
 
-class AnthropicMessagesClient(Client[anthropic.AsyncAnthropic, list[NativeMessage], NativeResponse, dict[str, Any]]):
+class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, dict[str, Any]]):
     """Messages over the official `anthropic` SDK. Accepts an `AsyncAnthropic` or a `ClientConfig`."""
 
     client_type = "anthropic_messages"
 
     def setup_client(self, config: ClientConfig) -> anthropic.AsyncAnthropic:
+        import anthropic
+
         base_url = config.api_base_url.rstrip("/").removesuffix("/v1")
         from v1.clients.http import http_library
 
@@ -195,6 +207,8 @@ class AnthropicMessagesClient(Client[anthropic.AsyncAnthropic, list[NativeMessag
         return raw.http_response.json()  # type: ignore[no-any-return]
 
     def is_retryable(self, error: BaseException) -> bool:
+        import anthropic
+
         if isinstance(error, (anthropic.APIConnectionError, anthropic.APITimeoutError)):
             return True
         if isinstance(error, anthropic.APIStatusError):
@@ -202,9 +216,13 @@ class AnthropicMessagesClient(Client[anthropic.AsyncAnthropic, list[NativeMessag
         return False
 
     def is_auth_error(self, error: BaseException) -> bool:
+        import anthropic
+
         return isinstance(error, (anthropic.AuthenticationError, anthropic.PermissionDeniedError))
 
     def translate_error(self, error: BaseException) -> Error:
+        import anthropic
+
         if isinstance(error, anthropic.BadRequestError) and any(m in str(error).lower() for m in OVERLONG_MARKERS):
             return OverlongPromptError(f"prompt too long for the model: {error}")
         return ModelError(describe_error(error))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anthropic
 import openai
 
 from v1.calling import is_async_callable
@@ -109,7 +109,8 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         return await shared_client(client)
     if isinstance(client, dict):
         return await shared_client(ClientConfig(client))
-    if isinstance(client, anthropic.AsyncAnthropic):
+    anthropic = sys.modules.get("anthropic")  # an AsyncAnthropic passed in means anthropic is imported
+    if anthropic is not None and isinstance(client, anthropic.AsyncAnthropic):
         return await _wrap_once(client, AnthropicMessagesClient)
     create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
     if create is None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from openai import AsyncOpenAI, OpenAI
 
 from v1.clients.http import async_client_class, async_http_client, sync_http_client
+
+if TYPE_CHECKING:
+    import anthropic
 
 _sdk_get_platform: Callable[[], Any] | None
 try:
@@ -109,23 +111,19 @@ def _anthropic_pool_options() -> dict[str, Any]:
     }
 
 
-async def shared_anthropic_async_http() -> Any:
-    """The running loop's pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class)."""
-    from v1.loop_scope import loop_scope
+def anthropic_async_http() -> Any:
+    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op)."""
+    import anthropic
 
-    scope = await loop_scope()
-
-    async def create() -> tuple[Any, Any]:
-        http = _shared(anthropic.DefaultAsyncHttpxClient, "aclose")(**_anthropic_pool_options())
-        return http, http.really_close
-
-    return await scope.get("endpoint-anthropic-http", create)
+    return _shared(anthropic.DefaultAsyncHttpxClient, "aclose")(**_anthropic_pool_options())
 
 
 def _anthropic_shared_sync_http() -> Any:
     global _anthropic_sync_http
     with _sync_lock:
         if _anthropic_sync_http is None:
+            import anthropic
+
             _anthropic_sync_http = _shared(anthropic.DefaultHttpxClient, "close")(**_anthropic_pool_options())
         return _anthropic_sync_http
 
@@ -137,9 +135,11 @@ def anthropic_client(
 
     `max_retries=0` for the same reason as `openai_client`. The key goes in `x-api-key`.
     """
+    import anthropic
+
     if sync:
         return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, http_client=_anthropic_shared_sync_http())
     return anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
 
 
-__all__ = ["anthropic_client", "openai_client", "shared_anthropic_async_http", "shared_async_http"]
+__all__ = ["anthropic_client", "openai_client", "anthropic_async_http", "shared_async_http"]

@@ -16,18 +16,18 @@ import json
 import logging
 import os
 import secrets
+import sys
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import anthropic
 import openai
 from aiohttp import web
 
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import chat_completions, completions, messages, responses
 from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of
-from v1.interception.sdk import shared_anthropic_async_http, shared_async_http
+from v1.interception.sdk import anthropic_async_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
 from v1.loop_scope import loop_scope
 from v1.types import Response
@@ -48,12 +48,15 @@ def _dumps(value: Any) -> str:
 
 
 DIALECTS: tuple[ModuleType, ...] = (chat_completions, completions, responses, messages)
-AUTH_ERRORS = (
-    openai.AuthenticationError,
-    openai.PermissionDeniedError,
-    anthropic.AuthenticationError,
-    anthropic.PermissionDeniedError,
-)
+OPENAI_AUTH_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError)
+
+
+def auth_errors() -> tuple[type[Exception], ...]:
+    """Upstream credential errors of the SDKs in use (anthropic's only once it was imported: it costs ~40 MiB)."""
+    anthropic = sys.modules.get("anthropic")
+    if anthropic is None:
+        return OPENAI_AUTH_ERRORS
+    return (*OPENAI_AUTH_ERRORS, anthropic.AuthenticationError, anthropic.PermissionDeniedError)
 
 
 def error_response(
@@ -102,10 +105,18 @@ class EndpointServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._http_client = await shared_async_http()
-        self._anthropic_http_client = await shared_anthropic_async_http()
         logger.debug("interception endpoint listening on %s", self.url)
 
+    def anthropic_http_client(self) -> Any:
+        """The pool for `AsyncAnthropic` clients of this server's rollouts, created on first use."""
+        if self._anthropic_http_client is None:
+            self._anthropic_http_client = anthropic_async_http()
+        return self._anthropic_http_client
+
     async def close(self) -> None:
+        if self._anthropic_http_client is not None:
+            await self._anthropic_http_client.really_close()
+            self._anthropic_http_client = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -114,7 +125,7 @@ class EndpointServer:
     def open(self, state: State, stop_check: StopCheck | None = None) -> RolloutSession:
         """Register a rollout; its URL and key are on the returned session (and `state.runtime.session`)."""
         session = RolloutSession(state, self.url, self._http_client, stop_check)
-        session.anthropic_http_client = self._anthropic_http_client
+        session.server = self
         self.sessions[session.rollout_id] = session
         state.runtime.session = session
         return session
@@ -339,7 +350,7 @@ class EndpointServer:
             return 400, str(exc), "invalid_request_error", "unsupported_feature"
         if isinstance(exc, ModelError):
             return 502, f"upstream model call failed: {exc}", "upstream_error", "upstream_error"
-        if isinstance(exc, AUTH_ERRORS):
+        if isinstance(exc, auth_errors()):
             return exc.status_code, f"upstream rejected the credentials: {exc.message}", "authentication_error", "upstream_auth"
         logger.error("interception endpoint failed while streaming rollout %s", session.rollout_id, exc_info=exc)
         session.state._record_error(exc, "endpoint")
@@ -361,7 +372,7 @@ class EndpointServer:
             return error_response(
                 502, f"upstream model call failed: {exc}", type_="upstream_error", code="upstream_error", dialect=dialect
             )
-        except AUTH_ERRORS as exc:
+        except auth_errors() as exc:
             return error_response(
                 exc.status_code,
                 f"upstream rejected the credentials: {exc.message}",

@@ -56,7 +56,7 @@ class RolloutSession:
         self.api_key = "v1-" + secrets.token_urlsafe(24)
         self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
         self.http_client = http_client
-        self.anthropic_http_client: Any = None
+        self.server: Any = None
         self.stop_check = stop_check
         self.recording = True
         self.closed = False
