@@ -323,10 +323,13 @@ async def read_stream(session: RolloutSession, state: vf.State, route: str, body
     return seen
 
 
+@pytest.mark.parametrize("client_type", ["openai_chat_completions", "openai_responses", "anthropic_messages"])
 @pytest.mark.parametrize("route", list(STREAMS))
-async def test_every_dialect_streams_incrementally_and_records_before_the_end(mock: MockModelServer, route: str) -> None:
+async def test_every_dialect_streams_incrementally_and_records_before_the_end(
+    mock: MockModelServer, route: str, client_type: str
+) -> None:
     mock.script(Reply.text("one two three four five", stream_delay=0.05))
-    _, state, session = await open_rollout(mock)
+    _, state, session = await open_rollout(mock, client_type)
     body, terminal = STREAMS[route]
     seen = await read_stream(session, state, route, body)
     words = [steps for line, steps in seen if '"one ' in line or '"two ' in line]

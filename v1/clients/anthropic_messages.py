@@ -15,6 +15,7 @@ import functools
 import inspect
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from v1.clients.base import Client, describe_error
@@ -22,7 +23,7 @@ from v1.clients.credentials import resolve_api_key
 from v1.clients.openai_chat_completions import OVERLONG_MARKERS
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError, OverlongPromptError
-from v1.types import ChatMessage, Messages, Response, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
+from v1.types import ChatMessage, Messages, Response, ResponseDelta, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
 
 if TYPE_CHECKING:
     import anthropic
@@ -192,6 +193,68 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
         tools: list[dict[str, Any]] | None,
         **kwargs: Any,
     ) -> NativeResponse:
+        request = self._request(prompt, model, sampling_args, tools, **kwargs)
+        raw = await self.client.messages.with_raw_response.create(**request)
+        return raw.http_response.json()  # type: ignore[no-any-return]
+
+    async def stream_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Stream from the upstream, yielding deltas as events arrive, then the `Response` (retries cover opening only)."""
+        native_prompt, extra, native_tools = self.prepare(prompt, tools)
+        request = self._request(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+        events = await self.call_with_retries(lambda: self.client.messages.create(**request, stream=True))
+        message: dict[str, Any] = {"content": []}
+        calls = 0
+        try:
+            async for event in events:
+                kind = event.type
+                if kind == "message_start":
+                    message = {**event.message.model_dump(), "content": []}
+                elif kind == "content_block_start":
+                    block = event.content_block.model_dump()
+                    if block["type"] == "tool_use":
+                        block["input"] = ""
+                        yield ResponseDelta(tool_call_index=calls, tool_call_id=block["id"], tool_call_name=block["name"])
+                        calls += 1
+                    message["content"].append(block)
+                elif kind == "content_block_delta":
+                    block, delta = message["content"][-1], event.delta
+                    if delta.type == "text_delta":
+                        block["text"] = block.get("text", "") + delta.text
+                        yield ResponseDelta(content=delta.text)
+                    elif delta.type == "thinking_delta":
+                        block["thinking"] = block.get("thinking", "") + delta.thinking
+                        yield ResponseDelta(reasoning_content=delta.thinking)
+                    elif delta.type == "input_json_delta":
+                        block["input"] += delta.partial_json
+                        yield ResponseDelta(tool_call_index=calls - 1, tool_call_arguments=delta.partial_json)
+                elif kind == "message_delta":
+                    message["stop_reason"] = event.delta.stop_reason
+                    usage = event.usage.model_dump(exclude_none=True)
+                    message["usage"] = {**(message.get("usage") or {}), **usage}
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        for block in message["content"]:
+            if block["type"] == "tool_use":
+                block["input"] = json.loads(block["input"] or "{}")
+        yield self.to_response(message)
+
+    def _request(
+        self,
+        prompt: list[NativeMessage],
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[dict[str, Any]] | None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         known, extra_body = anthropic_sampling_args(sampling_args)
         request: dict[str, Any] = {"model": model, "messages": prompt, **known}
         if kwargs.get("system"):
@@ -203,8 +266,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
         headers = self.headers_from_state(kwargs.get("state"))
         if headers:
             request["extra_headers"] = headers
-        raw = await self.client.messages.with_raw_response.create(**request)
-        return raw.http_response.json()  # type: ignore[no-any-return]
+        return request
 
     def is_retryable(self, error: BaseException) -> bool:
         import anthropic

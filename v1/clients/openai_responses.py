@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from openai import AsyncOpenAI
 from openai.resources.responses import AsyncResponses
 
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
-from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
-from v1.types import ChatMessage, Messages, Response, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
+from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError
+from v1.types import ChatMessage, Messages, Response, ResponseDelta, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
 
 CREATE_PARAMS = frozenset(inspect.signature(AsyncResponses.create).parameters) - {"self", "extra_body"}
 
@@ -140,21 +141,66 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
     async def get_native_response(
         self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, **kwargs: Any
     ) -> NativeResponse:
-        known, extra_body = responses_sampling_args(sampling_args)
-        request: dict[str, Any] = {"model": model, "input": prompt, "store": False, **known}
-        if tools:
-            request["tools"] = tools
-        if extra_body:
-            request["extra_body"] = extra_body
-        headers = self.headers_from_state(kwargs.get("state"))
-        if headers:
-            request["extra_headers"] = headers
+        request = self._responses_request(prompt, model, sampling_args, tools, kwargs.get("state"))
         responses = self.client.responses
         if isinstance(self.client, AsyncOpenAI):
             raw = await responses.with_raw_response.create(**request)
             return raw.http_response.json()  # type: ignore[no-any-return]
         result = await responses.create(**request)
         return result.model_dump() if hasattr(result, "model_dump") else dict(result)
+
+    async def stream_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Stream from the upstream, yielding deltas as events arrive; the final `response` becomes the `Response`."""
+        if not isinstance(self.client, AsyncOpenAI):
+            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+            return
+        native_prompt, _, native_tools = self.prepare(prompt, tools)
+        request = self._responses_request(native_prompt, model, sampling_args, native_tools, kwargs.get("state"))
+        events = await self.call_with_retries(lambda: self.client.responses.create(**request, stream=True))
+        calls: dict[str, int] = {}
+        final: dict[str, Any] | None = None
+        try:
+            async for event in events:
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    yield ResponseDelta(content=event.delta)
+                elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+                    yield ResponseDelta(reasoning_content=event.delta)
+                elif kind == "response.output_item.added" and event.item.type == "function_call":
+                    calls[event.item.id or event.item.call_id] = index = len(calls)
+                    yield ResponseDelta(tool_call_index=index, tool_call_id=event.item.call_id, tool_call_name=event.item.name)
+                elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
+                    yield ResponseDelta(tool_call_index=calls[event.item_id], tool_call_arguments=event.delta)
+                elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                    final = event.response.model_dump()
+                elif kind == "error":
+                    raise ModelError(f"upstream stream failed: {getattr(event, 'message', event)}")
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        if final is None:
+            raise InvalidModelResponseError("the upstream's Responses stream ended without a final response")
+        yield self.to_response(final)
+
+    def _responses_request(self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, state: Any) -> dict[str, Any]:
+        known, extra_body = responses_sampling_args(sampling_args)
+        request: dict[str, Any] = {"model": model, "input": prompt, "store": False, **known}
+        if tools:
+            request["tools"] = tools
+        if extra_body:
+            request["extra_body"] = extra_body
+        headers = self.headers_from_state(state)
+        if headers:
+            request["extra_headers"] = headers
+        return request
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
         if not isinstance(response, dict):
