@@ -190,7 +190,10 @@ async def test_chat_dialects_through_every_chat_upstream(
     assert [step["prompt"] for step in steps] == [[{"role": "user", "content": QUESTION}], EXPECTED_PROMPT_2]
     assert [step["completion"] for step in steps] == [[EXPECTED_TURN_1], [EXPECTED_TURN_2]]
     assert steps[0]["response"]["message"]["finish_reason"] == "tool_calls"
-    assert steps[1]["response"]["usage"]["completion_tokens"] > 0
+    usages = [step["response"]["usage"] for step in steps]
+    assert all(usage["completion_tokens"] > 0 for usage in usages)
+    assert state["token_usage"]["input_tokens"] == sum(usage["prompt_tokens"] for usage in usages)
+    assert state["token_usage"]["output_tokens"] == sum(usage["completion_tokens"] for usage in usages)
     seen = upstream.requests[-2:]
     assert [r.dialect for r in seen] == [client_type.removeprefix("openai_").removeprefix("anthropic_")] * 2
     assert [t["function"]["name"] for t in seen[0].tools] == ["add"]

@@ -66,7 +66,9 @@ async def test_reasoning_and_tool_calls_come_back(mock: MockModelServer, client_
     assert [t["function"]["name"] for t in mock.requests[0].tools] == ["add"]
 
 
-@pytest.mark.parametrize("client_type", ["openai_responses", "anthropic_messages", "openai_completions"])
+@pytest.mark.parametrize(
+    "client_type", ["openai_responses", "anthropic_messages", "openai_completions", "openai_chat_completions_token"]
+)
 async def test_headers_from_state_for_sticky_routing(mock: MockModelServer, client_type: str) -> None:
     client = await resolve_client(
         config(mock, client_type, extra_headers={"X-Team": "evals"}, extra_headers_from_state={"X-Session-ID": "example_id"})

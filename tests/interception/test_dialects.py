@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -446,3 +447,20 @@ async def test_a_program_leaving_mid_stream_is_not_an_error(mock: MockModelServe
     answer = await state.get_client("responses").responses.create(model="m", input="again")
     assert answer.output_text == "next"
     assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["next"]
+
+
+async def test_a_retried_stream_replays_the_answer_without_a_new_step(mock: MockModelServer) -> None:
+    mock.script("streamed once", "never")
+    _, state, session = await open_rollout(mock)
+    headers = {"x-api-key": session.api_key}
+    body = {"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
+    async with httpx.AsyncClient() as http:
+        first = await http.post(f"{session.base_url}/messages", headers=headers, json=body)
+        again = await http.post(f"{session.base_url}/messages", headers={**headers, "x-stainless-retry-count": "1"}, json=body)
+    texts = [
+        "".join(json.loads(line[6:])["delta"].get("text", "") for line in r.text.splitlines() if "text_delta" in line)
+        for r in (first, again)
+    ]
+    assert texts == ["streamed once", "streamed once"]
+    assert len(state["trajectory"]) == 1
+    assert len(mock.requests) == 1
