@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, ChatRequest, EndpointRequest, check_tool_results, deltas_of, sse
+from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of, sse
 from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/chat/completions"
@@ -162,42 +162,6 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
     return body
 
 
-def render_chunks(response: Response, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The `chat.completion.chunk` events that stream a `Response`."""
-    base = {
-        "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
-        "object": "chat.completion.chunk",
-        "created": response.created,
-        "model": model,
-    }
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
-
-    yield chunk({"role": "assistant", "content": ""})
-    if response.message.reasoning_content:
-        yield chunk({"reasoning_content": response.message.reasoning_content})
-    if response.message.content:
-        yield chunk({"content": response.message.content})
-    for index, call in enumerate(_tool_calls(response) or []):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["function"]["name"], "arguments": ""},
-                    }
-                ]
-            }
-        )
-        yield chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]})
-    yield chunk({}, _finish_reason(response))
-    if include_usage:
-        yield {**base, "choices": [], "usage": _usage(response)}
-
-
 def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
     """The non-streaming answer (the dialect interface every endpoint module offers)."""
     return render_completion(response, model)
@@ -273,12 +237,10 @@ __all__ = [
     "ROUTE",
     "BadRequest",
     "StreamWriter",
-    "ChatRequest",
     "error_body",
     "parse_request",
     "parse_tools",
     "render",
-    "render_chunks",
     "render_completion",
     "render_stream",
 ]

@@ -38,9 +38,6 @@ class EndpointRequest:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-ChatRequest = EndpointRequest
-
-
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -90,4 +87,4 @@ def arguments_object(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-__all__ = ["BadRequest", "ChatRequest", "EndpointRequest", "check_tool_results", "deltas_of", "dumps", "sse"]
+__all__ = ["BadRequest", "EndpointRequest", "check_tool_results", "deltas_of", "dumps", "sse"]

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of, image_part, sse
+from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, image_part, sse
 from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/responses"
@@ -218,11 +218,6 @@ def parse_request(body: Any) -> EndpointRequest:
         model=model,
         extra={"previous_response_id": previous},
     )
-
-
-def check_history(messages: list[dict[str, Any]]) -> None:
-    """Tool outputs must answer calls made earlier (checked once `previous_response_id` is resolved)."""
-    check_tool_results(messages, "input")
 
 
 def output_items(response: Response, response_id: str) -> list[dict[str, Any]]:
@@ -436,7 +431,6 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
 __all__ = [
     "ROUTE",
     "StreamWriter",
-    "check_history",
     "error_body",
     "input_messages",
     "output_items",
