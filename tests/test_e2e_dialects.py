@@ -291,3 +291,32 @@ def test_sync_sdk_clients_for_every_dialect(upstream: MockModelServer) -> None:
         [{"role": "user", "content": "c"}],
         [{"role": "user", "content": "d"}],
     ]
+
+
+@pytest.mark.parametrize("client_type", ["openai_responses", "anthropic_messages", "openai_chat_completions_token"])
+async def test_base_loop_with_tools_over_every_upstream(upstream: MockModelServer, client_type: str) -> None:
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    config = vf.ClientConfig(client_type=client_type, api_base_url=upstream.url, max_retries=0)
+    state = await vf.Harness(client=config, model="m", toolsets=[vf.Toolset([add])]).run({"prompt": QUESTION})
+    assert state["error"] is None
+    assert state["completion"][-1]["content"] == "The sum is 3."
+    assert [m["role"] for m in state["completion"]] == ["assistant", "tool", "assistant"]
+    assert state["completion"][1]["content"] == "3"
+    assert upstream.requests[-1].dialect == client_type.removeprefix("openai_").removeprefix("anthropic_")
+
+
+async def test_upstream_auth_failure_surfaces_in_the_programs_dialect(upstream: MockModelServer) -> None:
+    failing = vf.ClientConfig(client_type="anthropic_messages", api_base_url=upstream.url, max_retries=0)
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        upstream.script(Reply.fail(401, "invalid x-api-key"))
+        with pytest.raises(openai.AuthenticationError) as caught:
+            await state.get_client("responses").responses.create(model="m", input="hi")
+        state["code"] = caught.value.code
+
+    state = await vf.Harness(program=program, client=failing, model="m").run({"prompt": "x"})
+    assert state["code"] == "upstream_auth"
+    assert state["trajectory"] == []
