@@ -17,7 +17,18 @@ from openai.resources.responses import AsyncResponses
 
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
 from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError
-from v1.types import ChatMessage, Messages, Response, ResponseDelta, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage
+from v1.types import (
+    ChatMessage,
+    FinishReason,
+    Messages,
+    Response,
+    ResponseDelta,
+    ResponseMessage,
+    SamplingArgs,
+    Tool,
+    ToolCall,
+    Usage,
+)
 
 CREATE_PARAMS = frozenset(inspect.signature(AsyncResponses.create).parameters) - {"self", "extra_body"}
 
@@ -230,7 +241,7 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
                     )
                 )
         truncated = response.get("status") == "incomplete"
-        finish_reason = "length" if truncated else ("tool_calls" if calls else "stop")
+        finish_reason: FinishReason = "length" if truncated else ("tool_calls" if calls else "stop")
         usage = response.get("usage") or None
         return Response(
             id=response.get("id") or "",

@@ -244,7 +244,7 @@ class StreamWriter:
         self.open: tuple[str, int | None] | None = None
 
     def start(self) -> list[bytes]:
-        message = {
+        message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
             "role": "assistant",

@@ -318,7 +318,7 @@ class StreamWriter:
         return sse({"type": kind, "sequence_number": next(self.numbers), **fields}, kind)
 
     def start(self) -> list[bytes]:
-        pending = {
+        pending: dict[str, Any] = {
             "id": self.id,
             "object": "response",
             "created_at": int(time.time()),

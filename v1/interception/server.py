@@ -263,7 +263,7 @@ class EndpointServer:
         for `KEEPALIVE_S`, a keepalive (SSE comment; Anthropic `ping`) keeps the
         connection alive. The step is recorded before the terminal event is written.
         """
-        items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry).__aiter__()
+        items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
         stream: web.StreamResponse | None = None
         writer: Any = None
         model = session.state.get_model()
@@ -296,6 +296,7 @@ class EndpointServer:
                     writer.streamed = True
                     for frame in writer.delta(item):
                         await stream.write(frame)
+            assert stream is not None, "a session stream always ends with its Response"
             await stream.write_eof()
         except ConnectionError:  # the program went away mid-stream
             logger.debug("rollout %s closed its stream early", session.rollout_id)
@@ -351,7 +352,13 @@ class EndpointServer:
         if isinstance(exc, ModelError):
             return 502, f"upstream model call failed: {exc}", "upstream_error", "upstream_error"
         if isinstance(exc, auth_errors()):
-            return exc.status_code, f"upstream rejected the credentials: {exc.message}", "authentication_error", "upstream_auth"
+            status = getattr(exc, "status_code", 401)
+            return (
+                status,
+                f"upstream rejected the credentials: {getattr(exc, 'message', exc)}",
+                "authentication_error",
+                "upstream_auth",
+            )
         logger.error("interception endpoint failed while streaming rollout %s", session.rollout_id, exc_info=exc)
         session.state._record_error(exc, "endpoint")
         return 500, f"interception endpoint error: {type(exc).__name__}: {exc}", "server_error", "endpoint_error"
@@ -374,8 +381,8 @@ class EndpointServer:
             )
         except auth_errors() as exc:
             return error_response(
-                exc.status_code,
-                f"upstream rejected the credentials: {exc.message}",
+                getattr(exc, "status_code", 401),
+                f"upstream rejected the credentials: {getattr(exc, 'message', exc)}",
                 type_="authentication_error",
                 code="upstream_auth",
                 dialect=dialect,

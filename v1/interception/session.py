@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -219,7 +219,7 @@ class RolloutSession:
         requested: SamplingArgs,
         dedupe_key: bytes | None = None,
         retry: bool = False,
-    ) -> AsyncIterator[ResponseDelta | Response]:
+    ) -> AsyncGenerator[ResponseDelta | Response, None]:
         """Like `complete`, relaying the upstream's deltas as they arrive; the `Response` comes last.
 
         The step is recorded before the `Response` is yielded, so it is on the
