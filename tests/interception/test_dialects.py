@@ -464,3 +464,18 @@ async def test_a_retried_stream_replays_the_answer_without_a_new_step(mock: Mock
     assert texts == ["streamed once", "streamed once"]
     assert len(state["trajectory"]) == 1
     assert len(mock.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_identical_concurrent_calls_that_are_not_retries_are_separate_turns(mock: MockModelServer, stream: bool) -> None:
+    mock.script(Reply.text("a", delay=0.2), Reply.text("b", delay=0.1))
+    _, state, session = await open_rollout(mock)
+    headers = {"Authorization": f"Bearer {session.api_key}"}
+    body = {"model": "m", "messages": USER, "stream": stream}
+    async with httpx.AsyncClient() as http:
+        responses = await asyncio.gather(
+            *(http.post(f"{session.base_url}/chat/completions", headers=headers, json=body) for _ in range(2))
+        )
+    assert [r.status_code for r in responses] == [200, 200]
+    assert sorted(step["completion"][0]["content"] for step in state["trajectory"]) == ["a", "b"]
+    assert state["error"] is None

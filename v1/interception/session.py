@@ -129,7 +129,8 @@ class RolloutSession:
                 future.cancel()
             raise
         finally:
-            del self._in_flight[dedupe_key]
+            if self._in_flight.get(dedupe_key) is future:  # identical calls that are not retries overlap
+                del self._in_flight[dedupe_key]
         future.set_result(response)
         self._last_answer = (dedupe_key, response)
         return response
@@ -260,8 +261,8 @@ class RolloutSession:
                 future.cancel()
             raise
         finally:
-            if dedupe_key is not None:
-                self._in_flight.pop(dedupe_key, None)
+            if dedupe_key is not None and self._in_flight.get(dedupe_key) is future:
+                del self._in_flight[dedupe_key]
         if recording:
             self._record(prompt, response, start, time.time())
         if future is not None and dedupe_key is not None:
