@@ -161,14 +161,14 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
         import anthropic
 
         base_url = config.api_base_url.rstrip("/").removesuffix("/v1")
-        from v1.clients.http import http_library
+        from v1.clients.http import anthropic_async_client_class, http_library
 
         return anthropic.AsyncAnthropic(
             base_url=base_url,
             api_key=resolve_api_key(config.api_key_var),
             max_retries=0,
             default_headers=config.extra_headers or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(
+            http_client=anthropic_async_client_class()(
                 timeout=http_library.Timeout(config.timeout, connect=config.connect_timeout),
                 limits=http_library.Limits(
                     max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections

@@ -113,9 +113,9 @@ def _anthropic_pool_options() -> dict[str, Any]:
 
 def anthropic_async_http() -> Any:
     """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op)."""
-    import anthropic
+    from v1.clients.http import anthropic_async_client_class
 
-    return _shared(anthropic.DefaultAsyncHttpxClient, "aclose")(**_anthropic_pool_options())
+    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False)
 
 
 def _anthropic_shared_sync_http() -> Any:
