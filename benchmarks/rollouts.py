@@ -14,7 +14,11 @@ clients) and measures:
      the difference of the two is what the endpoint adds per model call
      (program SDK -> endpoint HTTP handling -> upstream SDK -> mock);
    - the whole `harness.run` of that rollout;
-2. throughput: `--n` single-turn base-loop rollouts at `--concurrency`.
+2. throughput: `--n` single-turn base-loop rollouts at `--concurrency`;
+3. per dialect (Chat Completions, Completions, Responses, Anthropic Messages), plain and
+   streaming: the same SDK call made straight to the mock (speaking that dialect) and through
+   the endpoint (upstream: `openai_chat_completions`), interleaved; streamed calls are timed
+   until the stream is consumed. The difference is what the endpoint adds in that dialect.
 
 Figures are printed per repeat and as the median across repeats. Nothing here
 asserts on timing; the process exits non-zero only if a rollout failed.
@@ -219,8 +223,70 @@ async def measure_throughput(url: str, n: int, concurrency: int) -> tuple[dict[s
     return figures, errors
 
 
+DIALECTS = ("chat_completions", "completions", "responses", "messages")
+
+
+async def dialect_call(client: Any, dialect: str, stream: bool) -> float:
+    """One call in `dialect` (consuming the whole stream when streaming); its duration in seconds."""
+    start = time.perf_counter()
+    if dialect == "chat_completions":
+        result = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=stream)
+    elif dialect == "completions":
+        result = await client.completions.create(model=MODEL, prompt="hello", stream=stream)
+    elif dialect == "responses":
+        result = await client.responses.create(model=MODEL, input="hello", stream=stream)
+    else:
+        result = await client.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES, stream=stream)
+    if stream:
+        async for _ in result:
+            pass
+    return time.perf_counter() - start
+
+
+async def measure_dialects(url: str, calls: int) -> dict[str, float]:
+    """Added latency per call for each dialect, plain and streaming (median of `calls` interleaved pairs)."""
+    from anthropic import AsyncAnthropic  # imported here: its ~40 MiB would otherwise count in every peak RSS
+
+    figures: dict[str, float] = {}
+    direct_openai = AsyncOpenAI(base_url=url, api_key="EMPTY", max_retries=0)
+    direct_anthropic = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="EMPTY", max_retries=0)
+    cells = [(dialect, stream) for dialect in DIALECTS for stream in (False, True)]
+
+    async def program(task: v1.Task, state: v1.State) -> None:
+        for dialect, stream in cells:
+            through_client = state.get_client(dialect)
+            direct_client = direct_anthropic if dialect == "messages" else direct_openai
+            direct, through = [], []
+            for i in range(WARMUP_CALLS // 3 + calls):
+                d = await dialect_call(direct_client, dialect, stream)
+                t = await dialect_call(through_client, dialect, stream)
+                if i >= WARMUP_CALLS // 3:
+                    direct.append(d)
+                    through.append(t)
+            kind = "stream" if stream else "plain"
+            figures[f"{dialect}_{kind}_added_p50_ms"] = ms(statistics.median(through) - statistics.median(direct))
+
+    harness = v1.Harness(
+        program=program,
+        client=v1.ClientConfig(api_base_url=url, max_retries=0),
+        model=MODEL,
+        max_turns=len(cells) * (WARMUP_CALLS + calls),
+    )
+    try:
+        state = await harness.run({"prompt": "hello"})
+    finally:
+        await direct_openai.close()
+        await direct_anthropic.close()
+    if state["error"] is not None:
+        raise RuntimeError(f"dialect benchmark failed: {state['error']}")
+    return figures
+
+
 async def one_repeat(url: str, args: argparse.Namespace) -> tuple[dict[str, float], list[Any]]:
     figures = await measure_latency(url, args.direct_calls)
+    gc.collect()
+    if args.dialect_calls:
+        figures.update(await measure_dialects(url, args.dialect_calls))
     gc.collect()
     throughput, errors = await measure_throughput(url, args.n, args.concurrency)
     figures.update(throughput)
@@ -247,6 +313,11 @@ ROWS: list[tuple[str, str, str]] = [
     ("rollout_p99_ms", "rollout latency under load p99 (ms)", ".1f"),
     ("errors", "rollout errors", ".0f"),
     ("peak_rss_mib", "peak RSS, benchmark process (MiB)", ".1f"),
+    *(
+        (f"{dialect}_{kind}_added_p50_ms", f"added p50, {dialect}, {kind} (ms)", ".3f")
+        for dialect in DIALECTS
+        for kind in ("plain", "stream")
+    ),
 ]
 
 
@@ -268,6 +339,8 @@ def print_report(args: argparse.Namespace, runs: list[dict[str, float]], summary
         header = f"{'figure':<42}{'median':>12}" + "".join(f"{'run ' + str(i + 1):>12}" for i in range(len(runs)))
         print(header)
         for key, label, fmt in ROWS:
+            if key not in summary:
+                continue
             print(f"{label:<42}{summary[key]:>12{fmt}}" + "".join(f"{run[key]:>12{fmt}}" for run in runs))
         return
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
@@ -276,6 +349,8 @@ def print_report(args: argparse.Namespace, runs: list[dict[str, float]], summary
     for i in range(len(runs)):
         table.add_column(f"run {i + 1}", justify="right")
     for key, label, fmt in ROWS:
+        if key not in summary:
+            continue
         table.add_row(label, format(summary[key], fmt), *(format(run[key], fmt) for run in runs))
     Console().print(table)
 
@@ -286,6 +361,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=256, help="rollouts in flight at once (default 256)")
     parser.add_argument(
         "--direct-calls", type=int, default=300, help="sequential calls measured each way for latency (default 300)"
+    )
+    parser.add_argument(
+        "--dialect-calls", type=int, default=100, help="calls per dialect and mode for the per-dialect figures; 0 skips them"
     )
     parser.add_argument("--repeats", type=int, default=3, help="repeat everything; report medians (default 3)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
@@ -317,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 "n": args.n,
                 "concurrency": args.concurrency,
                 "direct_calls": args.direct_calls,
+                "dialect_calls": args.dialect_calls,
                 "repeats": args.repeats,
             },
             "environment": {"python": platform.python_version(), "platform": platform.platform()},

@@ -411,3 +411,25 @@ async def test_cancelled_rollout_still_runs_cleanups_and_closes_its_endpoint(moc
     assert cleaned == [state["trajectory_id"]]
     assert state["trajectory_id"] not in (await get_endpoint()).sessions
     json.dumps(state)
+
+
+async def test_program_failing_on_an_overlong_prompt_ends_as_prompt_too_long(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(Reply.fail(400, "This model's maximum context length is 8192 tokens"))
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        await state.get_client().chat.completions.create(model="m", messages=list(state["prompt"]))
+
+    state = await make_harness(program=program).run({"prompt": "a very long prompt"})
+    assert state["stop_condition"] == "prompt_too_long" and state["is_truncated"] is True
+    assert state["error"] is None, "the endpoint ended the rollout; the program's exception is a consequence"
+
+
+async def test_program_failing_on_a_token_budget_ends_cleanly(mock: MockModelServer, make_harness: Any) -> None:
+    async def program(task: vf.Task, state: vf.State) -> None:
+        client = state.get_client()
+        for _ in range(5):
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "four words of reply"}])
+
+    state = await make_harness(program=program, sampling_args={"max_total_completion_tokens": 8}).run({"prompt": "x"})
+    assert state["stop_condition"] == "max_total_completion_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 2

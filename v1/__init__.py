@@ -5,7 +5,14 @@ import v1 as vf
 
 from importlib.metadata import PackageNotFoundError, version
 
-from v1.clients import Client, OpenAIChatCompletionsClient
+from v1.clients import (
+    AnthropicMessagesClient,
+    Client,
+    OpenAIChatCompletionsClient,
+    OpenAIChatCompletionsTokenClient,
+    OpenAICompletionsClient,
+    OpenAIResponsesClient,
+)
 from v1.config import (
     ClientConfig,
     Config,
@@ -50,6 +57,7 @@ from v1.types import (
     GenerateOutputs,
     Messages,
     Response,
+    ResponseDelta,
     ResponseMessage,
     ResponseTokens,
     RolloutOutput,
@@ -94,11 +102,16 @@ __all__ = [
     "Messages",
     "ModelError",
     "NotSupportedError",
+    "AnthropicMessagesClient",
     "OpenAIChatCompletionsClient",
+    "OpenAIChatCompletionsTokenClient",
+    "OpenAICompletionsClient",
+    "OpenAIResponsesClient",
     "OverlongPromptError",
     "ProgramConfig",
     "ProgramError",
     "Response",
+    "ResponseDelta",
     "ResponseMessage",
     "ResponseTokens",
     "RolloutOutput",

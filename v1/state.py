@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
-SUPPORTED_APIS = ("chat_completions",)
+SUPPORTED_APIS = ("chat_completions", "completions", "responses", "messages")
 
 _T = TypeVar("_T")
 
@@ -223,22 +223,43 @@ class State(dict):  # type: ignore[type-arg]
         return session
 
     def get_endpoint_config(self, api: str = "chat_completions") -> dict[str, str]:
-        """`base_url`, `api_key` and `model` to reach this rollout's endpoint with any HTTP client."""
+        """`base_url`, `api_key` and `model` to reach this rollout's endpoint with any HTTP client.
+
+        Args:
+            api: `"chat_completions"`, `"completions"`, `"responses"` (OpenAI base URL, ending in
+                ``/v1``) or `"messages"` (Anthropic base URL: the SDK appends ``/v1/messages``).
+        """
         _check_api(api)
         session = self._require_session()
-        return {"api": api, "base_url": session.base_url, "api_key": session.api_key, "model": self.get_model()}
+        base_url = session.base_url.removesuffix("/v1") if api == "messages" else session.base_url
+        return {"api": api, "base_url": base_url, "api_key": session.api_key, "model": self.get_model()}
 
     def get_client(self, api: str = "chat_completions", *, sync: bool = False) -> Any:
-        """An official SDK client pointed at this rollout's endpoint (`AsyncOpenAI`, or `OpenAI` with `sync=True`)."""
+        """An official SDK client pointed at this rollout's endpoint.
+
+        Args:
+            api: `"chat_completions"`, `"completions"` or `"responses"` give an `AsyncOpenAI`
+                (`OpenAI` with `sync=True`); `"messages"` gives an `AsyncAnthropic` (`Anthropic`).
+            sync: a blocking client, for programs running in a worker thread.
+        """
         _check_api(api)
         session = self._require_session()
-        key = (api, sync)
+        kind = "anthropic" if api == "messages" else "openai"
+        key = (kind, sync)
         if key not in self.runtime.sdk_clients:
-            from v1.interception.sdk import openai_client
+            from v1.interception.sdk import anthropic_client, openai_client
 
-            self.runtime.sdk_clients[key] = openai_client(
-                session.base_url, session.api_key, sync=sync, http_client=None if sync else session.http_client
-            )
+            if kind == "anthropic":
+                self.runtime.sdk_clients[key] = anthropic_client(
+                    session.base_url.removesuffix("/v1"),
+                    session.api_key,
+                    sync=sync,
+                    http_client=None if sync or session.server is None else session.server.anthropic_http_client(),
+                )
+            else:
+                self.runtime.sdk_clients[key] = openai_client(
+                    session.base_url, session.api_key, sync=sync, http_client=None if sync else session.http_client
+                )
         return self.runtime.sdk_clients[key]
 
     def get_tools(self) -> dict[str, Callable[..., Awaitable[Any]]]:

@@ -101,6 +101,21 @@ class ResponseMessage(_Model):
         return message
 
 
+class ResponseDelta(_Model):
+    """One increment of a streamed answer: text, reasoning, or a fragment of tool call `index`.
+
+    A tool call's first fragment carries its `tool_call_id` and `tool_call_name`;
+    `tool_call_arguments` fragments concatenate to its JSON arguments.
+    """
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_call_name: str | None = None
+    tool_call_arguments: str | None = None
+
+
 class Response(_Model):
     """A provider-agnostic model response; every `Client` returns one."""
 
@@ -254,6 +269,7 @@ __all__ = [
     "Info",
     "Messages",
     "Response",
+    "ResponseDelta",
     "ResponseMessage",
     "ResponseTokens",
     "RolloutOutput",

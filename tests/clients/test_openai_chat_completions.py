@@ -344,15 +344,29 @@ async def test_random_object_is_a_config_error(value: Any) -> None:
         await resolve_client(value)
 
 
-@pytest.mark.parametrize("client_type", ["anthropic_messages", "openai_responses", "openai_completions"])
+@pytest.mark.parametrize("client_type", ["renderer", "nemorl_chat_completions"])
 async def test_unsupported_client_type(client_type: str) -> None:
     with pytest.raises(vf.NotSupportedError, match=f"client_type '{client_type}' is not supported yet"):
         await resolve_client(vf.ClientConfig(client_type=client_type))
 
 
-async def test_endpoint_configs_not_supported() -> None:
-    with pytest.raises(vf.NotSupportedError, match="endpoint_configs"):
-        await resolve_client(vf.ClientConfig(endpoint_configs=[{"api_base_url": "http://127.0.0.1:1/v1"}]))
+async def test_endpoint_configs_round_robin_across_upstreams(mock: MockModelServer) -> None:
+    with MockModelServer(lambda request: "from the second") as second:
+        config = vf.ClientConfig(
+            max_retries=0,
+            extra_headers={"X-Shared": "yes"},
+            endpoint_configs=[
+                {"api_base_url": mock.url, "extra_headers": {"X-Upstream": "1"}},
+                {"api_base_url": second.url, "extra_headers": {"X-Upstream": "2"}},
+            ],
+        )
+        client = await resolve_client(config)
+        answers = [(await client.get_response([{"role": "user", "content": "hi"}], "m", {})).message.content for _ in range(4)]
+    assert answers == ["hi", "from the second", "hi", "from the second"]
+    assert len(mock.requests) == 2
+    headers = [{key.lower(): value for key, value in r.headers.items()} for r in mock.requests]
+    assert [h["x-upstream"] for h in headers] == ["1", "1"]
+    assert all(h["x-shared"] == "yes" for h in headers)
 
 
 # -- unusable responses (a tiny server that answers whatever we tell it to) ------------------------

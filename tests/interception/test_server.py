@@ -160,8 +160,8 @@ async def test_unknown_rollout_is_404(mock: MockModelServer) -> None:
     [
         ("GET", "/"),
         ("POST", "/v1/chat/completions"),
-        ("POST", "/r/{rollout}/v1/completions"),
-        ("POST", "/r/{rollout}/v1/responses"),
+        ("POST", "/r/{rollout}/v1/embeddings"),
+        ("POST", "/r/{rollout}/v1/responses/compact"),
         ("GET", "/r/{rollout}/v1/chat/completions"),
         ("DELETE", "/r/{rollout}/v1/models"),
     ],
@@ -423,7 +423,7 @@ async def test_stream_without_include_usage_has_no_usage_chunk(mock: MockModelSe
 
 
 async def test_step_is_recorded_before_the_stream_ends(mock: MockModelServer) -> None:
-    mock.script("one two three four")
+    mock.script(Reply.text("one two three four", stream_delay=0.05))
     _, state, session = await open_rollout(mock)
     seen: list[tuple[str, int]] = []
     async with (
@@ -441,7 +441,9 @@ async def test_step_is_recorded_before_the_stream_ends(mock: MockModelServer) ->
             if line.startswith("data: "):
                 seen.append((line[6:], len(state["trajectory"])))
     assert seen[-1][0] == "[DONE]"
-    assert seen and all(steps == 1 for _, steps in seen)  # already recorded at the first event
+    finish = next(i for i, (data, _) in enumerate(seen) if '"finish_reason":"stop"' in data)
+    assert all(steps == 1 for _, steps in seen[finish:])  # recorded before the terminal events
+    assert seen[1][1] == 0  # the first words were relayed while the upstream was still generating
     assert state["trajectory"][0]["completion"][0]["content"] == "one two three four"
     events = [json.loads(data) for data, _ in seen[:-1]]
     assert events[-1]["usage"]["completion_tokens"] == 4

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -389,3 +390,32 @@ def test_cli_prints_its_url_and_answers() -> None:
         process.terminate()
         returncode = process.wait(timeout=10)
     assert returncode == 0  # SIGTERM stops it cleanly
+
+
+def test_speaks_responses_messages_and_completions_streaming_too() -> None:
+    reply = Reply.tool("add", {"a": 1}, content="Adding.", reasoning_content="hmm")
+    with MockModelServer(
+        lambda request: reply if request.tools else Reply.text(f"{request.dialect}: {request.last_user_text}")
+    ) as server:
+        oa = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        with oa.responses.stream(model="m", input="hi") as events:
+            assert events.get_final_response().output_text == "responses: hi"
+        tool = {"type": "function", "name": "add", "parameters": {"type": "object", "properties": {}}, "strict": False}
+        answer = oa.responses.create(model="m", input="hi", tools=[tool])  # type: ignore[list-item]
+        assert [item.type for item in answer.output] == ["reasoning", "message", "function_call"]
+        chunks = oa.completions.create(model="m", prompt="a b", stream=True)
+        assert "".join(chunk.choices[0].text for chunk in chunks) == "completions: a b"
+        oa.close()
+        an = anthropic.Anthropic(base_url=server.url.removesuffix("/v1"), api_key="k", max_retries=0)
+        with an.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "yo"}]) as stream:
+            assert stream.get_final_text() == "messages: yo"
+        message = an.messages.create(
+            model="m",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "yo"}],
+            tools=[{"name": "add", "input_schema": {"type": "object"}}],
+        )
+        assert [block.type for block in message.content] == ["thinking", "text", "tool_use"]
+        assert message.stop_reason == "tool_use"
+        an.close()
+    assert [r.dialect for r in server.requests] == ["responses", "responses", "completions", "messages", "messages"]

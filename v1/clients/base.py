@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError
-from v1.types import Messages, Response, SamplingArgs, Tool
+from v1.types import Messages, Response, ResponseDelta, SamplingArgs, Tool
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +19,7 @@ ClientT = TypeVar("ClientT")
 MessagesT = TypeVar("MessagesT")
 ResponseT = TypeVar("ResponseT")
 ToolT = TypeVar("ToolT")
+T = TypeVar("T")
 
 RETRY_WAIT_INITIAL = 0.25
 RETRY_WAIT_MAX = 30.0
@@ -33,6 +35,25 @@ def describe_error(error: BaseException) -> str:
     if root is not error and str(root) and str(root) not in text:
         text += f" (caused by {type(root).__name__}: {root})"
     return text
+
+
+def select_thinking(messages: Messages, *, preserve_all: bool, between_tool_calls: bool) -> Messages:
+    """The prompt with earlier turns' `reasoning_content` kept or dropped, per the `ClientConfig` flags.
+
+    `preserve_all` keeps every turn's reasoning; `between_tool_calls` keeps it on the
+    assistant turns after the last user message (an interleaved-thinking tool chain in
+    progress); neither drops it from every earlier turn.
+    """
+    if preserve_all or isinstance(messages, str) or not any("reasoning_content" in m for m in messages):
+        return messages
+    keep_from = len(messages)
+    if between_tool_calls:
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        keep_from = last_user + 1
+    return [
+        {k: v for k, v in m.items() if k != "reasoning_content"} if i < keep_from and "reasoning_content" in m else m
+        for i, m in enumerate(messages)
+    ]
 
 
 class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
@@ -64,6 +85,54 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
     def max_retries(self) -> int:
         return self.config.max_retries if self.config is not None else 0
 
+    def prepare(self, prompt: Messages, tools: list[Tool] | None) -> tuple[MessagesT, dict[str, Any], list[ToolT] | None]:
+        """The prompt (thinking kept or dropped per the config) and tools in the provider's format."""
+        if self.config is not None:
+            prompt = select_thinking(
+                prompt,
+                preserve_all=self.config.preserve_all_thinking,
+                between_tool_calls=self.config.preserve_thinking_between_tool_calls,
+            )
+        native_prompt, extra = self.to_native_prompt(prompt)
+        native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
+        return native_prompt, extra, native_tools
+
+    async def call_with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run `call`, retrying retryable failures; failures become v1 errors (auth errors pass unchanged)."""
+        try:
+            if self.max_retries == 0:
+                return await call()
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(self.max_retries + 1),
+                wait=wait_exponential_jitter(multiplier=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX, jitter=RETRY_WAIT_INITIAL),
+                retry=retry_if_exception(self.is_retryable),
+                reraise=True,
+            )
+            async for attempt in retrying:
+                with attempt:
+                    return await call()
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    def wrap_error(self, error: Exception) -> Exception:
+        """The exception to raise for a provider failure: auth errors unchanged, else `translate_error`."""
+        if self.is_auth_error(error):
+            return error
+        return self.translate_error(error)
+
+    def to_response(self, native: ResponseT) -> Response:
+        """Check and translate a native response."""
+        self.raise_from_native_response(native)
+        try:
+            return self.from_native_response(native)
+        except Error:
+            raise
+        except Exception as exc:  # a malformed response (a tool call without `function`, say) is the upstream's fault
+            raise InvalidModelResponseError(f"cannot read the model's response: {type(exc).__name__}: {exc}") from exc
+
     async def get_response(
         self,
         prompt: Messages,
@@ -78,36 +147,36 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
             OverlongPromptError: the prompt does not fit the model's context.
             ModelError: any other failure, after retries (authentication errors surface unchanged).
         """
-        native_prompt, extra = self.to_native_prompt(prompt)
-        native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
-        try:
-            if self.max_retries == 0:
-                native = await self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
-            else:
-                retrying = AsyncRetrying(
-                    stop=stop_after_attempt(self.max_retries + 1),
-                    wait=wait_exponential_jitter(multiplier=RETRY_WAIT_INITIAL, max=RETRY_WAIT_MAX, jitter=RETRY_WAIT_INITIAL),
-                    retry=retry_if_exception(self.is_retryable),
-                    reraise=True,
-                )
-                async for attempt in retrying:
-                    with attempt:
-                        native = await self.get_native_response(
-                            native_prompt, model, sampling_args, native_tools, **extra, **kwargs
-                        )
-        except Error:
-            raise
-        except Exception as exc:
-            if self.is_auth_error(exc):
-                raise
-            raise self.translate_error(exc) from exc
-        self.raise_from_native_response(native)
-        try:
-            return self.from_native_response(native)
-        except Error:
-            raise
-        except Exception as exc:  # a malformed response (a tool call without `function`, say) is the upstream's fault
-            raise InvalidModelResponseError(f"cannot read the model's response: {type(exc).__name__}: {exc}") from exc
+        native_prompt, extra, native_tools = self.prepare(prompt, tools)
+        native = await self.call_with_retries(
+            lambda: self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+        )
+        return self.to_response(native)
+
+    async def stream_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Call the model, yielding `ResponseDelta`s as they arrive and the complete `Response` last.
+
+        The base implementation yields only the `Response` (no incremental
+        output); clients whose API streams override it. Raises like `get_response`.
+        """
+        yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+
+    def headers_from_state(self, state: Any) -> dict[str, str]:
+        """`ClientConfig.extra_headers_from_state`: header -> the state field's value (e.g. `X-Session-ID` from `example_id`)."""
+        if self.config is None or state is None:
+            return {}
+        return {
+            header: str(state.get(field))
+            for header, field in self.config.extra_headers_from_state.items()
+            if state.get(field) is not None
+        }
 
     def is_retryable(self, error: BaseException) -> bool:
         """Whether a failed call is worth repeating (connection errors, timeouts, 408/409/429/5xx)."""
@@ -151,4 +220,4 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """Close the SDK client, if this client created it."""
 
 
-__all__ = ["Client"]
+__all__ = ["Client", "describe_error", "select_thinking"]

@@ -83,4 +83,20 @@ def sync_http_client(
     )
 
 
-__all__ = ["async_client_class", "async_http_client", "http_library", "sync_http_client"]
+def anthropic_async_client_class() -> type[Any]:
+    """The anthropic SDK's aiohttp-based async client where its transport is available, else its default one.
+
+    Imports anthropic (large): call it only when a Messages client is being built.
+    """
+    import anthropic
+
+    for transport in ("anthropic._vendor.httpx_aiohttp", "httpx_aiohttp"):
+        try:
+            if importlib.util.find_spec(transport) is not None:
+                return anthropic.DefaultAioHttpClient  # type: ignore[no-any-return]
+        except ModuleNotFoundError:
+            continue
+    return anthropic.DefaultAsyncHttpxClient  # type: ignore[no-any-return]
+
+
+__all__ = ["anthropic_async_client_class", "async_client_class", "async_http_client", "http_library", "sync_http_client"]

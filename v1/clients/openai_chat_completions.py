@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -15,7 +16,7 @@ from v1.clients.credentials import resolve_api_key
 from v1.clients.http import async_http_client, http_library
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
-from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
+from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
 
 CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
 OVERLONG_MARKERS = (
@@ -70,6 +71,79 @@ def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> Response
     )
 
 
+class StreamedCompletion:
+    """Folds `chat.completion.chunk`s into the `chat.completion` they stream, emitting a `ResponseDelta` per piece."""
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {}
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.prompt_ids: list[int] | None = None
+        self.token_ids: list[int] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+    def add(self, chunk: dict[str, Any]) -> list[ResponseDelta]:
+        if not self.head:
+            self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
+        if chunk.get("prompt_token_ids") is not None:
+            self.prompt_ids = list(chunk["prompt_token_ids"])
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        deltas: list[ResponseDelta] = []
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            if choice.get("prompt_token_ids") is not None:
+                self.prompt_ids = list(choice["prompt_token_ids"])
+            self.token_ids.extend(choice.get("token_ids") or ())
+            self.logprobs.extend(((choice.get("logprobs") or {}).get("content")) or ())
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                self.reasoning.append(reasoning)
+                deltas.append(ResponseDelta(reasoning_content=reasoning))
+            if delta.get("content"):
+                self.content.append(delta["content"])
+                deltas.append(ResponseDelta(content=delta["content"]))
+            for call in delta.get("tool_calls") or ():
+                index = call.get("index", 0)
+                function = call.get("function") or {}
+                entry = self.calls.get(index)
+                if entry is None:
+                    entry = self.calls[index] = {"id": call.get("id") or f"call_{index}", "name": "", "arguments": ""}
+                    deltas.append(
+                        ResponseDelta(tool_call_index=index, tool_call_id=entry["id"], tool_call_name=function.get("name"))
+                    )
+                entry["name"] += function.get("name") or ""
+                if function.get("arguments"):
+                    entry["arguments"] += function["arguments"]
+                    deltas.append(ResponseDelta(tool_call_index=index, tool_call_arguments=function["arguments"]))
+        return deltas
+
+    def native(self) -> NativeResponse:
+        """The `chat.completion` the chunks add up to."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) if self.content else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(self.calls.items())
+            ]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason}
+        if self.logprobs:
+            choice["logprobs"] = {"content": self.logprobs}
+        if self.prompt_ids is not None and self.token_ids:
+            choice["token_ids"] = self.token_ids
+        native: dict[str, Any] = {**self.head, "choices": [choice], "usage": self.usage}
+        if self.prompt_ids is not None:
+            native["prompt_token_ids"] = self.prompt_ids
+        return native
+
+
 class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], NativeResponse, NativeTool]):
     """Chat Completions over the official `openai` SDK.
 
@@ -112,16 +186,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         tools: list[NativeTool] | None,
         **kwargs: Any,
     ) -> NativeResponse:
-        known, extra_body = split_sampling_args(sampling_args)
-        state = kwargs.get("state")
-        headers = self._headers_from_state(state) if state is not None else None
-        request: dict[str, Any] = {"model": model, "messages": prompt, **known}
-        if tools:
-            request["tools"] = tools
-        if extra_body:
-            request["extra_body"] = extra_body
-        if headers:
-            request["extra_headers"] = headers
+        request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
         completions = self.client.chat.completions
         if isinstance(self.client, AsyncOpenAI):
             # Skip the SDK's pydantic parse of the response: we translate from the JSON directly.
@@ -130,14 +195,53 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         result = await completions.create(**request)
         return result.model_dump() if hasattr(result, "model_dump") else dict(result)
 
-    def _headers_from_state(self, state: Any) -> dict[str, str]:
-        if self.config is None:
-            return {}
-        return {
-            header: str(state.get(field))
-            for header, field in self.config.extra_headers_from_state.items()
-            if state.get(field) is not None
-        }
+    def _request(
+        self, prompt: list[NativeMessage], model: str, sampling_args: SamplingArgs, tools: list[NativeTool] | None, state: Any
+    ) -> dict[str, Any]:
+        known, extra_body = split_sampling_args(sampling_args)
+        headers = self.headers_from_state(state)
+        request: dict[str, Any] = {"model": model, "messages": prompt, **known}
+        if tools:
+            request["tools"] = tools
+        if extra_body:
+            request["extra_body"] = extra_body
+        if headers:
+            request["extra_headers"] = headers
+        return request
+
+    async def stream_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Stream from the upstream (`stream: true`), yielding deltas as chunks arrive, then the `Response`.
+
+        Retries cover opening the stream only: once a delta was relayed, a failure is final.
+        The complete `Response` is built from the chunks exactly as from a non-streamed answer.
+        """
+        if type(self).get_native_response is not OpenAIChatCompletionsClient.get_native_response or not isinstance(
+            self.client, AsyncOpenAI
+        ):
+            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+            return
+        native_prompt, _, native_tools = self.prepare(prompt, tools)
+        request = self._request(native_prompt, model, sampling_args, native_tools, kwargs.get("state"))
+        request["stream"] = True
+        request["stream_options"] = {"include_usage": True}
+        chunks = await self.call_with_retries(lambda: self.client.chat.completions.create(**request))
+        merged = StreamedCompletion()
+        try:
+            async for chunk in chunks:
+                for delta in merged.add(chunk.model_dump(exclude_unset=True)):
+                    yield delta
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        yield self.to_response(merged.native())
 
     def is_retryable(self, error: BaseException) -> bool:
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import itertools
+import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 
 from v1.calling import is_async_callable
+from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.clients.openai_chat_completions_token import OpenAIChatCompletionsTokenClient
+from v1.clients.openai_completions import OpenAICompletionsClient
+from v1.clients.openai_responses import OpenAIResponsesClient
 from v1.config import ClientConfig
 from v1.errors import ConfigError, NotSupportedError
 from v1.loop_scope import loop_scope
+from v1.types import Response, ResponseDelta
 
 CLIENT_TYPES: dict[str, type[Client[Any, Any, Any, Any]]] = {
     "openai_chat_completions": OpenAIChatCompletionsClient,
+    "openai_chat_completions_token": OpenAIChatCompletionsTokenClient,
+    "openai_completions": OpenAICompletionsClient,
+    "openai_responses": OpenAIResponsesClient,
+    "anthropic_messages": AnthropicMessagesClient,
 }
 
 
@@ -25,15 +37,61 @@ def client_class(client_type: str) -> type[Client[Any, Any, Any, Any]]:
         raise NotSupportedError(f"client_type {client_type!r} is not supported yet; supported: {sorted(CLIENT_TYPES)}") from None
 
 
+class RoundRobinClient:
+    """`ClientConfig.endpoint_configs`: each call goes to the next upstream in turn.
+
+    Every endpoint gets its own client of the config's `client_type` (its own
+    pool, key, headers and retries); the rest of the config is shared.
+    """
+
+    def __init__(self, config: ClientConfig) -> None:
+        cls = client_class(config.client_type)
+        self.config = config
+        self.clients = [
+            cls(
+                config.model_copy(
+                    update={
+                        "endpoint_configs": [],
+                        "client_idx": endpoint.client_idx,
+                        "api_key_var": endpoint.api_key_var,
+                        "api_base_url": endpoint.api_base_url,
+                        "timeout": endpoint.timeout,
+                        "max_connections": endpoint.max_connections,
+                        "max_keepalive_connections": endpoint.max_keepalive_connections,
+                        "max_retries": endpoint.max_retries,
+                        "extra_headers": {**config.extra_headers, **endpoint.extra_headers},
+                    }
+                )
+            )
+            for endpoint in config.endpoint_configs
+        ]
+        self._turn = itertools.cycle(range(len(self.clients)))
+
+    def next_client(self) -> Client[Any, Any, Any, Any]:
+        """The client whose turn it is."""
+        return self.clients[next(self._turn)]
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Response:
+        """`Client.get_response` on the next upstream."""
+        return await self.next_client().get_response(*args, **kwargs)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[ResponseDelta | Response]:
+        """`Client.stream_response` on the next upstream."""
+        async for item in self.next_client().stream_response(*args, **kwargs):
+            yield item
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+
+
 async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:
     """One `Client` per distinct `ClientConfig` on this event loop, so connections are pooled."""
-    if config.endpoint_configs:
-        raise NotSupportedError("ClientConfig.endpoint_configs (round-robin upstreams) is not supported yet")
     cls = client_class(config.client_type)
     scope = await loop_scope()
 
     async def create() -> tuple[Client[Any, Any, Any, Any], Any]:
-        client = cls(config)
+        client: Any = RoundRobinClient(config) if config.endpoint_configs else cls(config)
         return client, client.close
 
     return await scope.get(("client", config.model_dump_json()), create)
@@ -42,15 +100,18 @@ async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:
 async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
     """A `Client` from a `ClientConfig` (shared per config), a `Client`, or an SDK client object.
 
-    An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`)
-    is wrapped once per object, so every rollout using it shares one wrapper.
+    An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`;
+    an `AsyncAnthropic`) is wrapped once per object, so every rollout using it shares one wrapper.
     """
-    if isinstance(client, Client):
-        return client
+    if isinstance(client, (Client, RoundRobinClient)):
+        return client  # type: ignore[return-value]
     if isinstance(client, ClientConfig):
         return await shared_client(client)
     if isinstance(client, dict):
         return await shared_client(ClientConfig(client))
+    anthropic = sys.modules.get("anthropic")  # an AsyncAnthropic passed in means anthropic is imported
+    if anthropic is not None and isinstance(client, anthropic.AsyncAnthropic):
+        return await _wrap_once(client, AnthropicMessagesClient)
     create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
     if create is None:
         raise ConfigError(
@@ -58,15 +119,19 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         )
     if isinstance(client, openai.OpenAI) or not (is_async_callable(create) or isinstance(client, openai.AsyncOpenAI)):
         raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
+    return await _wrap_once(client, OpenAIChatCompletionsClient)
+
+
+async def _wrap_once(client: Any, cls: type[Client[Any, Any, Any, Any]]) -> Client[Any, Any, Any, Any]:
     scope = await loop_scope()
 
     async def wrap() -> tuple[Client[Any, Any, Any, Any], Any]:
         async def nothing_to_close() -> None:
             return None
 
-        return OpenAIChatCompletionsClient(client), nothing_to_close
+        return cls(client), nothing_to_close
 
     return await scope.get(("wrapped", id(client)), wrap)
 
 
-__all__ = ["CLIENT_TYPES", "client_class", "resolve_client", "shared_client"]
+__all__ = ["CLIENT_TYPES", "RoundRobinClient", "client_class", "resolve_client", "shared_client"]

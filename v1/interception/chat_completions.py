@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from v1.types import ChatMessage, Response, Tool
+from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of, sse
+from v1.types import Response, ResponseDelta, Tool
+
+ROUTE = "/chat/completions"
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 CONTROL_FIELDS = frozenset({"model", "messages", "tools", "stream", "stream_options", "functions"})
-
-
-class BadRequest(Exception):
-    """A malformed request: answered with status 400 and an OpenAI-shaped error."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass
-class ChatRequest:
-    messages: list[ChatMessage]
-    tools: list[Tool] | None
-    sampling_args: dict[str, Any]
-    stream: bool = False
-    include_usage: bool = False
-    model: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_message(index: int, message: Any) -> None:
@@ -58,7 +42,7 @@ def _check_message(index: int, message: Any) -> None:
                 raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
 
 
-def _parse_tools(raw: Any) -> list[Tool] | None:
+def parse_tools(raw: Any) -> list[Tool] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -85,7 +69,7 @@ def _parse_tools(raw: Any) -> list[Tool] | None:
     return tools or None
 
 
-def parse_request(body: Any) -> ChatRequest:
+def parse_request(body: Any) -> EndpointRequest:
     """Validate a `/chat/completions` body; raises `BadRequest` naming the bad parameter."""
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
@@ -94,6 +78,7 @@ def parse_request(body: Any) -> ChatRequest:
         raise BadRequest("'messages' is required and must be a non-empty list", "messages")
     for index, message in enumerate(messages):
         _check_message(index, message)
+    check_tool_results(messages)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest("'model' must be a string", "model")
@@ -104,9 +89,9 @@ def parse_request(body: Any) -> ChatRequest:
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, Mapping):
         raise BadRequest("'stream_options' must be an object", "stream_options")
-    return ChatRequest(
+    return EndpointRequest(
         messages=list(messages),
-        tools=_parse_tools(body.get("tools")),
+        tools=parse_tools(body.get("tools")),
         sampling_args={k: v for k, v in body.items() if k not in CONTROL_FIELDS and k != "n"},
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
@@ -177,40 +162,85 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
     return body
 
 
-def render_chunks(response: Response, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The `chat.completion.chunk` events that stream a `Response`."""
-    base = {
-        "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
-        "object": "chat.completion.chunk",
-        "created": response.created,
-        "model": model,
-    }
+def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
+    """The non-streaming answer (the dialect interface every endpoint module offers)."""
+    return render_completion(response, model)
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
 
-    yield chunk({"role": "assistant", "content": ""})
-    if response.message.reasoning_content:
-        yield chunk({"reasoning_content": response.message.reasoning_content})
-    if response.message.content:
-        yield chunk({"content": response.message.content})
-    for index, call in enumerate(_tool_calls(response) or []):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["function"]["name"], "arguments": ""},
-                    }
-                ]
-            }
+class StreamWriter:
+    """Renders a streamed answer as `chat.completion.chunk` SSE frames, delta by delta."""
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.request = request
+        self.base = {
+            "id": response_id or f"chatcmpl-{secrets.token_hex(12)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        return sse(
+            {**self.base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}]}
         )
-        yield chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]})
-    yield chunk({}, _finish_reason(response))
-    if include_usage:
-        yield {**base, "choices": [], "usage": _usage(response)}
+
+    def start(self) -> list[bytes]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.reasoning_content:
+            return [self._chunk({"reasoning_content": delta.reasoning_content})]
+        if delta.content:
+            return [self._chunk({"content": delta.content})]
+        if delta.tool_call_index is None:
+            return []
+        call: dict[str, Any] = {"index": delta.tool_call_index}
+        if delta.tool_call_id is not None:
+            call.update(id=delta.tool_call_id, type="function", function={"name": delta.tool_call_name or "", "arguments": ""})
+        else:
+            call["function"] = {"arguments": delta.tool_call_arguments or ""}
+        return [self._chunk({"tool_calls": [call]})]
+
+    def finish(self, response: Response) -> list[bytes]:
+        extra: dict[str, Any] = {}
+        tokens = response.message.tokens
+        if tokens is not None:
+            extra = {"token_ids": tokens.completion_ids, "logprobs": _logprobs(response)}
+        frames = [self._chunk({}, _finish_reason(response), **extra)]
+        if self.request.include_usage:
+            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
 
 
-__all__ = ["BadRequest", "ChatRequest", "parse_request", "render_chunks", "render_completion"]
+def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
+    """The SSE byte frames of a streamed answer, ending with ``data: [DONE]``."""
+    writer = StreamWriter(model, request, response.id or None)
+    writer.base["created"] = response.created
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
+
+
+def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+__all__ = [
+    "ROUTE",
+    "BadRequest",
+    "StreamWriter",
+    "error_body",
+    "parse_request",
+    "parse_tools",
+    "render",
+    "render_completion",
+    "render_stream",
+]

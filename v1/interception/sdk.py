@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI, OpenAI
 
 from v1.clients.http import async_client_class, async_http_client, sync_http_client
+
+if TYPE_CHECKING:
+    import anthropic
 
 _sdk_get_platform: Callable[[], Any] | None
 try:
@@ -93,4 +96,50 @@ def openai_client(base_url: str, api_key: str, *, sync: bool = False, http_clien
     return client
 
 
-__all__ = ["openai_client", "shared_async_http"]
+_anthropic_sync_http: Any = None
+
+
+def _anthropic_pool_options() -> dict[str, Any]:
+    from v1.clients.http import http_library
+
+    return {
+        "timeout": http_library.Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
+        "limits": http_library.Limits(
+            max_connections=POOL["max_connections"], max_keepalive_connections=POOL["max_keepalive_connections"]
+        ),
+        "follow_redirects": False,
+    }
+
+
+def anthropic_async_http() -> Any:
+    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op)."""
+    from v1.clients.http import anthropic_async_client_class
+
+    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False)
+
+
+def _anthropic_shared_sync_http() -> Any:
+    global _anthropic_sync_http
+    with _sync_lock:
+        if _anthropic_sync_http is None:
+            import anthropic
+
+            _anthropic_sync_http = _shared(anthropic.DefaultHttpxClient, "close")(**_anthropic_pool_options())
+        return _anthropic_sync_http
+
+
+def anthropic_client(
+    base_url: str, api_key: str, *, sync: bool = False, http_client: Any = None
+) -> anthropic.AsyncAnthropic | anthropic.Anthropic:
+    """An `AsyncAnthropic` (or `Anthropic`) for a rollout's endpoint; `base_url` without ``/v1``.
+
+    `max_retries=0` for the same reason as `openai_client`. The key goes in `x-api-key`.
+    """
+    import anthropic
+
+    if sync:
+        return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, http_client=_anthropic_shared_sync_http())
+    return anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
+
+
+__all__ = ["anthropic_client", "openai_client", "anthropic_async_http", "shared_async_http"]

@@ -8,15 +8,17 @@ through the state's own setters.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.errors import OverlongPromptError, RolloutStopped
-from v1.types import Messages, Response, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
+from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
+from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 
 if TYPE_CHECKING:
+    from v1.clients.base import Client
     from v1.state import State
 
 StopCheck = Callable[["State"], Awaitable[str | None]]
@@ -54,23 +56,21 @@ class RolloutSession:
         self.api_key = "v1-" + secrets.token_urlsafe(24)
         self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
         self.http_client = http_client
+        self.server: Any = None
         self.stop_check = stop_check
         self.recording = True
         self.closed = False
         self.turns_started = 0
-        self.refused: str | None = None
+        self.refused: str | None = None  # the stop condition under which the endpoint refused the program a call
+        self.response_history: dict[str, list[dict[str, Any]]] = {}
+        self.response_ids: dict[int, tuple[Response, str]] = {}
+        self._in_flight: dict[bytes, asyncio.Future[Response]] = {}
+        self._last_answer: tuple[bytes, Response] | None = None
+        self._max_seq_len: int | None = None
 
     def end_program_phase(self) -> None:
         """Later calls (updates, judges, cleanups) still reach the model but are not trajectory steps."""
         self.recording = False
-
-    async def _admit(self) -> None:
-        try:
-            await self._check_admission()
-        except RolloutStopped as refusal:
-            self.refused = refusal.condition
-            raise
-        self.turns_started += 1
 
     async def _check_admission(self) -> None:
         state = self.state
@@ -86,45 +86,216 @@ class RolloutSession:
             state.stop("max_turns_reached")
             raise RolloutStopped("max_turns_reached", f"rollout stopped: max_turns_reached ({max_turns} model calls allowed)")
 
-    async def complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+    async def complete(
+        self,
+        prompt: Messages,
+        tools: list[Tool] | None,
+        requested: SamplingArgs,
+        dedupe_key: bytes | None = None,
+        retry: bool = False,
+    ) -> Response:
         """Forward one model call upstream and record it.
+
+        Every call with a `dedupe_key` (the endpoint passes a hash of the raw
+        request, or its `Idempotency-Key`) is remembered while in flight and
+        once answered. A `retry` (the SDK's `x-stainless-retry-count` > 0, or
+        a repeated `Idempotency-Key`) identical to the call in flight or to the
+        last answered one gets that same `Response` and records no new step:
+        an agent's own retry does not fork the trajectory. Identical calls that
+        are not retries (sampling the same prompt twice) are separate turns.
 
         Raises:
             RolloutStopped: the rollout already ended (turn limit, stop condition, error).
             OverlongPromptError, ModelError: the upstream call failed; recorded on the state first.
         """
-        state = self.state
-        runtime = state.runtime
-        recording = self.recording
-        if recording:
-            await self._admit()
-        client = runtime.client
-        assert client is not None, "a rollout session needs an upstream client"
-        sampling_args = merge_sampling_args(requested, runtime.sampling_args)
-        start = time.time()
+        if dedupe_key is None:
+            return await self._complete(prompt, tools, requested)
+        if retry:
+            pending = self._in_flight.get(dedupe_key)
+            if pending is not None:
+                return await asyncio.shield(pending)
+            last = self._last_answer
+            if last is not None and last[0] == dedupe_key:
+                return last[1]
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._in_flight[dedupe_key] = future
         try:
-            response = await client.get_response(prompt, state.get_model(), sampling_args, tools=tools, state=state)
+            response = await self._complete(prompt, tools, requested)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            else:
+                future.cancel()
+            raise
+        finally:
+            if self._in_flight.get(dedupe_key) is future:  # identical calls that are not retries overlap
+                del self._in_flight[dedupe_key]
+        future.set_result(response)
+        self._last_answer = (dedupe_key, response)
+        return response
+
+    async def _begin(self, requested: SamplingArgs) -> tuple[Client, SamplingArgs, bool]:
+        recording = self.recording
+        client = self.state.runtime.client
+        assert client is not None, "a rollout session needs an upstream client"
+        sampling_args = merge_sampling_args(requested, self.state.runtime.sampling_args)
+        try:
+            if recording:
+                await self._check_admission()
+            if "max_seq_len" in sampling_args or "max_total_completion_tokens" in sampling_args:
+                self._apply_limits(sampling_args, recording)
+        except RolloutStopped as refusal:
+            self.refused = refusal.condition
+            raise
         except OverlongPromptError:
+            self.refused = "prompt_too_long"
+            raise
+        if recording:
+            self.turns_started += 1
+        return client, sampling_args, recording
+
+    def _apply_limits(self, sampling_args: SamplingArgs, recording: bool) -> None:
+        """`max_seq_len` and `max_total_completion_tokens` (set in the harness's sampling args).
+
+        They are limits, not sampling args: removed from what goes upstream. Reached
+        before a call, the rollout stops (`prompt_too_long` /
+        `max_total_completion_tokens_reached`); otherwise `max_tokens` is capped to
+        what is left of both budgets.
+        """
+        harness = self.state.runtime.sampling_args
+        max_seq_len = harness.get("max_seq_len")
+        max_total = harness.get("max_total_completion_tokens")
+        sampling_args.pop("max_seq_len", None)
+        sampling_args.pop("max_total_completion_tokens", None)
+        self._max_seq_len = int(max_seq_len) if max_seq_len else None
+        if not recording:
+            return
+        state = self.state
+        usages = [step["response"].get("usage") or {} for step in state["trajectory"]]
+        caps = []
+        if max_total:
+            used = sum(int(usage.get("completion_tokens") or 0) for usage in usages)
+            if used >= int(max_total):
+                state.stop("max_total_completion_tokens_reached")
+                raise RolloutStopped(
+                    "max_total_completion_tokens_reached",
+                    f"rollout stopped: max_total_completion_tokens_reached ({used} of {max_total} completion tokens used)",
+                )
+            caps.append(int(max_total) - used)
+        if self._max_seq_len and usages:
+            context = int(usages[-1].get("prompt_tokens") or 0) + int(usages[-1].get("completion_tokens") or 0)
+            if context >= self._max_seq_len:
+                state._set_managed("is_truncated", True)
+                state.stop("prompt_too_long")
+                raise OverlongPromptError(f"the context ({context} tokens) already fills max_seq_len ({self._max_seq_len})")
+            caps.append(self._max_seq_len - context)
+        if caps:
+            keys = [key for key in ("max_tokens", "max_completion_tokens") if sampling_args.get(key) is not None] or [
+                "max_tokens"
+            ]
+            for key in keys:
+                sampling_args[key] = min([*caps, sampling_args.get(key) or min(caps)])
+
+    def _failed(self, error: Exception, recording: bool) -> None:
+        state = self.state
+        if isinstance(error, OverlongPromptError):
             if recording:
                 state._set_managed("is_truncated", True)
                 state.stop("prompt_too_long")
-            raise
+                self.refused = "prompt_too_long"
+        elif isinstance(error, NotSupportedError):  # the call cannot be translated for this upstream: a 400 for the program
+            if recording:
+                self.turns_started -= 1
+        else:
+            state._record_error(error, "model" if recording else "model (after the program)")
+
+    async def _complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+        client, sampling_args, recording = await self._begin(requested)
+        state = self.state
+        start = time.time()
+        try:
+            response = await client.get_response(prompt, state.get_model(), sampling_args, tools=tools, state=state)
         except Exception as exc:
-            state._record_error(exc, "model" if recording else "model (after the program)")
+            self._failed(exc, recording)
             raise
-        end = time.time()
         if recording:
-            self._record(prompt, response, start, end)
+            self._record(prompt, response, start, time.time())
         return response
+
+    async def stream(
+        self,
+        prompt: Messages,
+        tools: list[Tool] | None,
+        requested: SamplingArgs,
+        dedupe_key: bytes | None = None,
+        retry: bool = False,
+    ) -> AsyncGenerator[ResponseDelta | Response, None]:
+        """Like `complete`, relaying the upstream's deltas as they arrive; the `Response` comes last.
+
+        The step is recorded before the `Response` is yielded, so it is on the
+        trajectory before the program sees the stream's terminal event.
+        """
+        if dedupe_key is not None and retry:
+            pending = self._in_flight.get(dedupe_key)
+            if pending is not None:
+                yield await asyncio.shield(pending)
+                return
+            last = self._last_answer
+            if last is not None and last[0] == dedupe_key:
+                yield last[1]
+                return
+        client, sampling_args, recording = await self._begin(requested)
+        future: asyncio.Future[Response] | None = None
+        if dedupe_key is not None:
+            future = self._in_flight[dedupe_key] = asyncio.get_running_loop().create_future()
+        state = self.state
+        start = time.time()
+        response: Response | None = None
+        try:
+            async for item in client.stream_response(prompt, state.get_model(), sampling_args, tools=tools, state=state):
+                if isinstance(item, Response):
+                    response = item
+                else:
+                    yield item
+            if response is None:
+                raise ModelError("the upstream stream ended without a response")
+        except Exception as exc:
+            self._failed(exc, recording)
+            if future is not None:
+                future.set_exception(exc)
+                future.exception()
+            raise
+        except BaseException:
+            if future is not None:
+                future.cancel()
+            raise
+        finally:
+            if dedupe_key is not None and self._in_flight.get(dedupe_key) is future:
+                del self._in_flight[dedupe_key]
+        if recording:
+            self._record(prompt, response, start, time.time())
+        if future is not None and dedupe_key is not None:
+            future.set_result(response)
+            self._last_answer = (dedupe_key, response)
+        yield response
 
     def _record(self, prompt: Messages, response: Response, start: float, end: float) -> None:
         state = self.state
         truncated = bool(response.message.is_truncated)
+        tokens = step_tokens(response)
+        usage = response.usage
+        overlong = bool(self._max_seq_len and usage is not None and usage.prompt_tokens >= self._max_seq_len)
+        if overlong:
+            truncated = True
+            if tokens is not None:
+                tokens["overlong_prompt"] = True
+                tokens["is_truncated"] = True
         step = TrajectoryStep(
             prompt=prompt,
             completion=[response.message.to_chat_message()],
             response=response.model_dump(mode="json"),
-            tokens=step_tokens(response),
+            tokens=tokens,
             reward=None,
             advantage=None,
             is_truncated=truncated,
@@ -135,6 +306,8 @@ class RolloutSession:
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
         if truncated:
             state._set_managed("is_truncated", True)
+        if overlong:
+            state.stop("prompt_too_long")
 
 
 __all__ = ["RolloutSession", "merge_sampling_args"]

@@ -1,4 +1,10 @@
-"""A scriptable OpenAI-compatible model server over real HTTP, for tests and benchmarks.
+"""A scriptable model server over real HTTP speaking every dialect v1's clients use, for tests and benchmarks.
+
+Routes (under ``/v1``): ``chat/completions``, ``chat/completions/tokens`` (the
+vLLM-style token route: token ids always returned), ``completions``,
+``responses`` (OpenAI Responses) and ``messages`` (Anthropic Messages), each
+streaming in its own event format too. Every request is seen by responders as
+chat messages (`MockRequest.messages`), whatever its dialect.
 
     with MockModelServer(lambda request: Reply.text(request.last_user_text[::-1])) as server:
         client = ClientConfig(api_base_url=server.url)
@@ -26,7 +32,16 @@ from typing import Any, Union
 
 from aiohttp import web
 
+from v1.interception import chat_completions as chat_dialect
+
 VOCAB_SIZE = 32000
+DIALECT_PATHS = (
+    ("/chat/completions/tokens", "chat_completions_token"),
+    ("/chat/completions", "chat_completions"),
+    ("/completions", "completions"),
+    ("/responses", "responses"),
+    ("/messages", "messages"),
+)
 
 
 def mock_token_ids(text: str) -> list[int]:
@@ -46,19 +61,38 @@ def _prompt_text(messages: list[dict[str, Any]]) -> str:
 
 @dataclass
 class MockRequest:
-    """What the mock server received."""
+    """What the mock server received.
+
+    `messages` are OpenAI chat messages whatever the dialect (a Completions
+    prompt is one user message); `body` is the raw request.
+    """
 
     path: str
     body: dict[str, Any]
     headers: dict[str, str]
+    canonical_messages: list[dict[str, Any]] | None = None
+    canonical_tools: list[dict[str, Any]] | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        if self.canonical_messages is not None:
+            return list(self.canonical_messages)
         return list(self.body.get("messages") or [])
 
     @property
     def tools(self) -> list[dict[str, Any]]:
+        """Tools in Chat Completions form (`{"type": "function", "function": {...}}`) whatever the dialect."""
+        if self.canonical_tools is not None:
+            return list(self.canonical_tools)
         return list(self.body.get("tools") or [])
+
+    @property
+    def dialect(self) -> str:
+        """`chat_completions`, `chat_completions_token`, `completions`, `responses` or `messages`."""
+        for suffix, name in DIALECT_PATHS:
+            if self.path.endswith(suffix):
+                return name
+        return "chat_completions"
 
     @property
     def last_user_text(self) -> str:
@@ -88,6 +122,8 @@ class Reply:
     error: str | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    stream_delay: float = 0.0
+    """Seconds between streamed chunks (a slow generation, for streaming tests)."""
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -193,6 +229,9 @@ class MockModelServer:
     async def _start_app(self) -> None:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/chat/completions/tokens", self._chat_completions)
+        for path in ("/v1/completions", "/v1/responses", "/v1/messages"):
+            app.router.add_post(path, self._other_dialect)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -241,6 +280,8 @@ class MockModelServer:
             body = await request.json()
         except ValueError:
             return web.json_response({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}, status=400)
+        if request.path.endswith("/tokens"):
+            body = {**body, "return_token_ids": True}
         received = MockRequest(path=request.path, body=body, headers=dict(request.headers))
         with self._lock:
             self.requests.append(received)
@@ -248,14 +289,97 @@ class MockModelServer:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.error is not None or reply.status != 200:
-            kind = "invalid_request_error" if reply.status < 500 else "server_error"
-            return web.json_response(
-                {"error": {"message": reply.error or "error", "type": kind, "code": None, "param": None}}, status=reply.status
-            )
+            return self._error(reply, chat_dialect)
         completion = self._completion(received, reply)
         if body.get("stream"):
-            return await self._stream(request, completion, bool((body.get("stream_options") or {}).get("include_usage")))
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, completion, include_usage, reply.stream_delay)
         return web.json_response(completion)
+
+    @staticmethod
+    def _error(reply: Reply, dialect: Any) -> web.Response:
+        kind = "invalid_request_error" if reply.status < 500 else "server_error"
+        body = dialect.error_body(reply.status, reply.error or "error", kind, None, None)
+        return web.json_response(body, status=reply.status)
+
+    async def _other_dialect(self, request: web.Request) -> web.StreamResponse:
+        from v1.interception import completions, messages, responses
+        from v1.interception.dialect import BadRequest
+
+        dialect = {"completions": completions, "responses": responses, "messages": messages}[request.path.rsplit("/", 1)[-1]]
+        try:
+            body = await request.json()
+            parsed = dialect.parse_request(body)
+        except (ValueError, BadRequest) as exc:
+            return web.json_response(
+                dialect.error_body(400, f"mock: bad request: {exc}", "invalid_request_error", None, None), status=400
+            )
+        prompt = parsed.messages
+        canonical = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        tools = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in parsed.tools or ()
+        ]
+        received = MockRequest(
+            path=request.path, body=body, headers=dict(request.headers), canonical_messages=canonical, canonical_tools=tools
+        )
+        with self._lock:
+            self.requests.append(received)
+        reply = await self._next_reply(received)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.error is not None or reply.status != 200:
+            return self._error(reply, dialect)
+        response = self._response(received, reply, want_tokens=dialect is completions)
+        if dialect is responses:
+            parsed.extra["response_id"] = f"resp_mock_{next(self._ids)}"
+        if not parsed.stream:
+            return web.json_response(dialect.render(response, body.get("model") or self.model, parsed))
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+        for frame in dialect.render_stream(response, body.get("model") or self.model, parsed):
+            await stream.write(frame)
+            if reply.stream_delay:
+                await asyncio.sleep(reply.stream_delay)
+        await stream.write_eof()
+        return stream
+
+    def _response(self, request: MockRequest, reply: Reply, *, want_tokens: bool) -> Any:
+        from v1.types import Response, ResponseMessage, ResponseTokens, ToolCall, Usage
+
+        completion = self._completion(request, reply)
+        choice = completion["choices"][0]
+        usage = completion["usage"]
+        tokens = None
+        body = request.body
+        if want_tokens and (body.get("return_token_ids") or body.get("logprobs") is not None):
+            ids = choice.get("token_ids") or reply.completion_ids or mock_token_ids(reply.content or "")
+            logprobs = reply.logprobs or [-0.01 * (i + 1) for i in range(len(ids))]
+            prompt_ids = completion.get("prompt_token_ids") or mock_token_ids(_prompt_text(request.messages))
+            tokens = ResponseTokens(
+                prompt_ids=prompt_ids,
+                prompt_mask=[0] * len(prompt_ids),
+                completion_ids=ids,
+                completion_mask=[1] * len(ids),
+                completion_logprobs=logprobs,
+            )
+        return Response(
+            id=completion["id"],
+            created=completion["created"],
+            model=completion["model"],
+            usage=Usage(
+                prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"],
+                total_tokens=usage["total_tokens"],
+            ),
+            message=ResponseMessage(
+                content=reply.content,
+                reasoning_content=reply.reasoning_content,
+                finish_reason=choice["finish_reason"] if choice["finish_reason"] in ("stop", "length", "tool_calls") else "stop",
+                tool_calls=[ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in reply.tool_calls] or None,
+                tokens=tokens,
+            ),
+        )
 
     def _completion(self, request: MockRequest, reply: Reply) -> dict[str, Any]:
         prompt_ids = mock_token_ids(_prompt_text(request.messages))
@@ -302,18 +426,25 @@ class MockModelServer:
             choice["token_ids"] = completion_ids
         return completion
 
-    async def _stream(self, request: web.Request, completion: dict[str, Any], include_usage: bool) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, completion: dict[str, Any], include_usage: bool, delay: float = 0.0
+    ) -> web.StreamResponse:
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await stream.prepare(request)
         base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
         choice = completion["choices"][0]
         message = choice["message"]
 
-        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
-            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        async def send(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}]}
+            if "prompt_token_ids" in extra:
+                chunk["prompt_token_ids"] = chunk["choices"][0].pop("prompt_token_ids")
             await stream.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if delay:
+                await asyncio.sleep(delay)
 
-        await send({"role": "assistant", "content": ""})
+        first = {"prompt_token_ids": completion["prompt_token_ids"]} if "prompt_token_ids" in completion else {}
+        await send({"role": "assistant", "content": ""}, **first)
         if message.get("reasoning_content"):
             await send({"reasoning_content": message["reasoning_content"]})
         for piece in re.findall(r"\s*\S+\s*", message.get("content") or "") or (
@@ -333,7 +464,8 @@ class MockModelServer:
                     ]
                 }
             )
-        await send({}, choice["finish_reason"])
+        last = {k: choice[k] for k in ("token_ids", "logprobs") if choice.get(k) is not None}
+        await send({}, choice["finish_reason"], **last)
         if include_usage:
             await stream.write(f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode())
         await stream.write(b"data: [DONE]\n\n")

@@ -1,0 +1,268 @@
+"""`openai_responses`: the OpenAI Responses API (input items in, output items out).
+
+The whole conversation is sent every call (`store: false`, no
+`previous_response_id`): the trajectory is the source of truth, so any turn
+can be replayed or edited.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from openai import AsyncOpenAI
+from openai.resources.responses import AsyncResponses
+
+from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError
+from v1.types import (
+    ChatMessage,
+    FinishReason,
+    Messages,
+    Response,
+    ResponseDelta,
+    ResponseMessage,
+    SamplingArgs,
+    Tool,
+    ToolCall,
+    Usage,
+)
+
+CREATE_PARAMS = frozenset(inspect.signature(AsyncResponses.create).parameters) - {"self", "extra_body"}
+
+NativeItem = dict[str, Any]
+NativeResponse = dict[str, Any]
+
+
+def _content_parts(content: Any, text_type: str) -> str | list[dict[str, Any]]:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type")
+        if kind == "text":
+            parts.append({"type": text_type, "text": part.get("text", "")})
+        elif kind == "image_url":
+            url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part.get("image_url")
+            parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
+        else:
+            raise NotSupportedError(f"content part type {kind!r} cannot be sent to an openai_responses upstream")
+    return parts
+
+
+def _text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def input_items(messages: list[ChatMessage]) -> list[NativeItem]:
+    """Chat messages as Responses input items."""
+    items: list[NativeItem] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            if message.get("reasoning_content"):
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "summary": [],
+                        "content": [{"type": "reasoning_text", "text": message["reasoning_content"]}],
+                    }
+                )
+            text = _text(message.get("content"))
+            if text:
+                items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+            for call in message.get("tool_calls") or ():
+                function = call["function"]
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": function["name"],
+                        "arguments": function.get("arguments") or "{}",
+                    }
+                )
+        elif role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": _content_parts(message.get("content"), "input_text"),
+                }
+            )
+        elif role in ("user", "system", "developer"):
+            items.append({"type": "message", "role": role, "content": _content_parts(message.get("content"), "input_text")})
+        else:
+            raise NotSupportedError(f"messages with role {role!r} cannot be sent to an openai_responses upstream")
+    return items
+
+
+def responses_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Canonical (Chat Completions) sampling args as Responses `create()` keywords and `extra_body`."""
+    args = {k: v for k, v in sampling_args.items() if v is not None}
+    out: dict[str, Any] = {}
+    for name in ("max_tokens", "max_completion_tokens"):
+        if name in args:
+            out.setdefault("max_output_tokens", args.pop(name))
+    if "reasoning_effort" in args:
+        out["reasoning"] = {"effort": args.pop("reasoning_effort")}
+    choice = args.pop("tool_choice", None)
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        out["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
+    elif choice is not None:
+        out["tool_choice"] = choice
+    response_format = args.pop("response_format", None)
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        out["text"] = {"format": {"type": "json_schema", **(response_format.get("json_schema") or {})}}
+    elif isinstance(response_format, dict):
+        out["text"] = {"format": response_format}
+    if args.pop("logprobs", None) and "top_logprobs" not in args:
+        args["top_logprobs"] = 0
+    nested = args.pop("extra_body", None)
+    out.update({k: v for k, v in args.items() if k in CREATE_PARAMS})
+    extra = {k: v for k, v in args.items() if k not in CREATE_PARAMS}
+    if isinstance(nested, dict):
+        extra = {**nested, **extra}
+    return out, extra
+
+
+class OpenAIResponsesClient(OpenAIChatCompletionsClient):
+    """Responses over the official `openai` SDK."""
+
+    client_type = "openai_responses"
+
+    def to_native_prompt(self, messages: Messages) -> tuple[Any, dict[str, Any]]:
+        if isinstance(messages, str):
+            return messages, {}
+        return input_items(messages), {}
+
+    def to_native_tool(self, tool: Tool) -> dict[str, Any]:
+        native: dict[str, Any] = {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }
+        native["strict"] = bool(tool.strict)
+        return native
+
+    async def get_native_response(
+        self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, **kwargs: Any
+    ) -> NativeResponse:
+        request = self._responses_request(prompt, model, sampling_args, tools, kwargs.get("state"))
+        responses = self.client.responses
+        if isinstance(self.client, AsyncOpenAI):
+            raw = await responses.with_raw_response.create(**request)
+            return raw.http_response.json()  # type: ignore[no-any-return]
+        result = await responses.create(**request)
+        return result.model_dump() if hasattr(result, "model_dump") else dict(result)
+
+    async def stream_response(
+        self,
+        prompt: Messages,
+        model: str,
+        sampling_args: SamplingArgs,
+        tools: list[Tool] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ResponseDelta | Response]:
+        """Stream from the upstream, yielding deltas as events arrive; the final `response` becomes the `Response`."""
+        if not isinstance(self.client, AsyncOpenAI):
+            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+            return
+        native_prompt, _, native_tools = self.prepare(prompt, tools)
+        request = self._responses_request(native_prompt, model, sampling_args, native_tools, kwargs.get("state"))
+        events = await self.call_with_retries(lambda: self.client.responses.create(**request, stream=True))
+        calls: dict[str, int] = {}
+        final: dict[str, Any] | None = None
+        try:
+            async for event in events:
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    yield ResponseDelta(content=event.delta)
+                elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+                    yield ResponseDelta(reasoning_content=event.delta)
+                elif kind == "response.output_item.added" and event.item.type == "function_call":
+                    calls[event.item.id or event.item.call_id] = index = len(calls)
+                    yield ResponseDelta(tool_call_index=index, tool_call_id=event.item.call_id, tool_call_name=event.item.name)
+                elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
+                    yield ResponseDelta(tool_call_index=calls[event.item_id], tool_call_arguments=event.delta)
+                elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                    final = event.response.model_dump()
+                elif kind == "error":
+                    raise ModelError(f"upstream stream failed: {getattr(event, 'message', event)}")
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        if final is None:
+            raise InvalidModelResponseError("the upstream's Responses stream ended without a final response")
+        yield self.to_response(final)
+
+    def _responses_request(self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, state: Any) -> dict[str, Any]:
+        known, extra_body = responses_sampling_args(sampling_args)
+        request: dict[str, Any] = {"model": model, "input": prompt, "store": False, **known}
+        if tools:
+            request["tools"] = tools
+        if extra_body:
+            request["extra_body"] = extra_body
+        headers = self.headers_from_state(state)
+        if headers:
+            request["extra_headers"] = headers
+        return request
+
+    def raise_from_native_response(self, response: NativeResponse) -> None:
+        if not isinstance(response, dict):
+            raise InvalidModelResponseError(f"expected a JSON object from responses, got {type(response).__name__}")
+        if response.get("error"):
+            raise ModelError(f"upstream returned an error: {response['error']}")
+        if response.get("status") == "failed" or not isinstance(response.get("output"), list):
+            raise InvalidModelResponseError(f"response has no usable output: {str(response)[:200]}")
+
+    def from_native_response(self, response: NativeResponse) -> Response:
+        texts: list[str] = []
+        reasoning: list[str] = []
+        calls: list[ToolCall] = []
+        for item in response["output"]:
+            kind = item.get("type")
+            if kind == "message":
+                texts.extend(part.get("text") or part.get("refusal") or "" for part in item.get("content") or ())
+            elif kind == "reasoning":
+                parts = item.get("content") or item.get("summary") or ()
+                reasoning.append("".join(part.get("text", "") for part in parts))
+            elif kind == "function_call":
+                calls.append(
+                    ToolCall(
+                        id=item.get("call_id") or item.get("id") or f"call_{len(calls)}",
+                        name=item["name"],
+                        arguments=item.get("arguments") or "{}",
+                    )
+                )
+        truncated = response.get("status") == "incomplete"
+        finish_reason: FinishReason = "length" if truncated else ("tool_calls" if calls else "stop")
+        usage = response.get("usage") or None
+        return Response(
+            id=response.get("id") or "",
+            created=int(response.get("created_at") or time.time()),
+            model=response.get("model") or "",
+            usage=Usage(
+                prompt_tokens=usage.get("input_tokens") or 0,
+                completion_tokens=usage.get("output_tokens") or 0,
+                total_tokens=usage.get("total_tokens") or 0,
+                reasoning_tokens=(usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+            )
+            if usage
+            else None,
+            message=ResponseMessage(
+                content="".join(texts) if texts else None,
+                reasoning_content="".join(reasoning) if reasoning else None,
+                finish_reason=finish_reason,
+                is_truncated=truncated,
+                tool_calls=calls or None,
+            ),
+        )
+
+
+__all__ = ["OpenAIResponsesClient", "input_items", "responses_sampling_args"]

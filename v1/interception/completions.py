@@ -1,0 +1,176 @@
+"""The OpenAI (legacy) Completions dialect at the endpoint: a text prompt in, text out.
+
+The canonical prompt is the string itself (v1's "completion mode" `Messages`).
+`logprobs: N` becomes `logprobs: true, top_logprobs: N` in the canonical
+(Chat Completions) sampling args.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, sse
+from v1.types import Response, ResponseDelta
+
+ROUTE = "/completions"
+CONTROL_FIELDS = frozenset({"model", "prompt", "stream", "stream_options", "n", "logprobs"})
+REFUSED = {
+    "suffix": "'suffix' (fill-in-the-middle) is not supported by the endpoint",
+    "echo": "'echo' is not supported by the endpoint: the trajectory records the completion only",
+}
+
+
+def parse_request(body: Any) -> EndpointRequest:
+    """Validate a `/completions` body; raises `BadRequest` naming the bad parameter."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("the request body must be a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        raise BadRequest("'prompt' must be one string: token-id prompts and batches of prompts are not supported", "prompt")
+    if not isinstance(prompt, str):
+        raise BadRequest("'prompt' is required and must be a string", "prompt")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a string", "model")
+    if body.get("n") not in (None, 1) or body.get("best_of") not in (None, 1):
+        raise BadRequest("n > 1 / best_of > 1 is not supported: a rollout's trajectory is one path", "n")
+    for name, reason in REFUSED.items():
+        if body.get(name):
+            raise BadRequest(reason, name)
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, Mapping):
+        raise BadRequest("'stream_options' must be an object", "stream_options")
+    sampling_args = {k: v for k, v in body.items() if k not in CONTROL_FIELDS and k not in REFUSED and k != "best_of"}
+    logprobs = body.get("logprobs")
+    if logprobs is not None and logprobs is not False:
+        if isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0:
+            raise BadRequest("'logprobs' must be a non-negative integer", "logprobs")
+        sampling_args["logprobs"] = True
+        if logprobs:
+            sampling_args["top_logprobs"] = logprobs
+    return EndpointRequest(
+        messages=prompt,
+        tools=None,
+        sampling_args=sampling_args,
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        model=model,
+    )
+
+
+def _finish_reason(response: Response) -> str:
+    reason = response.message.finish_reason or "stop"
+    return "length" if reason == "length" else "stop"
+
+
+def _usage(response: Response) -> dict[str, int] | None:
+    usage = response.usage
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def _logprobs(response: Response) -> dict[str, Any] | None:
+    tokens = response.message.tokens
+    if tokens is None:
+        return None
+    return {
+        "tokens": [f"token_id:{t}" for t in tokens.completion_ids],
+        "token_logprobs": list(tokens.completion_logprobs),
+        "top_logprobs": None,
+        "text_offset": None,
+    }
+
+
+def _check_translatable(response: Response) -> None:
+    if response.message.tool_calls:
+        raise BadRequest("the model answered with tool calls, which the Completions API cannot carry", "tools")
+
+
+def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
+    """A `text_completion` object for a `Response`."""
+    _check_translatable(response)
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": response.message.content or "",
+        "finish_reason": _finish_reason(response),
+        "logprobs": _logprobs(response),
+    }
+    body: dict[str, Any] = {
+        "id": response.id or f"cmpl-{int(time.time() * 1000)}",
+        "object": "text_completion",
+        "created": response.created,
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(response),
+    }
+    tokens = response.message.tokens
+    if tokens is not None:
+        choice["prompt_token_ids"] = tokens.prompt_ids
+        choice["token_ids"] = tokens.completion_ids
+    return body
+
+
+class StreamWriter:
+    """Renders a streamed answer as `text_completion` SSE chunks, delta by delta."""
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.request = request
+        self.base = {
+            "id": response_id or f"cmpl-{secrets.token_hex(12)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def _chunk(self, text: str, finish_reason: str | None = None) -> bytes:
+        return sse({**self.base, "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]})
+
+    def start(self) -> list[bytes]:
+        return []
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.tool_call_index is not None:
+            raise BadRequest("the model answered with tool calls, which the Completions API cannot carry", "tools")
+        return [self._chunk(delta.content)] if delta.content else []
+
+    def finish(self, response: Response) -> list[bytes]:
+        _check_translatable(response)
+        frames = [self._chunk("", _finish_reason(response))]
+        if self.request.include_usage:
+            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
+
+
+def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
+    """`text_completion` chunks (one per word), then the finish reason, usage if asked, and ``[DONE]``."""
+    _check_translatable(response)
+    writer = StreamWriter(model, request, response.id or None)
+    writer.base["created"] = response.created
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
+
+
+def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+__all__ = ["ROUTE", "StreamWriter", "error_body", "parse_request", "render", "render_stream"]

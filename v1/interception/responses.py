@@ -1,0 +1,440 @@
+"""The OpenAI Responses dialect at the endpoint: input items in, output items out (Codex-style agents).
+
+Translation to the canonical OpenAI-chat messages: `instructions` and
+system/developer items become system/developer messages; `message` items
+become messages (`input_text`/`output_text` -> text parts, `input_image` ->
+image parts); `function_call` items join the assistant message before them as
+`tool_calls`; `function_call_output` items become `tool` messages (a list
+output stays a list of parts); a `reasoning` item becomes the next assistant
+message's `reasoning_content`. `previous_response_id` is resolved by the
+server from the rollout's own earlier answers. Sampling args take Chat
+Completions names (`max_output_tokens` -> `max_tokens`, `reasoning.effort`
+-> `reasoning_effort`); `store`, `metadata`, `include`, `user`, `truncation`,
+`prompt_cache_key`, `safety_identifier` and `service_tier` are bookkeeping
+for OpenAI's servers and are not forwarded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, image_part, sse
+from v1.types import Response, ResponseDelta, Tool
+
+ROUTE = "/responses"
+NOT_FORWARDED = frozenset(
+    {
+        "store",
+        "metadata",
+        "include",
+        "user",
+        "truncation",
+        "prompt_cache_key",
+        "safety_identifier",
+        "service_tier",
+        "stream_options",
+    }
+)
+CONTROL_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "stream",
+        "previous_response_id",
+        "max_output_tokens",
+        "reasoning",
+        "text",
+        "tool_choice",
+    }
+)
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
+
+
+def _parts(content: Any, where: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{where} must be a string or a list of content parts", where)
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            parts.append(image_part(part["image_url"]))
+        elif isinstance(kind, str):
+            raise BadRequest(f"{at}: content part type {kind!r} is not supported by the endpoint", at)
+        else:
+            raise BadRequest(f"{at} must be a content part object with a 'type'", at)
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    return parts
+
+
+def _text(content: str | list[dict[str, Any]]) -> str:
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+def input_messages(raw: Any, instructions: Any = None) -> list[dict[str, Any]]:
+    """Responses `input` (a string or a list of items) as canonical chat messages."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        if not isinstance(instructions, str):
+            raise BadRequest("'instructions' must be a string", "instructions")
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(raw, str):
+        messages.append({"role": "user", "content": raw})
+        return messages
+    if not isinstance(raw, list):
+        raise BadRequest("'input' is required: a string or a list of input items", "input")
+    reasoning: str | None = None
+
+    def open_assistant() -> dict[str, Any]:
+        nonlocal reasoning
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant" and reasoning is None:
+            return last
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+            reasoning = None
+        messages.append(message)
+        return message
+
+    for index, item in enumerate(raw):
+        where = f"input[{index}]"
+        if not isinstance(item, Mapping):
+            raise BadRequest(f"{where} must be an input item object", where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise BadRequest(f"{where}.role must be user, system, developer or assistant, got {role!r}", f"{where}.role")
+            content = _parts(item.get("content"), f"{where}.content")
+            if role == "assistant":
+                message = open_assistant()
+                message["content"] = (message["content"] or "") + _text(content)
+            else:
+                messages.append({"role": role, "content": content})
+        elif kind == "function_call":
+            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
+                raise BadRequest(f"{where}: a function_call item needs string 'call_id' and 'name'", where)
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+            }
+            open_assistant().setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str):
+                raise BadRequest(f"{where}.call_id must be a string", f"{where}.call_id")
+            messages.append(
+                {"role": "tool", "tool_call_id": item["call_id"], "content": _parts(item.get("output", ""), f"{where}.output")}
+            )
+        elif kind == "reasoning":
+            texts = [_text(_parts(item.get(key) or [], f"{where}.{key}")) for key in ("content", "summary")]
+            reasoning = next((text for text in texts if text), "")
+        else:
+            raise BadRequest(f"{where}: input item type {kind!r} is not supported by the endpoint", where)
+    if reasoning:
+        open_assistant()
+    return messages
+
+
+def _tools(raw: Any) -> list[Tool] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list", "tools")
+    tools = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or entry.get("type") != "function":
+            kind = entry.get("type") if isinstance(entry, Mapping) else None
+            raise BadRequest(f"tools[{i}]: tool type {kind!r} is not supported; only function tools are", f"tools[{i}]")
+        if not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise BadRequest(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
+        parameters = entry.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(parameters, Mapping):
+            raise BadRequest(f"tools[{i}].parameters must be a JSON schema object", f"tools[{i}].parameters")
+        tools.append(
+            Tool(
+                name=entry["name"],
+                description=entry.get("description") or "",
+                parameters=dict(parameters),
+                strict=entry.get("strict"),
+            )
+        )
+    return tools or None
+
+
+def parse_request(body: Any) -> EndpointRequest:
+    """Validate a `/responses` body; raises `BadRequest` naming the bad parameter.
+
+    `extra["previous_response_id"]` is left for the server to resolve.
+    """
+    if not isinstance(body, Mapping):
+        raise BadRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a string", "model")
+    if body.get("background"):
+        raise BadRequest("background responses are not supported by the endpoint", "background")
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise BadRequest("'previous_response_id' must be a string", "previous_response_id")
+    messages = input_messages(body.get("input"), body.get("instructions"))
+    sampling_args = {k: v for k, v in body.items() if k not in CONTROL_FIELDS and k not in NOT_FORWARDED}
+    if body.get("max_output_tokens") is not None:
+        sampling_args["max_tokens"] = body["max_output_tokens"]
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, Mapping) and reasoning.get("effort"):
+        sampling_args["reasoning_effort"] = reasoning["effort"]
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        sampling_args["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    elif choice is not None:
+        sampling_args["tool_choice"] = choice
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        schema = {k: v for k, v in fmt.items() if k != "type"}
+        sampling_args["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+        sampling_args["response_format"] = {"type": "json_object"}
+    return EndpointRequest(
+        messages=messages,
+        tools=_tools(body.get("tools")),
+        sampling_args=sampling_args,
+        stream=bool(body.get("stream")),
+        model=model,
+        extra={"previous_response_id": previous},
+    )
+
+
+def output_items(response: Response, response_id: str) -> list[dict[str, Any]]:
+    """The answer as output items: reasoning, message, function calls."""
+    message = response.message
+    items: list[dict[str, Any]] = []
+    if message.reasoning_content:
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{response_id}",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": message.reasoning_content}],
+            }
+        )
+    if message.content:
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{response_id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": message.content, "annotations": [], "logprobs": []}],
+            }
+        )
+    for call in message.tool_calls or ():
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call.id}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def _usage(response: Response) -> dict[str, Any] | None:
+    usage = response.usage
+    if usage is None:
+        return None
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def _response_id(response: Response, request: EndpointRequest) -> str:
+    return str(request.extra.get("response_id") or response.id or f"resp_{int(time.time() * 1000)}")
+
+
+def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
+    """A `response` object for a `Response`."""
+    response_id = _response_id(response, request)
+    truncated = response.message.finish_reason == "length"
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": response.created,
+        "model": model,
+        "status": "incomplete" if truncated else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "error": None,
+        "output": output_items(response, response_id),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "previous_response_id": request.extra.get("previous_response_id"),
+        "usage": _usage(response),
+    }
+
+
+class StreamWriter:
+    """Renders a streamed answer as typed Responses events, opening and closing output items as deltas change kind.
+
+    Item ids follow `output_items` (`rs_<id>`, `msg_<id>`, `fc_<call id>`), so the
+    items streamed are exactly those in the final `response.completed`.
+    """
+
+    keepalive = b": keepalive\n\n"
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.model = model
+        self.request = request
+        self.id = response_id or str(request.extra.get("response_id") or f"resp_{secrets.token_hex(12)}")
+        self.request.extra["response_id"] = self.id
+        self.numbers = itertools.count()
+        self.index = -1
+        self.open: dict[str, Any] | None = None
+        self.text: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        return sse({"type": kind, "sequence_number": next(self.numbers), **fields}, kind)
+
+    def start(self) -> list[bytes]:
+        pending: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": self.model,
+            "status": "in_progress",
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "previous_response_id": self.request.extra.get("previous_response_id"),
+            "usage": None,
+        }
+        return [self._event("response.created", response=pending), self._event("response.in_progress", response=pending)]
+
+    def _close(self) -> list[bytes]:
+        item = self.open
+        if item is None:
+            return []
+        text = "".join(self.text)
+        at = {"item_id": item["id"], "output_index": self.index}
+        frames = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            frames.append(self._event("response.output_text.done", **at, content_index=0, text=text, logprobs=[]))
+            frames.append(self._event("response.content_part.done", **at, content_index=0, part=part))
+            item = {**item, "status": "completed", "content": [part]}
+        elif item["type"] == "reasoning":
+            frames.append(self._event("response.reasoning_text.done", **at, content_index=0, text=text))
+            item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+        else:
+            frames.append(self._event("response.function_call_arguments.done", **at, name=item["name"], arguments=text))
+            item = {**item, "arguments": text, "status": "completed"}
+        frames.append(self._event("response.output_item.done", output_index=self.index, item=item))
+        self.open = None
+        self.text = []
+        return frames
+
+    def _switch(self, item: dict[str, Any]) -> list[bytes]:
+        if self.open is not None and self.open["id"] == item["id"]:
+            return []
+        frames = self._close()
+        self.index += 1
+        self.open = item
+        frames.append(self._event("response.output_item.added", output_index=self.index, item=item))
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            frames.append(
+                self._event(
+                    "response.content_part.added", item_id=item["id"], output_index=self.index, content_index=0, part=part
+                )
+            )
+        return frames
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]:
+        if delta.reasoning_content:
+            frames = self._switch({"type": "reasoning", "id": f"rs_{self.id}", "summary": [], "content": []})
+            self.text.append(delta.reasoning_content)
+            at = {"item_id": f"rs_{self.id}", "output_index": self.index, "content_index": 0}
+            return [*frames, self._event("response.reasoning_text.delta", **at, delta=delta.reasoning_content)]
+        if delta.content:
+            item = {"type": "message", "id": f"msg_{self.id}", "role": "assistant", "status": "in_progress", "content": []}
+            frames = self._switch(item)
+            self.text.append(delta.content)
+            at = {"item_id": item["id"], "output_index": self.index, "content_index": 0}
+            return [*frames, self._event("response.output_text.delta", **at, delta=delta.content, logprobs=[])]
+        if delta.tool_call_index is None:
+            return []
+        frames = []
+        if delta.tool_call_id is not None:
+            item = {
+                "type": "function_call",
+                "id": f"fc_{delta.tool_call_id}",
+                "call_id": delta.tool_call_id,
+                "name": delta.tool_call_name or "",
+                "arguments": "",
+                "status": "in_progress",
+            }
+            frames = self._switch(item)
+        if delta.tool_call_arguments and self.open is not None:
+            self.text.append(delta.tool_call_arguments)
+            at = {"item_id": self.open["id"], "output_index": self.index}
+            frames.append(self._event("response.function_call_arguments.delta", **at, delta=delta.tool_call_arguments))
+        return frames
+
+    def finish(self, response: Response) -> list[bytes]:
+        frames = self._close()
+        final = render(response, self.model, self.request)
+        terminal = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        frames.append(self._event(terminal, response=final))
+        return frames
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [self._event("error", code=code, message=message, param=None)]
+
+
+def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
+    """Typed Responses events: created, each output item (added, deltas, done), completed."""
+    writer = StreamWriter(model, request, _response_id(response, request))
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
+
+
+def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+__all__ = [
+    "ROUTE",
+    "StreamWriter",
+    "error_body",
+    "input_messages",
+    "output_items",
+    "parse_request",
+    "render",
+    "render_stream",
+]
