@@ -837,3 +837,21 @@ def test_endpoint_closes_when_the_loop_shuts_down() -> None:
         with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", second_port), timeout=2):
             pass
     assert len(mock.requests) == 2
+
+
+async def test_hundreds_of_simultaneous_connects_fit_the_listen_queue() -> None:
+    """While the loop is busy (nothing accepted), 300 connects must all complete in the kernel's queue.
+
+    With aiohttp's default backlog of 128 the 130th connect is dropped and only retried a second later.
+    """
+    import socket
+
+    endpoint = await get_endpoint()
+    sockets = []
+    try:
+        for _ in range(300):  # no await in this loop: the endpoint can't accept meanwhile
+            sockets.append(socket.create_connection(("127.0.0.1", endpoint.port), timeout=0.5))
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert len(sockets) == 300

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_BODY_ENV = "V1_ENDPOINT_MAX_BODY_BYTES"
+# aiohttp's default listen queue (128) overflows when hundreds of rollouts connect at once, and
+# the kernel retries a dropped connect only after a second or more (capped by net.core.somaxconn).
+LISTEN_BACKLOG = 4096
 KEEPALIVE_S = 10.0
 """Seconds of upstream silence after which a streaming answer gets a keepalive event."""
 
@@ -101,7 +104,7 @@ class EndpointServer:
         app.router.add_route("*", "/{tail:.*}", self._unknown_route)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
+        site = web.TCPSite(self._runner, self.host, 0, backlog=LISTEN_BACKLOG)
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._http_client = await shared_async_http()

@@ -35,6 +35,7 @@ from aiohttp import web
 from v1.interception import chat_completions as chat_dialect
 
 VOCAB_SIZE = 32000
+LISTEN_BACKLOG = 4096  # like the endpoint's: hundreds of concurrent connects must not overflow the queue
 DIALECT_PATHS = (
     ("/chat/completions/tokens", "chat_completions_token"),
     ("/chat/completions", "chat_completions"),
@@ -235,7 +236,7 @@ class MockModelServer:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=LISTEN_BACKLOG)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
