@@ -457,3 +457,9 @@ def test_assigning_a_bad_value_is_a_config_error() -> None:
         config.max_turns = 0
     config.max_turns = 3
     assert config.max_turns == 3
+
+
+def test_harness_token_limits_are_validated() -> None:
+    assert v1.HarnessConfig(max_seq_len=4096, max_total_completion_tokens=512).max_seq_len == 4096
+    with pytest.raises(v1.ConfigError, match="field 'max_seq_len': Input should be greater than or equal to 1"):
+        v1.HarnessConfig(max_seq_len=0)

@@ -430,6 +430,13 @@ async def test_program_failing_on_a_token_budget_ends_cleanly(mock: MockModelSer
         for _ in range(5):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "four words of reply"}])
 
-    state = await make_harness(program=program, sampling_args={"max_total_completion_tokens": 8}).run({"prompt": "x"})
-    assert state["stop_condition"] == "max_total_completion_tokens_reached" and state["error"] is None
-    assert len(state["trajectory"]) == 2
+    for harness in (
+        make_harness(program=program, max_total_completion_tokens=8),
+        make_harness(program=program, config={"max_total_completion_tokens": 8}),
+        make_harness(program=program, sampling_args={"max_total_completion_tokens": 8}),
+    ):
+        requests_before = len(mock.requests)
+        state = await harness.run({"prompt": "x"})
+        assert state["stop_condition"] == "max_total_completion_tokens_reached" and state["error"] is None
+        assert len(state["trajectory"]) == 2
+        assert all("max_total_completion_tokens" not in request.body for request in mock.requests[requests_before:])

@@ -422,6 +422,8 @@ class HarnessConfig(_HandlerLists):
     sampling_args: dict[str, object] = {}
     max_turns: int = Field(10, ge=1)
     timeout_seconds: float | None = Field(None, gt=0)
+    max_seq_len: int | None = Field(None, ge=1)
+    max_total_completion_tokens: int | None = Field(None, ge=1)
     toolsets: list[ToolsetConfig] = []
     user: UserConfig | None = None
 

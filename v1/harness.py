@@ -33,17 +33,6 @@ from v1.user import User, resolve_user
 
 logger = logging.getLogger(__name__)
 
-HARNESS_FIELDS = (
-    "program",
-    "system_prompt",
-    "system_prompt_strategy",
-    "sandbox",
-    "model",
-    "sampling_args",
-    "max_turns",
-    "timeout_seconds",
-)
-
 
 def _system_messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
@@ -193,6 +182,8 @@ class Harness:
         *,
         system_prompt_strategy: str | None = None,
         timeout_seconds: float | None = None,
+        max_seq_len: int | None = None,
+        max_total_completion_tokens: int | None = None,
         taskset: Taskset | None = None,
     ) -> None:
         given = {
@@ -204,6 +195,8 @@ class Harness:
             "sampling_args": dict(sampling_args) if sampling_args is not None else None,
             "max_turns": max_turns,
             "timeout_seconds": timeout_seconds,
+            "max_seq_len": max_seq_len,
+            "max_total_completion_tokens": max_total_completion_tokens,
         }
         if isinstance(client, (ClientConfig, Mapping)):
             given["client"], client = client, None
@@ -271,7 +264,15 @@ class Harness:
                     "no model client: pass Harness(client=ClientConfig(...) or AsyncOpenAI(...)) or set [env.harness.client]"
                 )
             runtime.client = await resolve_client(source)
-            runtime.sampling_args = dict(self.config.sampling_args)
+            # The token limits ride with the sampling args; the endpoint enforces them and never sends them upstream.
+            limits = {
+                "max_seq_len": self.config.max_seq_len,
+                "max_total_completion_tokens": self.config.max_total_completion_tokens,
+            }
+            runtime.sampling_args = {
+                **self.config.sampling_args,
+                **{key: value for key, value in limits.items() if value is not None},
+            }
         if runtime.model is None:
             runtime.model = self.config.model
         if not runtime.model:
