@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, check_tool_results, deltas_of, sse
+from v1.interception.dialect import (
+    BadRequest,
+    EndpointRequest,
+    OpenAIChunkWriter,
+    check_tool_results,
+    openai_usage,
+    parse_tool_list,
+    replay,
+    sse,
+)
+from v1.interception.dialect import openai_error_body as error_body
 from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/chat/completions"
@@ -42,31 +51,23 @@ def _check_message(index: int, message: Any) -> None:
                 raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
 
 
+def _tool(i: int, entry: Any) -> Tool:
+    function = entry.get("function") if isinstance(entry, Mapping) else None
+    if not isinstance(entry, Mapping) or entry.get("type", "function") != "function" or not isinstance(function, Mapping):
+        raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"tools[{i}].function.name must be a non-empty string", f"tools[{i}].function.name")
+    parameters = function.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, Mapping):
+        raise BadRequest(f"tools[{i}].function.parameters must be a JSON schema object", f"tools[{i}].function.parameters")
+    return Tool(
+        name=name, description=function.get("description") or "", parameters=dict(parameters), strict=function.get("strict")
+    )
+
+
 def parse_tools(raw: Any) -> list[Tool] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise BadRequest("tools must be a list", "tools")
-    tools = []
-    for i, entry in enumerate(raw):
-        function = entry.get("function") if isinstance(entry, Mapping) else None
-        if not isinstance(entry, Mapping) or entry.get("type", "function") != "function" or not isinstance(function, Mapping):
-            raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise BadRequest(f"tools[{i}].function.name must be a non-empty string", f"tools[{i}].function.name")
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(parameters, Mapping):
-            raise BadRequest(f"tools[{i}].function.parameters must be a JSON schema object", f"tools[{i}].function.parameters")
-        tools.append(
-            Tool(
-                name=name,
-                description=function.get("description") or "",
-                parameters=dict(parameters),
-                strict=function.get("strict"),
-            )
-        )
-    return tools or None
+    return parse_tool_list(raw, _tool)
 
 
 def parse_request(body: Any) -> EndpointRequest:
@@ -110,17 +111,6 @@ def _finish_reason(response: Response) -> str:
     return response.message.finish_reason or ("tool_calls" if response.message.tool_calls else "stop")
 
 
-def _usage(response: Response) -> dict[str, int] | None:
-    usage = response.usage
-    if usage is None:
-        return None
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
-    }
-
-
 def _logprobs(response: Response) -> dict[str, Any] | None:
     tokens = response.message.tokens
     if tokens is None:
@@ -153,7 +143,7 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
         "created": response.created,
         "model": model,
         "choices": [choice],
-        "usage": _usage(response),
+        "usage": openai_usage(response),
     }
     tokens = response.message.tokens
     if tokens is not None:
@@ -167,19 +157,11 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     return render_completion(response, model)
 
 
-class StreamWriter:
+class StreamWriter(OpenAIChunkWriter):
     """Renders a streamed answer as `chat.completion.chunk` SSE frames, delta by delta."""
 
-    keepalive = b": keepalive\n\n"
-
-    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
-        self.request = request
-        self.base = {
-            "id": response_id or f"chatcmpl-{secrets.token_hex(12)}",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": model,
-        }
+    id_prefix = "chatcmpl-"
+    chunk_object = "chat.completion.chunk"
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
         return sse(
@@ -208,29 +190,14 @@ class StreamWriter:
         tokens = response.message.tokens
         if tokens is not None:
             extra = {"token_ids": tokens.completion_ids, "logprobs": _logprobs(response)}
-        frames = [self._chunk({}, _finish_reason(response), **extra)]
-        if self.request.include_usage:
-            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
-        frames.append(b"data: [DONE]\n\n")
-        return frames
-
-    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
-        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
+        return [self._chunk({}, _finish_reason(response), **extra), *self.end(response)]
 
 
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """The SSE byte frames of a streamed answer, ending with ``data: [DONE]``."""
     writer = StreamWriter(model, request, response.id or None)
     writer.base["created"] = response.created
-    yield from writer.start()
-    for delta in deltas_of(response):
-        yield from writer.delta(delta)
-    yield from writer.finish(response)
-
-
-def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
-    """OpenAI's error shape."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    yield from replay(writer, response)
 
 
 __all__ = [

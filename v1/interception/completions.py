@@ -7,12 +7,12 @@ The canonical prompt is the string itself (v1's "completion mode" `Messages`).
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, sse
+from v1.interception.dialect import BadRequest, EndpointRequest, OpenAIChunkWriter, openai_usage, replay, sse
+from v1.interception.dialect import openai_error_body as error_body
 from v1.types import Response, ResponseDelta
 
 ROUTE = "/completions"
@@ -68,17 +68,6 @@ def _finish_reason(response: Response) -> str:
     return "length" if reason == "length" else "stop"
 
 
-def _usage(response: Response) -> dict[str, int] | None:
-    usage = response.usage
-    if usage is None:
-        return None
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
-    }
-
-
 def _logprobs(response: Response) -> dict[str, Any] | None:
     tokens = response.message.tokens
     if tokens is None:
@@ -111,7 +100,7 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
         "created": response.created,
         "model": model,
         "choices": [choice],
-        "usage": _usage(response),
+        "usage": openai_usage(response),
     }
     tokens = response.message.tokens
     if tokens is not None:
@@ -120,19 +109,11 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     return body
 
 
-class StreamWriter:
+class StreamWriter(OpenAIChunkWriter):
     """Renders a streamed answer as `text_completion` SSE chunks, delta by delta."""
 
-    keepalive = b": keepalive\n\n"
-
-    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
-        self.request = request
-        self.base = {
-            "id": response_id or f"cmpl-{secrets.token_hex(12)}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": model,
-        }
+    id_prefix = "cmpl-"
+    chunk_object = "text_completion"
 
     def _chunk(self, text: str, finish_reason: str | None = None) -> bytes:
         return sse({**self.base, "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]})
@@ -147,14 +128,7 @@ class StreamWriter:
 
     def finish(self, response: Response) -> list[bytes]:
         _check_translatable(response)
-        frames = [self._chunk("", _finish_reason(response))]
-        if self.request.include_usage:
-            frames.append(sse({**self.base, "choices": [], "usage": _usage(response)}))
-        frames.append(b"data: [DONE]\n\n")
-        return frames
-
-    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
-        return [sse(error_body(status, message, type_, code, None)), b"data: [DONE]\n\n"]
+        return [self._chunk("", _finish_reason(response)), *self.end(response)]
 
 
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
@@ -162,15 +136,7 @@ def render_stream(response: Response, model: str, request: EndpointRequest) -> I
     _check_translatable(response)
     writer = StreamWriter(model, request, response.id or None)
     writer.base["created"] = response.created
-    yield from writer.start()
-    for delta in deltas_of(response):
-        yield from writer.delta(delta)
-    yield from writer.finish(response)
-
-
-def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
-    """OpenAI's error shape."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    yield from replay(writer, response)
 
 
 __all__ = ["ROUTE", "StreamWriter", "error_body", "parse_request", "render", "render_stream"]

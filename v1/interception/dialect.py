@@ -1,4 +1,5 @@
-"""What every endpoint dialect shares: the parsed request, the 400 error, SSE framing, tool-result checks.
+"""What the endpoint dialects share: the parsed request, the 400 error, SSE framing, tool-list and tool-result
+checks, replaying a whole answer as a stream, and the OpenAI error, usage and chunk-stream shapes.
 
 A dialect module (`chat_completions`, `completions`, `responses`, `messages`)
 parses its wire format into an `EndpointRequest` of canonical OpenAI-chat
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from v1.types import Messages, Response, ResponseDelta, Tool
 
@@ -48,6 +51,15 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return f"{prefix}data: {dumps(data)}\n\n".encode()
 
 
+def parse_tool_list(raw: Any, parse_tool: Callable[[int, Any], Tool]) -> list[Tool] | None:
+    """A request's `tools`, each entry read by the dialect's `parse_tool(index, entry)`; None when absent or empty."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list", "tools")
+    return [parse_tool(index, entry) for index, entry in enumerate(raw)] or None
+
+
 def check_tool_results(messages: list[dict[str, Any]], where: str = "messages") -> None:
     """Every tool result must answer a tool call made earlier in the conversation."""
     called: set[str] = set()
@@ -74,6 +86,74 @@ def deltas_of(response: Response) -> Iterator[ResponseDelta]:
         yield ResponseDelta(tool_call_index=index, tool_call_arguments=call.arguments)
 
 
+class StreamWriter(Protocol):
+    """A dialect's stream renderer: the frames that open the stream, carry each delta, and end it."""
+
+    def start(self) -> list[bytes]: ...
+
+    def delta(self, delta: ResponseDelta) -> list[bytes]: ...
+
+    def finish(self, response: Response) -> list[bytes]: ...
+
+
+def replay(writer: StreamWriter, response: Response) -> Iterator[bytes]:
+    """A complete `Response` as the frames `writer` would send had it been streamed (`deltas_of`)."""
+    yield from writer.start()
+    for delta in deltas_of(response):
+        yield from writer.delta(delta)
+    yield from writer.finish(response)
+
+
+def openai_error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
+    """OpenAI's error shape (Chat Completions, Completions, Responses)."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def openai_usage(response: Response) -> dict[str, int] | None:
+    """`usage` as Chat Completions and Completions report it."""
+    usage = response.usage
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+OPENAI_STREAM_END = b"data: [DONE]\n\n"
+
+
+class OpenAIChunkWriter:
+    """What the Chat Completions and Completions streams share: every chunk under one envelope (`base`),
+    a usage chunk at the end when the request asked for one, then ``data: [DONE]``.
+
+    Subclasses name the envelope (`id_prefix`, `chunk_object`) and render the chunks themselves.
+    """
+
+    keepalive = b": keepalive\n\n"
+    id_prefix: ClassVar[str]
+    chunk_object: ClassVar[str]
+
+    def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
+        self.request = request
+        self.base = {
+            "id": response_id or f"{self.id_prefix}{secrets.token_hex(12)}",
+            "object": self.chunk_object,
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def end(self, response: Response) -> list[bytes]:
+        """The frames after the last chunk: usage (if asked for), then ``[DONE]``."""
+        if self.request.include_usage:
+            return [sse({**self.base, "choices": [], "usage": openai_usage(response)}), OPENAI_STREAM_END]
+        return [OPENAI_STREAM_END]
+
+    def error(self, status: int, message: str, type_: str, code: str | None) -> list[bytes]:
+        return [sse(openai_error_body(status, message, type_, code, None)), OPENAI_STREAM_END]
+
+
 def image_part(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
@@ -87,4 +167,17 @@ def arguments_object(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-__all__ = ["BadRequest", "EndpointRequest", "check_tool_results", "deltas_of", "dumps", "sse"]
+__all__ = [
+    "BadRequest",
+    "EndpointRequest",
+    "OpenAIChunkWriter",
+    "StreamWriter",
+    "check_tool_results",
+    "deltas_of",
+    "dumps",
+    "openai_error_body",
+    "openai_usage",
+    "parse_tool_list",
+    "replay",
+    "sse",
+]

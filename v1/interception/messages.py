@@ -22,8 +22,9 @@ from v1.interception.dialect import (
     EndpointRequest,
     arguments_object,
     check_tool_results,
-    deltas_of,
     image_part,
+    parse_tool_list,
+    replay,
     sse,
 )
 from v1.types import Response, ResponseDelta, Tool
@@ -123,24 +124,17 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
     return message
 
 
-def _tools(raw: Any) -> list[Tool] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise BadRequest("tools must be a list", "tools")
-    tools = []
-    for i, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"]:
-            raise BadRequest(f"tools[{i}] needs a non-empty 'name'", f"tools[{i}].name")
-        if entry.get("type") not in (None, "custom"):
-            raise BadRequest(
-                f"tools[{i}]: server tool type {entry.get('type')!r} is not supported; define a custom tool", f"tools[{i}]"
-            )
-        schema = entry.get("input_schema")
-        if not isinstance(schema, Mapping):
-            raise BadRequest(f"tools[{i}].input_schema must be a JSON schema object", f"tools[{i}].input_schema")
-        tools.append(Tool(name=entry["name"], description=entry.get("description") or "", parameters=dict(schema)))
-    return tools or None
+def _tool(i: int, entry: Any) -> Tool:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise BadRequest(f"tools[{i}] needs a non-empty 'name'", f"tools[{i}].name")
+    if entry.get("type") not in (None, "custom"):
+        raise BadRequest(
+            f"tools[{i}]: server tool type {entry.get('type')!r} is not supported; define a custom tool", f"tools[{i}]"
+        )
+    schema = entry.get("input_schema")
+    if not isinstance(schema, Mapping):
+        raise BadRequest(f"tools[{i}].input_schema must be a JSON schema object", f"tools[{i}].input_schema")
+    return Tool(name=entry["name"], description=entry.get("description") or "", parameters=dict(schema))
 
 
 def _tool_choice(raw: Any) -> Any:
@@ -187,7 +181,7 @@ def parse_request(body: Any) -> EndpointRequest:
         sampling_args["tool_choice"] = _tool_choice(body["tool_choice"])
     return EndpointRequest(
         messages=messages,
-        tools=_tools(body.get("tools")),
+        tools=parse_tool_list(body.get("tools"), _tool),
         sampling_args=sampling_args,
         stream=bool(body.get("stream")),
         model=model,
@@ -318,11 +312,7 @@ class StreamWriter:
 
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """Anthropic's typed stream: message_start, content blocks (start/delta/stop), message_delta, message_stop."""
-    writer = StreamWriter(model, request, response.id or None)
-    yield from writer.start()
-    for delta in deltas_of(response):
-        yield from writer.delta(delta)
-    yield from writer.finish(response)
+    yield from replay(StreamWriter(model, request, response.id or None), response)
 
 
 ERROR_TYPES = {

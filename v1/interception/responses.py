@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, deltas_of, image_part, sse
+from v1.interception.dialect import BadRequest, EndpointRequest, image_part, parse_tool_list, replay, sse
+from v1.interception.dialect import openai_error_body as error_body
 from v1.types import Response, ResponseDelta, Tool
 
 ROUTE = "/responses"
@@ -150,30 +151,18 @@ def input_messages(raw: Any, instructions: Any = None) -> list[dict[str, Any]]:
     return messages
 
 
-def _tools(raw: Any) -> list[Tool] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise BadRequest("tools must be a list", "tools")
-    tools = []
-    for i, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or entry.get("type") != "function":
-            kind = entry.get("type") if isinstance(entry, Mapping) else None
-            raise BadRequest(f"tools[{i}]: tool type {kind!r} is not supported; only function tools are", f"tools[{i}]")
-        if not isinstance(entry.get("name"), str) or not entry["name"]:
-            raise BadRequest(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
-        parameters = entry.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(parameters, Mapping):
-            raise BadRequest(f"tools[{i}].parameters must be a JSON schema object", f"tools[{i}].parameters")
-        tools.append(
-            Tool(
-                name=entry["name"],
-                description=entry.get("description") or "",
-                parameters=dict(parameters),
-                strict=entry.get("strict"),
-            )
-        )
-    return tools or None
+def _tool(i: int, entry: Any) -> Tool:
+    if not isinstance(entry, Mapping) or entry.get("type") != "function":
+        kind = entry.get("type") if isinstance(entry, Mapping) else None
+        raise BadRequest(f"tools[{i}]: tool type {kind!r} is not supported; only function tools are", f"tools[{i}]")
+    if not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise BadRequest(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
+    parameters = entry.get("parameters") or {"type": "object", "properties": {}}
+    if not isinstance(parameters, Mapping):
+        raise BadRequest(f"tools[{i}].parameters must be a JSON schema object", f"tools[{i}].parameters")
+    return Tool(
+        name=entry["name"], description=entry.get("description") or "", parameters=dict(parameters), strict=entry.get("strict")
+    )
 
 
 def parse_request(body: Any) -> EndpointRequest:
@@ -212,7 +201,7 @@ def parse_request(body: Any) -> EndpointRequest:
         sampling_args["response_format"] = {"type": "json_object"}
     return EndpointRequest(
         messages=messages,
-        tools=_tools(body.get("tools")),
+        tools=parse_tool_list(body.get("tools"), _tool),
         sampling_args=sampling_args,
         stream=bool(body.get("stream")),
         model=model,
@@ -416,16 +405,7 @@ class StreamWriter:
 
 def render_stream(response: Response, model: str, request: EndpointRequest) -> Iterator[bytes]:
     """Typed Responses events: created, each output item (added, deltas, done), completed."""
-    writer = StreamWriter(model, request, _response_id(response, request))
-    yield from writer.start()
-    for delta in deltas_of(response):
-        yield from writer.delta(delta)
-    yield from writer.finish(response)
-
-
-def error_body(status: int, message: str, type_: str, code: str | None, param: str | None) -> dict[str, Any]:
-    """OpenAI's error shape."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    yield from replay(StreamWriter(model, request, _response_id(response, request)), response)
 
 
 __all__ = [
