@@ -261,15 +261,20 @@ class MockModelServer:
 
     # -- serving ------------------------------------------------------------------------------
 
-    async def _next_reply(self, request: MockRequest) -> Reply:
+    async def _record_and_take_reply(self, request: MockRequest) -> Reply:
+        """Record `request` and take the next scripted reply (else the responder's), after that reply's `delay`."""
         with self._lock:
+            self.requests.append(request)
             scripted = self._script.popleft() if self._script else None
         source: Any = scripted if scripted is not None else self.responder
         if callable(source) and not isinstance(source, Reply):
             source = source(request)
             if inspect.isawaitable(source):
                 source = await source
-        return Reply.text(source) if isinstance(source, str) else source
+        reply = Reply.text(source) if isinstance(source, str) else source
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        return reply
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -284,11 +289,7 @@ class MockModelServer:
         if request.path.endswith("/tokens"):
             body = {**body, "return_token_ids": True}
         received = MockRequest(path=request.path, body=body, headers=dict(request.headers))
-        with self._lock:
-            self.requests.append(received)
-        reply = await self._next_reply(received)
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        reply = await self._record_and_take_reply(received)
         if reply.error is not None or reply.status != 200:
             return self._error(reply, chat_dialect)
         completion = self._completion(received, reply)
@@ -324,11 +325,7 @@ class MockModelServer:
         received = MockRequest(
             path=request.path, body=body, headers=dict(request.headers), canonical_messages=canonical, canonical_tools=tools
         )
-        with self._lock:
-            self.requests.append(received)
-        reply = await self._next_reply(received)
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        reply = await self._record_and_take_reply(received)
         if reply.error is not None or reply.status != 200:
             return self._error(reply, dialect)
         response = self._response(received, reply, want_tokens=dialect is completions)
