@@ -52,6 +52,19 @@ def _is_overlong(error: BaseException) -> bool:
     return any(marker in text for marker in OVERLONG_MARKERS)
 
 
+def raise_for_upstream_error(response: Any, api: str) -> None:
+    """Reject an answer that is not a JSON object, or that carries an OpenAI-style `error` field.
+
+    Args:
+        response: the decoded answer.
+        api: the API's name as the error message should give it ("chat completions", ...).
+    """
+    if not isinstance(response, dict):
+        raise InvalidModelResponseError(f"expected a JSON object from {api}, got {type(response).__name__}")
+    if response.get("error"):
+        raise ModelError(f"upstream returned an error: {response['error']}")
+
+
 def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> ResponseTokens | None:
     """Token ids (vLLM's `prompt_token_ids` / `token_ids`) and logprobs, when the server returned them."""
     prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
@@ -187,12 +200,18 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         **kwargs: Any,
     ) -> NativeResponse:
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
-        completions = self.client.chat.completions
+        return await self._create_json(self.client.chat.completions, request)
+
+    async def _create_json(self, resource: Any, request: dict[str, Any]) -> NativeResponse:
+        """`resource.create(**request)`'s answer as JSON.
+
+        On an `AsyncOpenAI` the SDK's pydantic parse is skipped (we translate from the JSON directly);
+        any other client's result is dumped.
+        """
         if isinstance(self.client, AsyncOpenAI):
-            # Skip the SDK's pydantic parse of the response: we translate from the JSON directly.
-            raw = await completions.with_raw_response.create(**request)
+            raw = await resource.with_raw_response.create(**request)
             return raw.http_response.json()  # type: ignore[no-any-return]
-        result = await completions.create(**request)
+        result = await resource.create(**request)
         return result.model_dump() if hasattr(result, "model_dump") else dict(result)
 
     def _request(
@@ -259,10 +278,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         return ModelError(describe_error(error))
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
-        if not isinstance(response, dict):
-            raise InvalidModelResponseError(f"expected a JSON object from chat completions, got {type(response).__name__}")
-        if response.get("error"):
-            raise ModelError(f"upstream returned an error: {response['error']}")
+        raise_for_upstream_error(response, "chat completions")
         choices = response.get("choices")
         if not choices or not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
             raise InvalidModelResponseError(f"chat completion has no usable choices: {str(response)[:200]}")
@@ -307,4 +323,4 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             await self.client.close()
 
 
-__all__ = ["OpenAIChatCompletionsClient", "split_sampling_args"]
+__all__ = ["OpenAIChatCompletionsClient", "raise_for_upstream_error", "split_sampling_args"]

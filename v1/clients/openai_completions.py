@@ -6,11 +6,10 @@ import inspect
 import time
 from typing import Any
 
-from openai import AsyncOpenAI
 from openai.resources.completions import AsyncCompletions
 
-from v1.clients.openai_chat_completions import FINISH_REASONS, OpenAIChatCompletionsClient
-from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
+from v1.clients.openai_chat_completions import FINISH_REASONS, OpenAIChatCompletionsClient, raise_for_upstream_error
+from v1.errors import InvalidModelResponseError, NotSupportedError
 from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, Usage
 
 CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
@@ -87,18 +86,10 @@ class OpenAICompletionsClient(OpenAIChatCompletionsClient):
         headers = self.headers_from_state(kwargs.get("state"))
         if headers:
             request["extra_headers"] = headers
-        completions = self.client.completions
-        if isinstance(self.client, AsyncOpenAI):
-            raw = await completions.with_raw_response.create(**request)
-            return raw.http_response.json()  # type: ignore[no-any-return]
-        result = await completions.create(**request)
-        return result.model_dump() if hasattr(result, "model_dump") else dict(result)
+        return await self._create_json(self.client.completions, request)
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
-        if not isinstance(response, dict):
-            raise InvalidModelResponseError(f"expected a JSON object from completions, got {type(response).__name__}")
-        if response.get("error"):
-            raise ModelError(f"upstream returned an error: {response['error']}")
+        raise_for_upstream_error(response, "completions")
         choices = response.get("choices")
         if not choices or not isinstance(choices[0], dict) or not isinstance(choices[0].get("text"), str):
             raise InvalidModelResponseError(f"completion has no usable choices: {str(response)[:200]}")

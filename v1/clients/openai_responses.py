@@ -15,7 +15,7 @@ from typing import Any
 from openai import AsyncOpenAI
 from openai.resources.responses import AsyncResponses
 
-from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
 from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError
 from v1.types import (
     ChatMessage,
@@ -153,12 +153,7 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
         self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, **kwargs: Any
     ) -> NativeResponse:
         request = self._responses_request(prompt, model, sampling_args, tools, kwargs.get("state"))
-        responses = self.client.responses
-        if isinstance(self.client, AsyncOpenAI):
-            raw = await responses.with_raw_response.create(**request)
-            return raw.http_response.json()  # type: ignore[no-any-return]
-        result = await responses.create(**request)
-        return result.model_dump() if hasattr(result, "model_dump") else dict(result)
+        return await self._create_json(self.client.responses, request)
 
     async def stream_response(
         self,
@@ -214,10 +209,7 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
         return request
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
-        if not isinstance(response, dict):
-            raise InvalidModelResponseError(f"expected a JSON object from responses, got {type(response).__name__}")
-        if response.get("error"):
-            raise ModelError(f"upstream returned an error: {response['error']}")
+        raise_for_upstream_error(response, "responses")
         if response.get("status") == "failed" or not isinstance(response.get("output"), list):
             raise InvalidModelResponseError(f"response has no usable output: {str(response)[:200]}")
 
