@@ -15,10 +15,10 @@ import functools
 import inspect
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.base import Client, describe_error
+from v1.clients.base import Client, StreamReader, describe_error
 from v1.clients.credentials import resolve_api_key
 from v1.clients.openai_chat_completions import OVERLONG_MARKERS
 from v1.config import ClientConfig
@@ -152,6 +152,50 @@ def anthropic_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
     return out, extra
 
 
+class MessagesStreamReader:
+    """Reads Anthropic's typed stream events into the `message` they build, content block by content block."""
+
+    def __init__(self) -> None:
+        self.message: NativeResponse = {"content": []}
+        self.calls = 0
+
+    def read(self, event: Any) -> list[ResponseDelta]:
+        kind = event.type
+        if kind == "message_start":
+            self.message = {**event.message.model_dump(), "content": []}
+        elif kind == "content_block_start":
+            block = event.content_block.model_dump()
+            deltas = []
+            if block["type"] == "tool_use":
+                block["input"] = ""
+                deltas.append(ResponseDelta(tool_call_index=self.calls, tool_call_id=block["id"], tool_call_name=block["name"]))
+                self.calls += 1
+            self.message["content"].append(block)
+            return deltas
+        elif kind == "content_block_delta":
+            block, delta = self.message["content"][-1], event.delta
+            if delta.type == "text_delta":
+                block["text"] = block.get("text", "") + delta.text
+                return [ResponseDelta(content=delta.text)]
+            if delta.type == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta.thinking
+                return [ResponseDelta(reasoning_content=delta.thinking)]
+            if delta.type == "input_json_delta":
+                block["input"] += delta.partial_json
+                return [ResponseDelta(tool_call_index=self.calls - 1, tool_call_arguments=delta.partial_json)]
+        elif kind == "message_delta":
+            self.message["stop_reason"] = event.delta.stop_reason
+            usage = event.usage.model_dump(exclude_none=True)
+            self.message["usage"] = {**(self.message.get("usage") or {}), **usage}
+        return []
+
+    def native(self) -> NativeResponse:
+        for block in self.message["content"]:
+            if block["type"] == "tool_use":
+                block["input"] = json.loads(block["input"] or "{}")
+        return self.message
+
+
 class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, dict[str, Any]]):
     """Messages over the official `anthropic` SDK. Accepts an `AsyncAnthropic` or a `ClientConfig`."""
 
@@ -197,55 +241,22 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
         raw = await self.client.messages.with_raw_response.create(**request)
         return raw.http_response.json()  # type: ignore[no-any-return]
 
-    async def stream_response(
+    def can_stream(self) -> bool:
+        return True
+
+    def stream_opener(
         self,
-        prompt: Messages,
+        prompt: list[NativeMessage],
         model: str,
         sampling_args: SamplingArgs,
-        tools: list[Tool] | None = None,
+        tools: list[dict[str, Any]] | None,
         **kwargs: Any,
-    ) -> AsyncIterator[ResponseDelta | Response]:
-        """Stream from the upstream, yielding deltas as events arrive, then the `Response` (retries cover opening only)."""
-        native_prompt, extra, native_tools = self.prepare(prompt, tools)
-        request = self._request(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
-        events = await self.call_with_retries(lambda: self.client.messages.create(**request, stream=True))
-        message: dict[str, Any] = {"content": []}
-        calls = 0
-        try:
-            async for event in events:
-                kind = event.type
-                if kind == "message_start":
-                    message = {**event.message.model_dump(), "content": []}
-                elif kind == "content_block_start":
-                    block = event.content_block.model_dump()
-                    if block["type"] == "tool_use":
-                        block["input"] = ""
-                        yield ResponseDelta(tool_call_index=calls, tool_call_id=block["id"], tool_call_name=block["name"])
-                        calls += 1
-                    message["content"].append(block)
-                elif kind == "content_block_delta":
-                    block, delta = message["content"][-1], event.delta
-                    if delta.type == "text_delta":
-                        block["text"] = block.get("text", "") + delta.text
-                        yield ResponseDelta(content=delta.text)
-                    elif delta.type == "thinking_delta":
-                        block["thinking"] = block.get("thinking", "") + delta.thinking
-                        yield ResponseDelta(reasoning_content=delta.thinking)
-                    elif delta.type == "input_json_delta":
-                        block["input"] += delta.partial_json
-                        yield ResponseDelta(tool_call_index=calls - 1, tool_call_arguments=delta.partial_json)
-                elif kind == "message_delta":
-                    message["stop_reason"] = event.delta.stop_reason
-                    usage = event.usage.model_dump(exclude_none=True)
-                    message["usage"] = {**(message.get("usage") or {}), **usage}
-        except Error:
-            raise
-        except Exception as exc:
-            raise self.wrap_error(exc) from exc
-        for block in message["content"]:
-            if block["type"] == "tool_use":
-                block["input"] = json.loads(block["input"] or "{}")
-        yield self.to_response(message)
+    ) -> Callable[[], Awaitable[Any]]:
+        request = self._request(prompt, model, sampling_args, tools, **kwargs)
+        return lambda: self.client.messages.create(**request, stream=True)
+
+    def stream_reader(self) -> StreamReader[NativeResponse]:
+        return MessagesStreamReader()
 
     def _request(
         self,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -20,6 +20,7 @@ MessagesT = TypeVar("MessagesT")
 ResponseT = TypeVar("ResponseT")
 ToolT = TypeVar("ToolT")
 T = TypeVar("T")
+NativeT_co = TypeVar("NativeT_co", covariant=True)
 
 RETRY_WAIT_INITIAL = 0.25
 RETRY_WAIT_MAX = 30.0
@@ -54,6 +55,18 @@ def select_thinking(messages: Messages, *, preserve_all: bool, between_tool_call
         {k: v for k, v in m.items() if k != "reasoning_content"} if i < keep_from and "reasoning_content" in m else m
         for i, m in enumerate(messages)
     ]
+
+
+class StreamReader(Protocol[NativeT_co]):
+    """Folds one streamed answer's SDK events into the native response they add up to."""
+
+    def read(self, event: Any) -> list[ResponseDelta]:
+        """Take in one event; the deltas it carries, in order."""
+        ...
+
+    def native(self) -> NativeT_co:
+        """The native response the events read so far add up to (raises if they are not a whole answer)."""
+        ...
 
 
 class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
@@ -163,10 +176,43 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
     ) -> AsyncIterator[ResponseDelta | Response]:
         """Call the model, yielding `ResponseDelta`s as they arrive and the complete `Response` last.
 
-        The base implementation yields only the `Response` (no incremental
-        output); clients whose API streams override it. Raises like `get_response`.
+        Where `can_stream()` is false, only the `Response` is yielded (no incremental
+        output). Otherwise the stream is opened by `stream_opener` and read by a
+        `stream_reader`; retries cover opening the stream only: once a delta was
+        relayed, a failure is final. The complete `Response` is built from the
+        events exactly as from a non-streamed answer. Raises like `get_response`.
         """
-        yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+        if not self.can_stream():
+            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
+            return
+        native_prompt, extra, native_tools = self.prepare(prompt, tools)
+        events = await self.call_with_retries(
+            self.stream_opener(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+        )
+        reader = self.stream_reader()
+        try:
+            async for event in events:
+                for delta in reader.read(event):
+                    yield delta
+        except Error:
+            raise
+        except Exception as exc:
+            raise self.wrap_error(exc) from exc
+        yield self.to_response(reader.native())
+
+    def can_stream(self) -> bool:
+        """Whether `stream_response` streams from the provider; false unless a client implements streaming."""
+        return False
+
+    def stream_opener(
+        self, prompt: MessagesT, model: str, sampling_args: SamplingArgs, tools: list[ToolT] | None, **kwargs: Any
+    ) -> Callable[[], Awaitable[AsyncIterable[Any]]]:
+        """The call that opens a streamed provider call (repeated on a retryable failure), its request built once."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    def stream_reader(self) -> StreamReader[ResponseT]:
+        """A fresh reader for one streamed answer's events."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
 
     def headers_from_state(self, state: Any) -> dict[str, str]:
         """`ClientConfig.extra_headers_from_state`: header -> the state field's value (e.g. `X-Session-ID` from `example_id`)."""
@@ -220,4 +266,4 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """Close the SDK client, if this client created it."""
 
 
-__all__ = ["Client", "describe_error", "select_thinking"]
+__all__ = ["Client", "StreamReader", "describe_error", "select_thinking"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
 from openai import AsyncOpenAI
 from openai.resources.chat.completions import AsyncCompletions
 
-from v1.clients.base import Client, describe_error
+from v1.clients.base import Client, StreamReader, describe_error
 from v1.clients.credentials import resolve_api_key
 from v1.clients.http import async_http_client, http_library
 from v1.config import ClientConfig
@@ -136,6 +136,10 @@ class StreamedCompletion:
                     deltas.append(ResponseDelta(tool_call_index=index, tool_call_arguments=function["arguments"]))
         return deltas
 
+    def read(self, event: Any) -> list[ResponseDelta]:
+        """`add` for one of the SDK's `ChatCompletionChunk`s."""
+        return self.add(event.model_dump(exclude_unset=True))
+
     def native(self) -> NativeResponse:
         """The `chat.completion` the chunks add up to."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) if self.content else None}
@@ -228,39 +232,22 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             request["extra_headers"] = headers
         return request
 
-    async def stream_response(
-        self,
-        prompt: Messages,
-        model: str,
-        sampling_args: SamplingArgs,
-        tools: list[Tool] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ResponseDelta | Response]:
-        """Stream from the upstream (`stream: true`), yielding deltas as chunks arrive, then the `Response`.
-
-        Retries cover opening the stream only: once a delta was relayed, a failure is final.
-        The complete `Response` is built from the chunks exactly as from a non-streamed answer.
-        """
-        if type(self).get_native_response is not OpenAIChatCompletionsClient.get_native_response or not isinstance(
+    def can_stream(self) -> bool:
+        """Streams on an `AsyncOpenAI` with this class's own call; a subclass that changed the call does not."""
+        return type(self).get_native_response is OpenAIChatCompletionsClient.get_native_response and isinstance(
             self.client, AsyncOpenAI
-        ):
-            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
-            return
-        native_prompt, _, native_tools = self.prepare(prompt, tools)
-        request = self._request(native_prompt, model, sampling_args, native_tools, kwargs.get("state"))
+        )
+
+    def stream_opener(
+        self, prompt: list[NativeMessage], model: str, sampling_args: SamplingArgs, tools: list[NativeTool] | None, **kwargs: Any
+    ) -> Callable[[], Awaitable[Any]]:
+        request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
-        chunks = await self.call_with_retries(lambda: self.client.chat.completions.create(**request))
-        merged = StreamedCompletion()
-        try:
-            async for chunk in chunks:
-                for delta in merged.add(chunk.model_dump(exclude_unset=True)):
-                    yield delta
-        except Error:
-            raise
-        except Exception as exc:
-            raise self.wrap_error(exc) from exc
-        yield self.to_response(merged.native())
+        return lambda: self.client.chat.completions.create(**request)
+
+    def stream_reader(self) -> StreamReader[NativeResponse]:
+        return StreamedCompletion()
 
     def is_retryable(self, error: BaseException) -> bool:
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):

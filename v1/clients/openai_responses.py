@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from openai import AsyncOpenAI
 from openai.resources.responses import AsyncResponses
 
+from v1.clients.base import StreamReader
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
-from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError
+from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
 from v1.types import (
     ChatMessage,
     FinishReason,
@@ -129,6 +130,36 @@ def responses_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
     return out, extra
 
 
+class ResponsesStreamReader:
+    """Reads the Responses API's typed stream events: deltas as they arrive, the final `response` at the end."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.final: NativeResponse | None = None
+
+    def read(self, event: Any) -> list[ResponseDelta]:
+        kind = event.type
+        if kind == "response.output_text.delta":
+            return [ResponseDelta(content=event.delta)]
+        if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            return [ResponseDelta(reasoning_content=event.delta)]
+        if kind == "response.output_item.added" and event.item.type == "function_call":
+            self.calls[event.item.id or event.item.call_id] = index = len(self.calls)
+            return [ResponseDelta(tool_call_index=index, tool_call_id=event.item.call_id, tool_call_name=event.item.name)]
+        if kind == "response.function_call_arguments.delta" and event.item_id in self.calls:
+            return [ResponseDelta(tool_call_index=self.calls[event.item_id], tool_call_arguments=event.delta)]
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.final = event.response.model_dump()
+        elif kind == "error":
+            raise ModelError(f"upstream stream failed: {getattr(event, 'message', event)}")
+        return []
+
+    def native(self) -> NativeResponse:
+        if self.final is None:
+            raise InvalidModelResponseError("the upstream's Responses stream ended without a final response")
+        return self.final
+
+
 class OpenAIResponsesClient(OpenAIChatCompletionsClient):
     """Responses over the official `openai` SDK."""
 
@@ -155,46 +186,17 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
         request = self._responses_request(prompt, model, sampling_args, tools, kwargs.get("state"))
         return await self._create_json(self.client.responses, request)
 
-    async def stream_response(
-        self,
-        prompt: Messages,
-        model: str,
-        sampling_args: SamplingArgs,
-        tools: list[Tool] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ResponseDelta | Response]:
-        """Stream from the upstream, yielding deltas as events arrive; the final `response` becomes the `Response`."""
-        if not isinstance(self.client, AsyncOpenAI):
-            yield await self.get_response(prompt, model, sampling_args, tools, **kwargs)
-            return
-        native_prompt, _, native_tools = self.prepare(prompt, tools)
-        request = self._responses_request(native_prompt, model, sampling_args, native_tools, kwargs.get("state"))
-        events = await self.call_with_retries(lambda: self.client.responses.create(**request, stream=True))
-        calls: dict[str, int] = {}
-        final: dict[str, Any] | None = None
-        try:
-            async for event in events:
-                kind = event.type
-                if kind == "response.output_text.delta":
-                    yield ResponseDelta(content=event.delta)
-                elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
-                    yield ResponseDelta(reasoning_content=event.delta)
-                elif kind == "response.output_item.added" and event.item.type == "function_call":
-                    calls[event.item.id or event.item.call_id] = index = len(calls)
-                    yield ResponseDelta(tool_call_index=index, tool_call_id=event.item.call_id, tool_call_name=event.item.name)
-                elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
-                    yield ResponseDelta(tool_call_index=calls[event.item_id], tool_call_arguments=event.delta)
-                elif kind in ("response.completed", "response.incomplete", "response.failed"):
-                    final = event.response.model_dump()
-                elif kind == "error":
-                    raise ModelError(f"upstream stream failed: {getattr(event, 'message', event)}")
-        except Error:
-            raise
-        except Exception as exc:
-            raise self.wrap_error(exc) from exc
-        if final is None:
-            raise InvalidModelResponseError("the upstream's Responses stream ended without a final response")
-        yield self.to_response(final)
+    def can_stream(self) -> bool:
+        return isinstance(self.client, AsyncOpenAI)
+
+    def stream_opener(
+        self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, **kwargs: Any
+    ) -> Callable[[], Awaitable[Any]]:
+        request = self._responses_request(prompt, model, sampling_args, tools, kwargs.get("state"))
+        return lambda: self.client.responses.create(**request, stream=True)
+
+    def stream_reader(self) -> StreamReader[NativeResponse]:
+        return ResponsesStreamReader()
 
     def _responses_request(self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, state: Any) -> dict[str, Any]:
         known, extra_body = responses_sampling_args(sampling_args)
