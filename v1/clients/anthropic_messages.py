@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.base import Client, StreamReader, describe_error
+from v1.clients.base import Client, StreamReader, describe_error, split_create_args
 from v1.clients.credentials import resolve_api_key
 from v1.clients.openai_chat_completions import OVERLONG_MARKERS
 from v1.config import ClientConfig
@@ -143,13 +143,8 @@ def anthropic_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
         out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
     if "reasoning_effort" in args:
         raise NotSupportedError("reasoning_effort cannot be sent to an anthropic_messages upstream; set 'thinking' instead")
-    nested = args.pop("extra_body", None)
-    known = create_params()
-    out.update({k: v for k, v in args.items() if k in known})
-    extra = {k: v for k, v in args.items() if k not in known}
-    if isinstance(nested, dict):
-        extra = {**nested, **extra}
-    return out, extra
+    known, extra = split_create_args(args, create_params())
+    return {**out, **known}, extra
 
 
 class MessagesStreamReader:

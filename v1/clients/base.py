@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
@@ -55,6 +55,24 @@ def select_thinking(messages: Messages, *, preserve_all: bool, between_tool_call
         {k: v for k, v in m.items() if k != "reasoning_content"} if i < keep_from and "reasoning_content" in m else m
         for i, m in enumerate(messages)
     ]
+
+
+def split_create_args(args: Mapping[str, Any], create_params: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`args` as the keywords the SDK's `create()` takes by name, and the rest (sent as `extra_body`).
+
+    None values are dropped. A nested `extra_body` (the `sampling_args={"extra_body": {...}}`
+    convention) is merged into the rest, not nested; top-level keys win.
+
+    Args:
+        args: sampling args, already in the provider's names.
+        create_params: the names `create()` takes (without `extra_body`).
+    """
+    known = {k: v for k, v in args.items() if k in create_params and v is not None}
+    extra = {k: v for k, v in args.items() if k not in create_params and k != "extra_body" and v is not None}
+    nested = args.get("extra_body")
+    if isinstance(nested, dict):
+        extra = {**nested, **extra}
+    return known, extra
 
 
 class StreamReader(Protocol[NativeT_co]):
@@ -266,4 +284,4 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """Close the SDK client, if this client created it."""
 
 
-__all__ = ["Client", "StreamReader", "describe_error", "select_thinking"]
+__all__ = ["Client", "StreamReader", "describe_error", "select_thinking", "split_create_args"]

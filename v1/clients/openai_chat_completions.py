@@ -11,7 +11,7 @@ import openai
 from openai import AsyncOpenAI
 from openai.resources.chat.completions import AsyncCompletions
 
-from v1.clients.base import Client, StreamReader, describe_error
+from v1.clients.base import Client, StreamReader, describe_error, split_create_args
 from v1.clients.credentials import resolve_api_key
 from v1.clients.http import async_http_client, http_library
 from v1.config import ClientConfig
@@ -36,12 +36,7 @@ NativeResponse = dict[str, Any]
 
 def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sampling args the SDK's `create()` takes by name, and the rest (sent as `extra_body`)."""
-    known = {k: v for k, v in sampling_args.items() if k in CREATE_PARAMS and v is not None}
-    extra = {k: v for k, v in sampling_args.items() if k not in CREATE_PARAMS and k != "extra_body" and v is not None}
-    nested = sampling_args.get("extra_body")
-    if isinstance(nested, dict):  # the `sampling_args={"extra_body": {...}}` convention: merged, not nested
-        extra = {**nested, **extra}
-    return known, extra
+    return split_create_args(sampling_args, CREATE_PARAMS)
 
 
 def _is_overlong(error: BaseException) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from openai.resources.completions import AsyncCompletions
 
+from v1.clients.base import split_create_args
 from v1.clients.openai_chat_completions import FINISH_REASONS, OpenAIChatCompletionsClient, raise_for_upstream_error
 from v1.errors import InvalidModelResponseError, NotSupportedError
 from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, Usage
@@ -31,12 +32,7 @@ def completions_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, An
         args["logprobs"] = int(top or 0)
     elif isinstance(logprobs, int) and not isinstance(logprobs, bool):
         args["logprobs"] = logprobs
-    nested = args.pop("extra_body", None)
-    known = {k: v for k, v in args.items() if k in CREATE_PARAMS}
-    extra = {k: v for k, v in args.items() if k not in CREATE_PARAMS}
-    if isinstance(nested, dict):
-        extra = {**nested, **extra}
-    return known, extra
+    return split_create_args(args, CREATE_PARAMS)
 
 
 def _tokens(choice: dict[str, Any]) -> ResponseTokens | None:

@@ -15,7 +15,7 @@ from typing import Any
 from openai import AsyncOpenAI
 from openai.resources.responses import AsyncResponses
 
-from v1.clients.base import StreamReader
+from v1.clients.base import StreamReader, split_create_args
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
 from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
 from v1.types import (
@@ -122,12 +122,8 @@ def responses_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
         out["text"] = {"format": response_format}
     if args.pop("logprobs", None) and "top_logprobs" not in args:
         args["top_logprobs"] = 0
-    nested = args.pop("extra_body", None)
-    out.update({k: v for k, v in args.items() if k in CREATE_PARAMS})
-    extra = {k: v for k, v in args.items() if k not in CREATE_PARAMS}
-    if isinstance(nested, dict):
-        extra = {**nested, **extra}
-    return out, extra
+    known, extra = split_create_args(args, CREATE_PARAMS)
+    return {**out, **known}, extra
 
 
 class ResponsesStreamReader:
