@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,7 +10,7 @@ from v1.interception.dialect import (
     EndpointRequest,
     OpenAIChunkWriter,
     check_tool_results,
-    openai_usage,
+    openai_completion_body,
     parse_tool_list,
     replay,
     sse,
@@ -137,14 +136,7 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
         "finish_reason": _finish_reason(response),
         "logprobs": _logprobs(response),
     }
-    body: dict[str, Any] = {
-        "id": response.id or f"chatcmpl-{int(time.time() * 1000)}",
-        "object": "chat.completion",
-        "created": response.created,
-        "model": model,
-        "choices": [choice],
-        "usage": openai_usage(response),
-    }
+    body = openai_completion_body(response, model, object_name="chat.completion", id_prefix="chatcmpl-", choice=choice)
     tokens = response.message.tokens
     if tokens is not None:
         body["prompt_token_ids"] = tokens.prompt_ids

@@ -7,11 +7,10 @@ The canonical prompt is the string itself (v1's "completion mode" `Messages`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import BadRequest, EndpointRequest, OpenAIChunkWriter, openai_usage, replay, sse
+from v1.interception.dialect import BadRequest, EndpointRequest, OpenAIChunkWriter, openai_completion_body, replay, sse
 from v1.interception.dialect import openai_error_body as error_body
 from v1.types import Response, ResponseDelta
 
@@ -94,14 +93,7 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
         "finish_reason": _finish_reason(response),
         "logprobs": _logprobs(response),
     }
-    body: dict[str, Any] = {
-        "id": response.id or f"cmpl-{int(time.time() * 1000)}",
-        "object": "text_completion",
-        "created": response.created,
-        "model": model,
-        "choices": [choice],
-        "usage": openai_usage(response),
-    }
+    body = openai_completion_body(response, model, object_name="text_completion", id_prefix="cmpl-", choice=choice)
     tokens = response.message.tokens
     if tokens is not None:
         choice["prompt_token_ids"] = tokens.prompt_ids

@@ -121,6 +121,20 @@ def openai_usage(response: Response) -> dict[str, int] | None:
     }
 
 
+def openai_completion_body(
+    response: Response, model: str, *, object_name: str, id_prefix: str, choice: dict[str, Any]
+) -> dict[str, Any]:
+    """A whole Chat Completions or Completions answer: its one `choice` in the envelope both share, usage included."""
+    return {
+        "id": response.id or f"{id_prefix}{int(time.time() * 1000)}",
+        "object": object_name,
+        "created": response.created,
+        "model": model,
+        "choices": [choice],
+        "usage": openai_usage(response),
+    }
+
+
 OPENAI_STREAM_END = b"data: [DONE]\n\n"
 
 
@@ -175,6 +189,7 @@ __all__ = [
     "check_tool_results",
     "deltas_of",
     "dumps",
+    "openai_completion_body",
     "openai_error_body",
     "openai_usage",
     "parse_tool_list",
