@@ -60,6 +60,18 @@ def raise_for_upstream_error(response: Any, api: str) -> None:
         raise ModelError(f"upstream returned an error: {response['error']}")
 
 
+def usage_from_openai(usage: dict[str, Any] | None) -> Usage | None:
+    """The `usage` object of an OpenAI Chat Completions or Completions answer as a `Usage`."""
+    if not usage:
+        return None
+    return Usage(
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+        total_tokens=usage.get("total_tokens") or 0,
+        reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
+    )
+
+
 def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> ResponseTokens | None:
     """Token ids (vLLM's `prompt_token_ids` / `token_ids`) and logprobs, when the server returned them."""
     prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
@@ -277,19 +289,11 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             for i, call in enumerate(message.get("tool_calls") or [])
         ]
         finish_reason = FINISH_REASONS.get(choice.get("finish_reason") or "")
-        usage = response.get("usage") or None
         return Response(
             id=response.get("id") or "",
             created=int(response.get("created") or time.time()),
             model=response.get("model") or "",
-            usage=Usage(
-                prompt_tokens=usage.get("prompt_tokens") or 0,
-                completion_tokens=usage.get("completion_tokens") or 0,
-                total_tokens=usage.get("total_tokens") or 0,
-                reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
-            )
-            if usage
-            else None,
+            usage=usage_from_openai(response.get("usage")),
             message=ResponseMessage(
                 content=message.get("content"),
                 reasoning_content=message.get("reasoning_content") or message.get("reasoning"),

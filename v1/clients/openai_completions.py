@@ -9,9 +9,14 @@ from typing import Any
 from openai.resources.completions import AsyncCompletions
 
 from v1.clients.base import split_create_args
-from v1.clients.openai_chat_completions import FINISH_REASONS, OpenAIChatCompletionsClient, raise_for_upstream_error
+from v1.clients.openai_chat_completions import (
+    FINISH_REASONS,
+    OpenAIChatCompletionsClient,
+    raise_for_upstream_error,
+    usage_from_openai,
+)
 from v1.errors import InvalidModelResponseError, NotSupportedError
-from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool, Usage
+from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool
 
 CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
 
@@ -93,18 +98,11 @@ class OpenAICompletionsClient(OpenAIChatCompletionsClient):
     def from_native_response(self, response: NativeResponse) -> Response:
         choice = response["choices"][0]
         finish_reason = FINISH_REASONS.get(choice.get("finish_reason") or "") or "stop"
-        usage = response.get("usage") or None
         return Response(
             id=response.get("id") or "",
             created=int(response.get("created") or time.time()),
             model=response.get("model") or "",
-            usage=Usage(
-                prompt_tokens=usage.get("prompt_tokens") or 0,
-                completion_tokens=usage.get("completion_tokens") or 0,
-                total_tokens=usage.get("total_tokens") or 0,
-            )
-            if usage
-            else None,
+            usage=usage_from_openai(response.get("usage")),
             message=ResponseMessage(
                 content=choice["text"],
                 finish_reason=finish_reason,  # type: ignore[arg-type]
