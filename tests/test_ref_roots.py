@@ -9,13 +9,13 @@ from pathlib import Path
 
 from v1.testing import MockModelServer
 
-MODULE = '''
+MODULE = """
 def rows():
     return [{"question": "ping", "answer": "ping"}]
 
 def same(completion, answer):
     return float(completion[-1]["content"] == answer)
-'''
+"""
 CONFIG = '[env.taskset]\nsource = "{0}:rows"\nrewards = ["{0}:same"]\n[env.harness]\nmax_turns = 1\n'
 
 
