@@ -28,7 +28,7 @@ import sys
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref, read_toml
 from v1.env import Env
@@ -36,6 +36,9 @@ from v1.errors import ConfigError
 from v1.harness import Harness
 from v1.lifecycle import LIST_KINDS
 from v1.taskset import Taskset
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 ENV_KEYS = ("id", "name", "pass_threshold", "taskset", "harness")
 TOP_LEVEL_KEYS = ("env", "eval")
@@ -261,6 +264,24 @@ def _module_of(loader: Any, config: TasksetConfig) -> str | None:
     return getattr(source, "__module__", None)
 
 
+def load_example_dataset(name: str, split: str = "train") -> Dataset:
+    """The rows of a bundled taskset (``gsm8k``, ``reverse_text``, ...) as a `datasets.Dataset`.
+
+    Args:
+        name: an environment id, as for `load_environment`.
+        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows).
+
+    Raises:
+        ConfigError: unknown environment or split.
+    """
+    if split not in ("train", "eval"):
+        raise ConfigError(f"load_example_dataset: split must be 'train' or 'eval', got {split!r}")
+    from datasets import Dataset  # imported on use: it takes seconds
+
+    taskset = load_environment(name).taskset
+    return Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+
+
 def load_environment(env: str | Path, /, **overrides: Any) -> Env:
     """Load an environment by module/id or from a TOML file.
 
@@ -287,6 +308,7 @@ __all__ = [
     "config_type_of",
     "import_env_module",
     "load_environment",
+    "load_example_dataset",
     "load_module_environment",
     "load_toml_environment",
     "read_toml",
