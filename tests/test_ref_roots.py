@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from v1.cli.main import main
 from v1.testing import MockModelServer
 
 MODULE = """
@@ -53,3 +56,10 @@ def test_a_missing_module_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "env.taskset.source" in result.stderr and "no_such_env" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_folder_that_is_not_a_package_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "not_a_package").mkdir()
+    assert main(["eval", str(tmp_path / "not_a_package"), "-m", "m", "-b", "http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert "has no __init__.py" in err and len(err.strip().splitlines()) == 1

@@ -68,3 +68,16 @@ async def test_swe_agent_applies_the_models_diff(mock: MockModelServer) -> None:
     mock.responder = patch_writer
     assert await rewards("swe", mock, swe.AGENT_PROGRAM) == [1.0, 1.0]
     assert "def add(a, b)" in mock.requests[0].last_user_text or "def word_count" in mock.requests[0].last_user_text
+
+
+def test_swe_task_folder_errors(tmp_path: Path) -> None:
+    task = tmp_path / "bug"
+    for folder in ("repo", "tests"):
+        (task / folder).mkdir(parents=True)
+    (task / "problem.md").write_text("fix it")
+    (task / "task.toml").write_text("command = 'no'\n")
+    with pytest.raises(vf.TaskError, match="needs test_command"):
+        swe.load_rows(tmp_path)
+    (task / "task.toml").write_text("test_command = \n")
+    with pytest.raises(vf.TaskError, match="invalid task"):
+        swe.load_rows(tmp_path)
