@@ -10,6 +10,17 @@ import pytest
 import v1
 
 EXPECTED = {
+    "MissingKeyError",
+    "MaybeThinkParser",
+    "Parser",
+    "ThinkParser",
+    "XMLParser",
+    "extract_boxed_answer",
+    "extract_hash_answer",
+    "ensure_keys",
+    "judge_reward",
+    "load_example_dataset",
+    "print_prompt_completions_sample",
     "Env",
     "EnvGroup",
     "EvalSummary",
@@ -111,7 +122,10 @@ SUBMODULES = {
     "harness",
     "inference",
     "interception",
+    "judge",
     "lifecycle",
+    "parsers",
+    "sample_view",
     "loading",
     "loop_scope",
     "mcp",

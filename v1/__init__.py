@@ -26,6 +26,7 @@ from v1.config import (
     TasksetConfig,
     ToolsetConfig,
     UserConfig,
+    ensure_keys,
 )
 from v1.env import Env
 from v1.env_group import EnvGroup
@@ -34,6 +35,7 @@ from v1.errors import (
     EndpointError,
     Error,
     InvalidModelResponseError,
+    MissingKeyError,
     ModelError,
     ModelRequestError,
     NotSupportedError,
@@ -46,10 +48,13 @@ from v1.errors import (
     ToolError,
 )
 from v1.harness import Harness
+from v1.judge import judge_reward
 from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardown, update
-from v1.loading import load_environment
+from v1.loading import load_environment, load_example_dataset
 from v1.mcp import MCPTool
+from v1.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser, extract_boxed_answer, extract_hash_answer
 from v1.results import EvalSummary, ResultsWriter
+from v1.sample_view import print_prompt_completions_sample
 from v1.state import State
 from v1.task import Task
 from v1.taskset import Taskset
@@ -100,7 +105,9 @@ __all__ = [
     "InvalidModelResponseError",
     "MCPTool",
     "MCPToolConfig",
+    "MaybeThinkParser",
     "Messages",
+    "MissingKeyError",
     "ModelError",
     "ModelRequestError",
     "NotSupportedError",
@@ -109,6 +116,7 @@ __all__ = [
     "OpenAICompletionsClient",
     "OpenAIResponsesClient",
     "OverlongPromptError",
+    "Parser",
     "ProgramConfig",
     "ProgramError",
     "Response",
@@ -128,6 +136,7 @@ __all__ = [
     "TaskError",
     "Taskset",
     "TasksetConfig",
+    "ThinkParser",
     "TimeSpan",
     "TimeSpans",
     "TokenUsage",
@@ -141,11 +150,18 @@ __all__ = [
     "Usage",
     "User",
     "UserConfig",
+    "XMLParser",
     "__version__",
     "advantage",
     "cleanup",
+    "ensure_keys",
+    "extract_boxed_answer",
+    "extract_hash_answer",
+    "judge_reward",
     "load_environment",
+    "load_example_dataset",
     "metric",
+    "print_prompt_completions_sample",
     "reward",
     "setup",
     "stop",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from v1.errors import ConfigError
+from v1.errors import ConfigError, MissingKeyError
 from v1.types import ClientType
 
 if sys.version_info >= (3, 11):
@@ -50,6 +51,17 @@ def import_ref(ref: str, field: str = "ref") -> Any:
         except AttributeError:
             raise ConfigError(f"field '{field}': module {module_name!r} has no attribute {attr_path!r} (from {ref!r})") from None
     return target
+
+
+def ensure_keys(keys: Iterable[str]) -> None:
+    """Check that environment variables are set (and not empty), e.g. API keys a loader needs.
+
+    Raises:
+        MissingKeyError: listing every missing variable at once.
+    """
+    missing = [key for key in keys if not os.environ.get(key)]
+    if missing:
+        raise MissingKeyError(missing)
 
 
 def resolve_callable(value: Any, field: str) -> Callable[..., Any]:
@@ -513,6 +525,7 @@ __all__ = [
     "ToolScope",
     "ToolsetConfig",
     "UserConfig",
+    "ensure_keys",
     "format_validation_error",
     "import_ref",
     "resolve_callable",

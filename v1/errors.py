@@ -23,6 +23,21 @@ class ConfigError(Error, ValueError):
     """A config value, TOML file or `module:object` reference is invalid."""
 
 
+class MissingKeyError(ConfigError):
+    """Environment variables an environment needs (API keys, say) are not set; raised by `ensure_keys`.
+
+    `keys` lists every missing variable.
+    """
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = list(keys)
+        exports = " ".join(f"{key}=..." for key in self.keys)
+        super().__init__(f"missing environment variable(s) {', '.join(self.keys)}: set them first (export {exports})")
+
+    def __reduce__(self) -> tuple[type, tuple[list[str]]]:
+        return type(self), (self.keys,)
+
+
 class NotSupportedError(ConfigError):
     """A config field is valid but its feature is not implemented yet.
 
@@ -108,6 +123,7 @@ __all__ = [
     "Error",
     "InvalidModelResponseError",
     "ModelError",
+    "MissingKeyError",
     "ModelRequestError",
     "NotSupportedError",
     "OverlongPromptError",

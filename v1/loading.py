@@ -12,16 +12,23 @@ sections ``[env.taskset]`` and ``[env.harness]`` with an optional ``loader``
 (a `Taskset`/`Harness` class or a loader function, by ``"module:object"`` ref),
 sources, handlers (``[[env.taskset.rewards]] fn = "..." weight = ...``) and
 ``[env.taskset.scoring.NAME]`` overrides.
+
+Where ``"module:object"`` refs are found: installed packages and ``PYTHONPATH``
+first, then the folder of the TOML file, then the current directory (both are
+appended to `sys.path`, so a local file never shadows an installed module). An
+environment given as a folder (``v1 eval ./my_env``) is the package of that name,
+imported from the folder's parent.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref, read_toml
 from v1.env import Env
@@ -30,16 +37,45 @@ from v1.harness import Harness
 from v1.lifecycle import LIST_KINDS
 from v1.taskset import Taskset
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+
 ENV_KEYS = ("id", "name", "pass_threshold", "taskset", "harness")
 TOP_LEVEL_KEYS = ("env", "eval")
+
+
+def add_import_roots(*folders: str | Path) -> None:
+    """Let refs and environment ids resolve against `folders`: each is appended to `sys.path` once.
+
+    Appended, not prepended: installed packages and ``PYTHONPATH`` keep precedence.
+    """
+    added = False
+    for folder in folders:
+        entry = str(Path(folder).resolve())
+        if entry not in sys.path:
+            sys.path.append(entry)
+            added = True
+    if added:
+        importlib.invalidate_caches()
 
 
 def import_env_module(env_id: str) -> Any:
     """The module of an environment id: ``name``, ``owner/name``, dashes for underscores, or ``tasksets.name``.
 
+    A path to a folder (``./my_env``) names the package of that name, imported from the folder's parent;
+    other ids are looked up on `sys.path` and then in the current directory.
+
     Raises:
         ConfigError: no candidate module exists, or the module fails to import.
     """
+    folder = Path(env_id)
+    if ("/" in env_id or env_id.startswith(".")) and folder.is_dir():
+        if not (folder / "__init__.py").is_file():
+            raise ConfigError(f"environment {env_id!r}: the folder has no __init__.py; an environment folder is a Python package")
+        add_import_roots(folder.resolve().parent)
+        env_id = folder.resolve().name
+    else:
+        add_import_roots(Path.cwd())
     name = env_id.split("/")[-1]
     candidates = list(dict.fromkeys([name, name.replace("-", "_"), f"tasksets.{name.replace('-', '_')}"]))
     for candidate in candidates:
@@ -177,6 +213,7 @@ def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = 
     """
     where = str(path)
     document = read_toml(path)
+    add_import_roots(Path(path).parent, Path.cwd())
     unknown = sorted(set(document) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ConfigError(f"{where}: field '{unknown[0]}': unknown section; a config file has [env] and optionally [eval]")
@@ -227,6 +264,24 @@ def _module_of(loader: Any, config: TasksetConfig) -> str | None:
     return getattr(source, "__module__", None)
 
 
+def load_example_dataset(name: str, split: str = "train") -> Dataset:
+    """The rows of a bundled taskset (``gsm8k``, ``reverse_text``, ...) as a `datasets.Dataset`.
+
+    Args:
+        name: an environment id, as for `load_environment`.
+        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows).
+
+    Raises:
+        ConfigError: unknown environment or split.
+    """
+    if split not in ("train", "eval"):
+        raise ConfigError(f"load_example_dataset: split must be 'train' or 'eval', got {split!r}")
+    from datasets import Dataset  # imported on use: it takes seconds
+
+    taskset = load_environment(name).taskset
+    return Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+
+
 def load_environment(env: str | Path, /, **overrides: Any) -> Env:
     """Load an environment by module/id or from a TOML file.
 
@@ -249,9 +304,11 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Env:
 
 
 __all__ = [
+    "add_import_roots",
     "config_type_of",
     "import_env_module",
     "load_environment",
+    "load_example_dataset",
     "load_module_environment",
     "load_toml_environment",
     "read_toml",

@@ -16,11 +16,12 @@ from typing import NoReturn
 import v1
 from v1.cli import demo
 from v1.cli import eval as eval_command
+from v1.cli import init as init_command
 from v1.cli import sandbox as sandbox_command
 from v1.cli import serve as serve_command
 from v1.cli import train as train_command
 
-COMMANDS = (demo, eval_command, train_command, serve_command, sandbox_command)
+COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

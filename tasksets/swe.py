@@ -1,0 +1,153 @@
+"""swe: fix a bug in a small git repository; hidden tests decide (SWE-bench style, tiny and local).
+
+A task is a folder::
+
+    problem.md     the issue the agent is asked to fix (the prompt)
+    repo/          the repository's files (committed as a fresh git repo in the sandbox)
+    tests/         test files copied in after the agent, then run
+    task.toml      test_command = "python3 -m unittest -q test_x"
+    gold.patch     the reference fix (a unified diff against repo/)
+
+Two tiny tasks ship in `tasksets/data/swe/`. A setup handler commits `repo/` in the
+program's sandbox; the program (by default a one-shot agent that asks the model for a
+unified diff and `git apply`s it) edits it; the reward `tests_pass` adds `tests/` and
+runs `test_command`: 1.0 when it exits 0. `GOLD_PROGRAM` applies `gold.patch` instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import v1 as vf
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TASKS_DIR = Path(__file__).parent / "data" / "swe"
+GIT = ["git", "-c", "user.name=v1", "-c", "user.email=v1@localhost"]
+
+AGENT_SCRIPT = """
+import os, re, subprocess
+import openai
+
+files = subprocess.run(["git", "ls-files"], capture_output=True, text=True).stdout.split()
+listing = "\\n\\n".join(f"--- {name}\\n{open(name).read()}" for name in files)
+messages = [
+    {"role": "system", "content": "Fix the issue in the repository. Reply with a unified diff (git format) in a "
+     "```diff code block."},
+    {"role": "user", "content": open("problem.md").read() + "\\n\\nRepository files:\\n\\n" + listing},
+]
+reply = openai.OpenAI().chat.completions.create(model=os.environ["V1_MODEL"], messages=messages)
+text = reply.choices[0].message.content or ""
+blocks = re.findall(r"```(?:diff|patch)?\\n(.*?)```", text, re.DOTALL)
+open("/tmp/fix.patch", "w").write(blocks[-1] if blocks else text)
+applied = subprocess.run(["git", "apply", "/tmp/fix.patch"], capture_output=True, text=True)
+print("applied" if applied.returncode == 0 else "patch did not apply: " + applied.stderr[-1000:])
+"""
+
+AGENT_PROGRAM: dict[str, Any] = {
+    "command": ["python3", "agent.py"],
+    "files": {"agent.py": AGENT_SCRIPT},
+    "bindings": {"files.problem.md": "task.question"},
+}
+GOLD_PROGRAM: dict[str, Any] = {
+    "command": ["git", "apply", "gold.patch"],
+    "bindings": {"files.gold.patch": "task.info.gold_patch"},
+}
+"""Applies the reference fix: it must score 1.0 on every task."""
+SANDBOX: dict[str, Any] = {"memory_gb": 1, "disk_size_gb": 1, "timeout_minutes": 10}
+
+
+def load_task(folder: Path) -> dict[str, Any]:
+    """One row from a task folder: `question` (problem.md) and `info` (name, folder, test command, gold patch).
+
+    Raises:
+        vf.TaskError: a required file is missing or task.toml has no test_command.
+    """
+    for required in ("problem.md", "task.toml", "repo", "tests"):
+        if not (folder / required).exists():
+            raise vf.TaskError(f"swe task {folder}: missing {required}")
+    try:
+        meta = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise vf.TaskError(f"swe task {folder}: invalid task.toml: {exc}") from None
+    if not isinstance(meta.get("test_command"), str):
+        raise vf.TaskError(f"swe task {folder}: task.toml needs test_command (a shell command)")
+    gold = folder / "gold.patch"
+    return {
+        "question": (folder / "problem.md").read_text(encoding="utf-8"),
+        "info": {
+            "task": folder.name,
+            "task_dir": str(folder.resolve()),
+            "test_command": meta["test_command"],
+            "gold_patch": gold.read_text(encoding="utf-8") if gold.is_file() else "",
+        },
+    }
+
+
+def load_rows(tasks_dir: str | Path = TASKS_DIR) -> list[dict[str, Any]]:
+    """A row per task folder under `tasks_dir`, in name order."""
+    return [load_task(folder) for folder in sorted(Path(tasks_dir).iterdir()) if folder.is_dir()]
+
+
+async def make_repo(state: vf.State, info: dict[str, Any]) -> None:
+    """Setup: the task's `repo/` as a fresh git repository (one commit) in the program's sandbox."""
+    sandbox = await state.get_sandbox()
+    await sandbox.upload(Path(info["task_dir"]) / "repo", ".")
+    for command in (["git", "init", "-q"], ["git", "add", "-A"], [*GIT, "commit", "-q", "-m", "base"]):
+        result = await sandbox.exec(command, timeout=60)
+        if result.exit_code != 0:
+            raise vf.SandboxError(f"swe task {info['task']}: {' '.join(command)} failed: {result.stderr[-500:]}")
+
+
+async def tests_pass(state: vf.State, info: dict[str, Any]) -> float:
+    """1.0 when the task's tests pass after the program; the diff and test output go to the state."""
+    sandbox = await state.get_sandbox()
+    diff = await sandbox.exec(["git", "diff"], timeout=60)
+    state["patch"] = diff.stdout[-10000:]
+    await sandbox.upload(Path(info["task_dir"]) / "tests", ".")
+    result = await sandbox.exec(["sh", "-c", info["test_command"]], timeout=120)
+    state["test_output"] = (result.stdout + result.stderr)[-2000:]
+    return float(result.exit_code == 0)
+
+
+DEFAULTS: dict[str, Any] = {
+    "taskset_id": "swe",
+    "source": "tasksets.swe:load_rows",
+    "eval_source": "tasksets.swe:load_rows",
+    "setups": [{"fn": "tasksets.swe:make_repo"}],
+    "rewards": [{"fn": "tasksets.swe:tests_pass", "weight": 1.0}],
+}
+HARNESS_DEFAULTS: dict[str, Any] = {"program": AGENT_PROGRAM, "sandbox": SANDBOX, "max_turns": 4, "timeout_seconds": 300}
+
+
+def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
+    """The swe taskset; fields set in `config` (``[env.taskset]``) override its defaults."""
+    given = config.model_dump(exclude_unset=True) if config is not None else {}
+    return vf.Taskset(config=vf.TasksetConfig({**DEFAULTS, **given}))
+
+
+def load_harness(config: vf.HarnessConfig | None = None) -> vf.Harness:
+    """The one-shot diff agent in a sandbox; fields set in `config` (``[env.harness]``) override it."""
+    given = config.model_dump(exclude_unset=True) if config is not None else {}
+    return vf.Harness(config=vf.HarnessConfig({**HARNESS_DEFAULTS, **given}))
+
+
+__all__ = [
+    "AGENT_PROGRAM",
+    "DEFAULTS",
+    "GOLD_PROGRAM",
+    "HARNESS_DEFAULTS",
+    "SANDBOX",
+    "TASKS_DIR",
+    "load_harness",
+    "load_rows",
+    "load_task",
+    "load_taskset",
+    "make_repo",
+    "tests_pass",
+]

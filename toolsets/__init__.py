@@ -1,0 +1,1 @@
+"""Reusable toolsets: Python tools (and their objects) that tasksets and harnesses share."""
