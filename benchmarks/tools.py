@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rollouts import pin_mock
+
 import v1
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -66,6 +68,7 @@ def mock_server_process() -> Iterator[str]:
         [sys.executable, __file__, "--serve-mock"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
     try:
+        print(pin_mock(proc.pid), file=sys.stderr, flush=True)
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()
     finally:

@@ -87,7 +87,7 @@ class OpenAICompletionsClient(OpenAIChatCompletionsClient):
         headers = self.headers_from_state(kwargs.get("state"))
         if headers:
             request["extra_headers"] = headers
-        return await self._create_json(self.client.completions, request)
+        return await self._create_json(self.client.completions, request, "/completions")
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
         raise_for_upstream_error(response, "completions")

@@ -71,6 +71,16 @@ async def shared_async_http() -> Any:
     return await scope.get("endpoint-sdk-http", create)
 
 
+def in_process_http(transport: Any) -> Any:
+    """A pool for `AsyncOpenAI` clients whose requests go through `transport` (the in-process one); closing it is a no-op."""
+    return _SharedAsyncClient(
+        transport=transport,
+        timeout=http_library.Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
+        trust_env=False,
+        follow_redirects=False,
+    )
+
+
 def _shared_sync_http() -> Any:
     global _sync_http
     with _sync_lock:
@@ -108,9 +118,13 @@ def _anthropic_pool_options() -> dict[str, Any]:
     }
 
 
-def anthropic_async_http() -> Any:
-    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op)."""
-    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False)
+def anthropic_async_http(transport: Any = None) -> Any:
+    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op).
+
+    Args:
+        transport: the in-process transport, when the pool serves in-process programs.
+    """
+    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False, transport=transport)
 
 
 def _anthropic_shared_sync_http() -> Any:
@@ -140,7 +154,9 @@ def anthropic_client(
 class EndpointPools:
     """The connection pools SDK clients use to reach the endpoint: the OpenAI one, and the Anthropic one on first use.
 
-    Lent to programs (through `state.get_client`), so it holds pools only: nothing that leads to the server.
+    Async clients go through the in-process transport (no socket; the same handler as over HTTP);
+    sync clients, used from worker threads, go over HTTP. Lent to programs (through
+    `state.get_client`), so it holds pools only: nothing that leads to the server.
     """
 
     def __init__(self, openai_pool: Any) -> None:
@@ -150,7 +166,7 @@ class EndpointPools:
     def anthropic(self) -> Any:
         """The pool for `AsyncAnthropic` clients, created on first use (anthropic is large to import)."""
         if self._anthropic is None:
-            self._anthropic = anthropic_async_http()
+            self._anthropic = anthropic_async_http(self.openai._transport)
         return self._anthropic
 
     def sdk_client(self, api: str, base_url: str, api_key: str, *, sync: bool = False) -> Any:
@@ -175,4 +191,4 @@ class EndpointPools:
             self._anthropic = None
 
 
-__all__ = ["EndpointPools", "anthropic_async_http", "anthropic_client", "openai_client", "shared_async_http"]
+__all__ = ["EndpointPools", "anthropic_async_http", "anthropic_client", "in_process_http", "openai_client", "shared_async_http"]

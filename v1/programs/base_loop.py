@@ -15,7 +15,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
+from v1.clients.openai_chat_completions import post_options, sdk_posts
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
@@ -34,6 +36,21 @@ async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: lis
 def _tool_param(state: State) -> Any:
     tool_defs = state.get("tool_defs") or None
     return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
+
+
+async def _create(client: Any, model: str, messages: list[dict[str, Any]], tools: Any) -> ChatCompletion:
+    """`client.chat.completions.create(model=..., messages=..., tools=...)`, minus the SDK's parameter transform.
+
+    The messages are plain JSON already, so the SDK's own `post` sends the same request, and the
+    answer is parsed, and failures raised, exactly as `create()` does it.
+    """
+    if not sdk_posts(client):
+        return await client.chat.completions.create(model=model, messages=messages, tools=tools)  # type: ignore[no-any-return]
+    request: dict[str, Any] = {"model": model, "messages": messages}
+    if tools is not openai.NOT_GIVEN:
+        request["tools"] = tools
+    body, options = post_options(request)
+    return await client.post("/chat/completions", body=body, options=options, cast_to=ChatCompletion)  # type: ignore[no-any-return]
 
 
 async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
@@ -55,7 +72,7 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
                 break
             tools = _tool_param(state)
             try:
-                completion = await client.chat.completions.create(model=state.get_model(), messages=messages, tools=tools)
+                completion = await _create(client, state.get_model(), messages, tools)
             except openai.APIStatusError:
                 if state["is_completed"]:  # the endpoint stopped the rollout and said why
                     break
