@@ -2,30 +2,41 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import openai
-from openai import AsyncOpenAI, AsyncStream
-from openai.resources.chat.completions import AsyncCompletions
+from typing import TYPE_CHECKING, Any
 
 from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients.credentials import resolve_api_key
-from v1.clients.http import async_http_client, http_library, sdk_timeout
+from v1.clients.http import async_http_client, http_library, is_async_openai, sdk_timeout
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
 from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
 
-_make_request_options: Callable[..., Any] | None
-try:
-    from openai._base_client import make_request_options as _make_request_options
-except ImportError:  # pragma: no cover - an SDK laid out differently: the resources' own `create` is used
-    _make_request_options = None
-_OPTION_PARAMS = frozenset(inspect.signature(_make_request_options).parameters) if _make_request_options else frozenset()
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
-CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+
+@functools.cache
+def create_params() -> frozenset[str]:
+    """The keyword arguments of the SDK's `chat.completions.create` (the SDK is imported on first use)."""
+    from openai.resources.chat.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+
+
+@functools.cache
+def _request_options() -> tuple[Callable[..., Any] | None, frozenset[str]]:
+    """The SDK's `make_request_options` and its parameters; None for an SDK laid out differently."""
+    try:
+        from openai._base_client import make_request_options
+    except ImportError:  # pragma: no cover - the resources' own `create` is used then
+        return None, frozenset()
+    return make_request_options, frozenset(inspect.signature(make_request_options).parameters)
+
+
 OVERLONG_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -44,12 +55,12 @@ NativeResponse = dict[str, Any]
 
 def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sampling args the SDK's `create()` takes by name, and the rest (sent as `extra_body`)."""
-    return split_create_args(sampling_args, CREATE_PARAMS)
+    return split_create_args(sampling_args, create_params())
 
 
 def sdk_posts(client: Any) -> bool:
     """Whether `client` is an `AsyncOpenAI` whose `post` `post_options` can feed (the installed SDK's layout is known)."""
-    return _make_request_options is not None and isinstance(client, AsyncOpenAI)
+    return is_async_openai(client) and _request_options()[0] is not None
 
 
 def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -58,12 +69,13 @@ def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     The body is JSON already (v1 builds it from canonical messages), so the SDK's per-call
     transform of `create()`'s typed parameters (a fifth of a call's CPU) has nothing to do.
     """
-    assert _make_request_options is not None
+    make_request_options, parameters = _request_options()
+    assert make_request_options is not None
     body = {key: value for key, value in request.items() if key not in ("extra_body", "extra_headers")}
     options: dict[str, Any] = {"extra_headers": request.get("extra_headers"), "extra_body": request.get("extra_body")}
-    if "security" in _OPTION_PARAMS:
+    if "security" in parameters:
         options["security"] = {"bearer_auth": True}
-    return body, _make_request_options(**options)
+    return body, make_request_options(**options)
 
 
 def is_request_refusal(status: int) -> bool:
@@ -72,6 +84,8 @@ def is_request_refusal(status: int) -> bool:
 
 
 def _is_overlong(error: BaseException) -> bool:
+    import openai
+
     if not isinstance(error, openai.BadRequestError):
         return False
     body = error.body if isinstance(error.body, dict) else {}
@@ -204,7 +218,7 @@ class StreamedCompletion:
         return native
 
 
-class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], NativeResponse, NativeTool]):
+class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], NativeResponse, NativeTool]):
     """Chat Completions over the official `openai` SDK.
 
     Accepts an `AsyncOpenAI`, any object with the same `chat.completions.create`
@@ -214,6 +228,8 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     client_type = "openai_chat_completions"
 
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
+        from openai import AsyncOpenAI
+
         return AsyncOpenAI(
             base_url=config.api_base_url,
             api_key=resolve_api_key(config.api_key_var),
@@ -262,9 +278,9 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         """
         if path is not None and self._lean():
             body, options = post_options(request)
-            answer = await self.client.post(path, body=body, options=options, cast_to=http_library.Response)
+            answer = await self.client.post(path, body=body, options=options, cast_to=http_library().Response)
             return answer.json()  # type: ignore[no-any-return]
-        if isinstance(self.client, AsyncOpenAI):
+        if is_async_openai(self.client):
             raw = await resource.with_raw_response.create(**request)
             return raw.http_response.json()  # type: ignore[no-any-return]
         result = await resource.create(**request)
@@ -286,9 +302,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
 
     def can_stream(self) -> bool:
         """Streams on an `AsyncOpenAI` with this class's own call; a subclass that changed the call does not."""
-        return type(self).get_native_response is OpenAIChatCompletionsClient.get_native_response and isinstance(
-            self.client, AsyncOpenAI
-        )
+        return type(self).get_native_response is OpenAIChatCompletionsClient.get_native_response and is_async_openai(self.client)
 
     def stream_opener(
         self, prompt: list[NativeMessage], model: str, sampling_args: SamplingArgs, tools: list[NativeTool] | None, **kwargs: Any
@@ -297,6 +311,8 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
         if self._lean():
+            from openai import AsyncStream
+
             body, options = post_options(request)
             # each chunk is relayed as the JSON it came as (`cast_to=object`), not parsed into a model
             return lambda: self.client.post(
@@ -308,16 +324,22 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         return StreamedCompletion()
 
     def is_retryable(self, error: BaseException) -> bool:
+        import openai
+
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):
             return True
         if isinstance(error, openai.APIStatusError):
             return error.status_code in RETRYABLE_STATUSES or error.status_code >= 500
-        return isinstance(error, (http_library.TransportError, ConnectionError, TimeoutError))
+        return isinstance(error, (http_library().TransportError, ConnectionError, TimeoutError))
 
     def is_auth_error(self, error: BaseException) -> bool:
+        import openai
+
         return isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError))
 
     def translate_error(self, error: BaseException) -> Error:
+        import openai
+
         if _is_overlong(error):
             return OverlongPromptError(f"prompt too long for the model: {error}")
         if isinstance(error, openai.APIStatusError) and is_request_refusal(error.status_code):

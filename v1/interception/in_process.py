@@ -14,6 +14,7 @@ to the server or its sessions.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -72,29 +73,38 @@ class _InProcessExchange:
         self.chunks.put_nowait(_END)
 
 
-class _Chunks(http_library.AsyncByteStream):  # type: ignore[misc,name-defined]
-    """The body of a streamed answer, chunk by chunk as the handler writes them."""
+@functools.cache
+def _chunks_class() -> type[Any]:
+    """The stream class of streamed answers: an `AsyncByteStream` of the SDK's HTTP library, built on first use."""
 
-    def __init__(self, exchange: _InProcessExchange, handler: asyncio.Task[Any]) -> None:
-        self._exchange = exchange
-        self._handler = handler
+    class Chunks(http_library().AsyncByteStream):  # type: ignore[misc,name-defined]
+        """The body of a streamed answer, chunk by chunk as the handler writes them."""
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks = self._exchange.chunks
-        while True:
-            chunk = await chunks.get()
-            if chunk is _END:
-                if self._handler.done() and not self._handler.cancelled() and self._handler.exception() is not None:
-                    raise http_library.RemoteProtocolError("the endpoint failed mid-stream")
-                return
-            yield chunk
+        def __init__(self, exchange: _InProcessExchange, handler: asyncio.Task[Any]) -> None:
+            self._exchange = exchange
+            self._handler = handler
 
-    async def aclose(self) -> None:
-        self._exchange.gone = True
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            chunks = self._exchange.chunks
+            while True:
+                chunk = await chunks.get()
+                if chunk is _END:
+                    if self._handler.done() and not self._handler.cancelled() and self._handler.exception() is not None:
+                        raise http_library().RemoteProtocolError("the endpoint failed mid-stream")
+                    return
+                yield chunk
+
+        async def aclose(self) -> None:
+            self._exchange.gone = True
+
+    return Chunks
 
 
-class InProcessTransport(http_library.AsyncBaseTransport):  # type: ignore[misc,name-defined]
-    """Carries requests for the endpoint's origin into its handler; others go to `fallback`."""
+class InProcessTransport:
+    """Carries requests for the endpoint's origin into its handler; others go to `fallback`.
+
+    An `AsyncBaseTransport` of the SDK's HTTP library by its methods (the library is imported only when used).
+    """
 
     def __init__(self, host: str, port: int, max_body_bytes: int, fallback: Any) -> None:
         self._origin = ("http", host, port)
@@ -118,13 +128,13 @@ class InProcessTransport(http_library.AsyncBaseTransport):  # type: ignore[misc,
         handler.add_done_callback(lambda task: self._finished(task, exchange))
         await ready
         if exchange.stream_headers is not None:
-            return http_library.Response(200, headers=dict(exchange.stream_headers), stream=_Chunks(exchange, handler))
+            return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
         if handler.cancelled() or handler.exception() is not None:
-            return http_library.Response(500, headers={"content-type": "text/plain; charset=utf-8"}, content=_SERVER_ERROR)
+            return http_library().Response(500, headers={"content-type": "text/plain; charset=utf-8"}, content=_SERVER_ERROR)
         answer = handler.result()
         assert answer is not None, "a handler that did not stream answers"
         headers = {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}
-        return http_library.Response(answer.status, headers=headers, content=answer.text.encode())
+        return http_library().Response(answer.status, headers=headers, content=answer.text.encode())
 
     def _finished(self, task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
         self._handlers.discard(task)
@@ -137,6 +147,12 @@ class InProcessTransport(http_library.AsyncBaseTransport):  # type: ignore[misc,
 
     async def aclose(self) -> None:
         return None  # the fallback is the loop's shared pool, closed with the loop scope
+
+    async def __aenter__(self) -> InProcessTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 __all__ = ["InProcessTransport", "register", "unregister"]

@@ -23,9 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import openai
-from aiohttp import web
-
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
@@ -39,6 +36,8 @@ from v1.state import EndpointAccess, upstream
 from v1.types import Response
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from v1.state import State
 
 logger = logging.getLogger(__name__)
@@ -61,15 +60,14 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-OPENAI_AUTH_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError)
-
-
 def auth_errors() -> tuple[type[Exception], ...]:
-    """Upstream credential errors of the SDKs in use (anthropic's only once it was imported: it costs ~40 MiB)."""
-    anthropic = sys.modules.get("anthropic")
-    if anthropic is None:
-        return OPENAI_AUTH_ERRORS
-    return (*OPENAI_AUTH_ERRORS, anthropic.AuthenticationError, anthropic.PermissionDeniedError)
+    """Upstream credential errors of the SDKs in use (each SDK's only once it was imported: they are large)."""
+    errors: tuple[type[Exception], ...] = ()
+    for name in ("openai", "anthropic"):
+        sdk = sys.modules.get(name)
+        if sdk is not None:
+            errors += (sdk.AuthenticationError, sdk.PermissionDeniedError)
+    return errors
 
 
 @dataclass(frozen=True)
@@ -175,12 +173,16 @@ class _AiohttpExchange:
         return self.request.headers
 
     async def read(self) -> bytes:
+        from aiohttp import web
+
         try:
             return await self.request.read()
         except web.HTTPRequestEntityTooLarge as exc:
             raise BodyTooLarge from exc
 
     async def open_stream(self, headers: Mapping[str, str]) -> None:
+        from aiohttp import web
+
         self.response = web.StreamResponse(headers=headers)
         await self.response.prepare(self.request)
 
@@ -194,6 +196,8 @@ class _AiohttpExchange:
 
 
 def _web_response(answer: Answer) -> web.Response:
+    from aiohttp import web
+
     return web.Response(status=answer.status, text=answer.text, content_type="application/json", headers=answer.headers)
 
 
@@ -231,6 +235,8 @@ class EndpointServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
+        from aiohttp import web
+
         app = web.Application(client_max_size=self.max_body_bytes)
         for dialect in DIALECTS.values():
             app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(self._handler(dialect)))

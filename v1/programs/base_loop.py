@@ -14,13 +14,12 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-import openai
-from openai.types.chat import ChatCompletion
-
 from v1.clients.openai_chat_completions import post_options, sdk_posts
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
     from v1.harness import RolloutContext
     from v1.state import State
     from v1.task import Task
@@ -33,22 +32,24 @@ async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: lis
     return [{"role": "tool", "tool_call_id": call.id, "content": result} for call, result in zip(tool_calls, results)]
 
 
-def _tool_param(state: State) -> Any:
+def _tool_param(state: State) -> list[dict[str, Any]] | None:
     tool_defs = state.get("tool_defs") or None
-    return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
+    return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else None
 
 
-async def _create(client: Any, model: str, messages: list[dict[str, Any]], tools: Any) -> ChatCompletion:
+async def _create(client: Any, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> ChatCompletion:
     """`client.chat.completions.create(model=..., messages=..., tools=...)`, minus the SDK's parameter transform.
 
     The messages are plain JSON already, so the SDK's own `post` sends the same request, and the
     answer is parsed, and failures raised, exactly as `create()` does it.
     """
-    if not sdk_posts(client):
-        return await client.chat.completions.create(model=model, messages=messages, tools=tools)  # type: ignore[no-any-return]
+    from openai.types.chat import ChatCompletion
+
     request: dict[str, Any] = {"model": model, "messages": messages}
-    if tools is not openai.NOT_GIVEN:
+    if tools is not None:
         request["tools"] = tools
+    if not sdk_posts(client):
+        return await client.chat.completions.create(**request)  # type: ignore[no-any-return]
     body, options = post_options(request)
     return await client.post("/chat/completions", body=body, options=options, cast_to=ChatCompletion)  # type: ignore[no-any-return]
 
@@ -59,6 +60,8 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
     When the model answers without tool calls and there is a user simulator, the
     user's reply is appended and the loop goes on (the user stops it with `state.stop`).
     """
+    from openai import APIStatusError
+
     client = state.get_client()
     messages: list[dict[str, Any]] = [dict(m) for m in state["prompt"]]
     initial = len(messages)
@@ -73,7 +76,7 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
             tools = _tool_param(state)
             try:
                 completion = await _create(client, state.get_model(), messages, tools)
-            except openai.APIStatusError:
+            except APIStatusError:
                 if state["is_completed"]:  # the endpoint stopped the rollout and said why
                     break
                 raise
@@ -85,7 +88,7 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
                 messages.extend(await _run_tool_calls(context, state, message.tool_calls))
                 continue
             if context.user is None:
-                state.stop("no_tools_called" if tools is not openai.NOT_GIVEN else "final_response")
+                state.stop("no_tools_called" if tools is not None else "final_response")
                 break
             try:
                 reply = await context.user_response(messages)
