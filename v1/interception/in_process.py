@@ -16,26 +16,88 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from v1.clients.http import http_library
 from v1.interception.exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
 
-_DISPATCHERS: dict[tuple[str, str, int], Dispatch] = {}
+
+class _Endpoint(NamedTuple):
+    dispatch: Dispatch
+    max_body_bytes: int
+
+
+_ENDPOINTS: dict[tuple[str, str | None, int | None], _Endpoint] = {}
+_HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
 _END = object()
 _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
 
 
-def register(host: str, port: int, dispatch: Dispatch) -> None:
+def register(host: str, port: int, dispatch: Dispatch, max_body_bytes: int) -> None:
     """Route in-process requests for ``http://host:port`` to `dispatch` (the endpoint server, when it starts)."""
-    _DISPATCHERS[("http", host, port)] = dispatch
+    _ENDPOINTS[("http", host, port)] = _Endpoint(dispatch, max_body_bytes)
 
 
 def unregister(host: str, port: int) -> None:
     """Forget the endpoint at ``http://host:port`` (when it closes): later requests go over the network."""
-    _DISPATCHERS.pop(("http", host, port), None)
+    _ENDPOINTS.pop(("http", host, port), None)
+
+
+def _start(
+    endpoint: _Endpoint, method: str, path: str, headers: Any, body: bytes
+) -> tuple[_InProcessExchange, asyncio.Task[Any]]:
+    """Start the handler on one request, as a task of its own, as under a server: a program that
+    stops waiting (a timeout, a closed stream) does not cancel the call the endpoint is answering."""
+    loop = asyncio.get_running_loop()
+    exchange = _InProcessExchange(method, path, headers, body, endpoint.max_body_bytes, loop.create_future())
+    handler: asyncio.Task[Answer | None] = loop.create_task(endpoint.dispatch(exchange))
+    _HANDLERS.add(handler)
+    handler.add_done_callback(lambda task: _finished(task, exchange))
+    return exchange, handler
+
+
+def _finished(task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
+    _HANDLERS.discard(task)
+    if not exchange.ready.done():
+        exchange.ready.set_result(None)
+    elif exchange.stream_headers is not None:
+        exchange.chunks.put_nowait(_END)  # after a failure mid-stream; a second end is never read
+    if not task.cancelled():
+        task.exception()  # retrieved: reported as a 500 or a broken stream
+
+
+def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of a handler that answered without streaming (a 500 if it failed)."""
+    if handler.cancelled() or handler.exception() is not None:
+        return 500, {"content-type": "text/plain; charset=utf-8"}, _SERVER_ERROR
+    answer = handler.result()
+    assert answer is not None, "a handler that did not stream answers"
+    return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
+
+
+async def post_json(base_url: str, api_key: str, route: str, body: bytes) -> tuple[int, dict[str, str], bytes] | None:
+    """POST a JSON `body` to `route` under a rollout's endpoint `base_url`, in process, as an SDK would.
+
+    For programs of this process that build requests themselves (the default tool loop): the
+    same handler, recording and errors as over HTTP. The request must not ask to stream.
+
+    Returns:
+        status, headers and body of the answer; None when no endpoint of this process serves `base_url`.
+    """
+    parts = urlsplit(base_url)
+    endpoint = _ENDPOINTS.get((parts.scheme, parts.hostname, parts.port))
+    if endpoint is None:
+        return None
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    exchange, handler = _start(endpoint, "POST", parts.path + route, headers, body)
+    await exchange.ready
+    if exchange.stream_headers is not None:
+        exchange.gone = True
+        raise ValueError("post_json is for answers that do not stream")
+    return _whole_answer(handler)
 
 
 class _InProcessExchange:
@@ -106,44 +168,23 @@ class InProcessTransport:
     An `AsyncBaseTransport` of the SDK's HTTP library by its methods (the library is imported only when used).
     """
 
-    def __init__(self, host: str, port: int, max_body_bytes: int, fallback: Any) -> None:
+    def __init__(self, host: str, port: int, fallback: Any) -> None:
         self._origin = ("http", host, port)
-        self._max_body_bytes = max_body_bytes
         self._fallback = fallback
-        self._handlers: set[asyncio.Task[Any]] = set()
 
     async def handle_async_request(self, request: Any) -> Any:
         url = request.url
-        dispatch = _DISPATCHERS.get((url.scheme, url.host, url.port))
-        if dispatch is None or (url.scheme, url.host, url.port) != self._origin or "content-encoding" in request.headers:
+        origin = (url.scheme, url.host, url.port)
+        endpoint = _ENDPOINTS.get(origin)
+        if endpoint is None or origin != self._origin or "content-encoding" in request.headers:
             return await self._fallback.handle_async_request(request)
         body = await request.aread()
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = loop.create_future()
-        exchange = _InProcessExchange(request.method, url.path, request.headers, body, self._max_body_bytes, ready)
-        # The handler runs as a task of its own, as under a server: a program that stops waiting
-        # (a timeout, a closed stream) does not cancel the call the endpoint is answering.
-        handler: asyncio.Task[Answer | None] = loop.create_task(dispatch(exchange))
-        self._handlers.add(handler)
-        handler.add_done_callback(lambda task: self._finished(task, exchange))
-        await ready
+        exchange, handler = _start(endpoint, request.method, url.path, request.headers, body)
+        await exchange.ready
         if exchange.stream_headers is not None:
             return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
-        if handler.cancelled() or handler.exception() is not None:
-            return http_library().Response(500, headers={"content-type": "text/plain; charset=utf-8"}, content=_SERVER_ERROR)
-        answer = handler.result()
-        assert answer is not None, "a handler that did not stream answers"
-        headers = {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}
-        return http_library().Response(answer.status, headers=headers, content=answer.text.encode())
-
-    def _finished(self, task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
-        self._handlers.discard(task)
-        if not exchange.ready.done():
-            exchange.ready.set_result(None)
-        elif exchange.stream_headers is not None:
-            exchange.chunks.put_nowait(_END)  # after a failure mid-stream; a second end is never read
-        if not task.cancelled():
-            task.exception()  # retrieved: reported as a 500 or a broken stream
+        status, headers, content = _whole_answer(handler)
+        return http_library().Response(status, headers=headers, content=content)
 
     async def aclose(self) -> None:
         return None  # the fallback is the loop's shared pool, closed with the loop scope
@@ -155,4 +196,4 @@ class InProcessTransport:
         await self.aclose()
 
 
-__all__ = ["InProcessTransport", "register", "unregister"]
+__all__ = ["InProcessTransport", "post_json", "register", "unregister"]

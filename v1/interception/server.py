@@ -248,9 +248,9 @@ class EndpointServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
         shared = await shared_async_http()
-        transport = InProcessTransport(self.host, self.port, self.max_body_bytes, fallback=shared._transport)
+        transport = InProcessTransport(self.host, self.port, fallback=shared._transport)
         self.pools = EndpointPools(in_process_http(transport))
-        register(self.host, self.port, self.dispatch)
+        register(self.host, self.port, self.dispatch, self.max_body_bytes)
         logger.debug("interception endpoint listening on %s", self.url)
 
     async def close(self) -> None:
