@@ -46,8 +46,11 @@ from typing import Any
 from openai import AsyncOpenAI
 
 import v1
+import v1.loop_scope
 from v1.clients.http import async_http_client
 
+# v1's loop runner (uvloop when installed, unless V1_UVLOOP=0); plain asyncio.run on older v1 trees.
+run_loop = getattr(v1.loop_scope, "run", asyncio.run) if hasattr(v1, "loop_scope") else asyncio.run
 MODEL = "m"
 MESSAGES = [{"role": "user", "content": "hello"}]
 WARMUP_CALLS = 30
@@ -399,11 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     with mock_server_process() as url:
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
-            figures, errors = asyncio.run(one_repeat(url, args))
+            figures, errors = run_loop(one_repeat(url, args))
             runs.append(figures)
             all_errors += errors
             gc.collect()
     summary = medians(runs)
+    print(f"event loop: {'uvloop' if getattr(v1.loop_scope, 'uvloop_enabled', lambda: False)() else 'asyncio'}", file=sys.stderr)
     print_report(args, runs, summary)
     if all_errors:
         print(f"{len(all_errors)} rollout(s) failed; first error: {all_errors[0]}", file=sys.stderr)

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rollouts import pin_mock
+from rollouts import pin_mock, run_loop
 
 import v1
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -175,7 +175,7 @@ def main() -> int:
     runs = []
     with mock_server_process() as url:
         for repeat in range(args.repeats):
-            run = asyncio.run(one_repeat(url, args))
+            run = run_loop(one_repeat(url, args))
             runs.append(run)
             print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in run.items()), flush=True)
     print(f"\nmedian of {args.repeats} ({args.n} rollouts at concurrency {args.concurrency}):")
