@@ -1,6 +1,6 @@
 """Benchmark tool loops: Python tools, MCP tools, and what an MCP server costs per rollout.
 
-    python benchmarks/tools.py [--n 512] [--concurrency 128] [--startup-rollouts 8] [--repeats 3]
+    python benchmarks/tools.py [--n 512] [--concurrency 128] [--startup-rollouts 8] [--repeats 3] [--python-only]
 
 The mock model server runs as a separate process (see `rollouts.py`). Each repeat, on a
 fresh event loop, measures:
@@ -145,6 +145,8 @@ async def startup_cost(url: str, rollouts: int) -> tuple[float, float, int]:
 
 async def one_repeat(url: str, args: argparse.Namespace) -> dict[str, float]:
     python_rps, python_failed = await throughput(url, v1.Toolset([add]), args.n, args.concurrency)
+    if args.python_only:
+        return {"python_tool_rollouts_per_s": python_rps, "failures": python_failed}
     mcp_rps, mcp_failed = await throughput(url, v1.Toolset([mcp_server()], scope="global"), args.n, args.concurrency)
     sequential, calls_per_s, waiting, wrong = await mcp_calls(256)
     with_mcp, with_python, startup_failed = await startup_cost(url, args.startup_rollouts)
@@ -167,6 +169,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--startup-rollouts", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--python-only", action="store_true", help="only the tool loop with a Python tool (item 1)")
     parser.add_argument("--serve-mock", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_mock:
