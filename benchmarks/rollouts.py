@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import platform
 import resource
 import signal
@@ -45,8 +46,11 @@ from typing import Any
 from openai import AsyncOpenAI
 
 import v1
+import v1.loop_scope
 from v1.clients.http import async_http_client
 
+# v1's loop runner (uvloop when installed, unless V1_UVLOOP=0); plain asyncio.run on older v1 trees.
+run_loop = getattr(v1.loop_scope, "run", asyncio.run) if hasattr(v1, "loop_scope") else asyncio.run
 MODEL = "m"
 MESSAGES = [{"role": "user", "content": "hello"}]
 WARMUP_CALLS = 30
@@ -56,9 +60,23 @@ THROUGHPUT_WARMUP = 32
 # -- mock server process ----------------------------------------------------------------------
 
 
+def pin_mock(pid: int) -> str:
+    """Pin the mock to the last CPU and this process to the others (when there are several), so the
+    mock's work is not charged to v1's event loop; returns how they were placed."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2 or os.environ.get("V1_BENCH_NO_PIN"):
+        return "not pinned"
+    os.sched_setaffinity(pid, {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    return f"mock on CPU {cpus[-1]}, benchmark on CPU(s) {','.join(map(str, cpus[:-1]))}"
+
+
 @contextmanager
 def mock_server_process(startup_timeout: float = 30.0) -> Iterator[str]:
-    """Run `python -m v1.testing --port 0` and yield its base URL; always terminate it."""
+    """Run `python -m v1.testing --port 0` and yield its base URL; always terminate it.
+
+    The mock is pinned to a CPU of its own (`pin_mock`; `V1_BENCH_NO_PIN=1` leaves both unpinned).
+    """
     # The server's stderr goes to a file, shown only if it fails to start: when the benchmark
     # is interrupted mid-request, aiohttp logs every dropped connection there.
     errors = tempfile.TemporaryFile(mode="w+")
@@ -72,6 +90,7 @@ def mock_server_process(startup_timeout: float = 30.0) -> Iterator[str]:
         start_new_session=True,
     )
     try:
+        print(pin_mock(proc.pid), file=sys.stderr, flush=True)
         try:
             url = _read_url(proc, startup_timeout)
         except RuntimeError as exc:
@@ -209,13 +228,14 @@ async def measure_throughput(url: str, n: int, concurrency: int) -> tuple[dict[s
 
     # Warm the upstream connection pool a little; not counted.
     await asyncio.gather(*(harness.run({"prompt": "hello"}) for _ in range(min(THROUGHPUT_WARMUP, concurrency))))
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     states = await asyncio.gather(*(one() for _ in range(n)))
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     errors = [state["error"] for state in states if state["error"] is not None]
     figures = {
         "rollouts_per_s": n / wall,
         "wall_s": wall,
+        "cpu_ms_per_rollout": ms(cpu / n),
         "rollout_p50_ms": ms(statistics.median(latencies)),
         "rollout_p99_ms": ms(percentile(latencies, 99)),
         "errors": float(len(errors)),
@@ -309,6 +329,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("run_p99_ms", "harness.run, 1 call, p99 (ms)", ".3f"),
     ("rollouts_per_s", "throughput (rollouts/s)", ".1f"),
     ("wall_s", "throughput wall time (s)", ".2f"),
+    ("cpu_ms_per_rollout", "CPU time per rollout, this process (ms)", ".2f"),
     ("rollout_p50_ms", "rollout latency under load p50 (ms)", ".1f"),
     ("rollout_p99_ms", "rollout latency under load p99 (ms)", ".1f"),
     ("errors", "rollout errors", ".0f"),
@@ -381,11 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     with mock_server_process() as url:
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
-            figures, errors = asyncio.run(one_repeat(url, args))
+            figures, errors = run_loop(one_repeat(url, args))
             runs.append(figures)
             all_errors += errors
             gc.collect()
     summary = medians(runs)
+    print(f"event loop: {'uvloop' if getattr(v1.loop_scope, 'uvloop_enabled', lambda: False)() else 'asyncio'}", file=sys.stderr)
     print_report(args, runs, summary)
     if all_errors:
         print(f"{len(all_errors)} rollout(s) failed; first error: {all_errors[0]}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Benchmark tool loops: Python tools, MCP tools, and what an MCP server costs per rollout.
 
-    python benchmarks/tools.py [--n 512] [--concurrency 128] [--startup-rollouts 8] [--repeats 3]
+    python benchmarks/tools.py [--n 512] [--concurrency 128] [--startup-rollouts 8] [--repeats 3] [--python-only]
 
 The mock model server runs as a separate process (see `rollouts.py`). Each repeat, on a
 fresh event loop, measures:
@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rollouts import pin_mock, run_loop
+
 import v1
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -66,6 +68,7 @@ def mock_server_process() -> Iterator[str]:
         [sys.executable, __file__, "--serve-mock"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
     try:
+        print(pin_mock(proc.pid), file=sys.stderr, flush=True)
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()
     finally:
@@ -142,6 +145,8 @@ async def startup_cost(url: str, rollouts: int) -> tuple[float, float, int]:
 
 async def one_repeat(url: str, args: argparse.Namespace) -> dict[str, float]:
     python_rps, python_failed = await throughput(url, v1.Toolset([add]), args.n, args.concurrency)
+    if args.python_only:
+        return {"python_tool_rollouts_per_s": python_rps, "failures": python_failed}
     mcp_rps, mcp_failed = await throughput(url, v1.Toolset([mcp_server()], scope="global"), args.n, args.concurrency)
     sequential, calls_per_s, waiting, wrong = await mcp_calls(256)
     with_mcp, with_python, startup_failed = await startup_cost(url, args.startup_rollouts)
@@ -164,6 +169,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--startup-rollouts", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--python-only", action="store_true", help="only the tool loop with a Python tool (item 1)")
     parser.add_argument("--serve-mock", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_mock:
@@ -172,7 +178,7 @@ def main() -> int:
     runs = []
     with mock_server_process() as url:
         for repeat in range(args.repeats):
-            run = asyncio.run(one_repeat(url, args))
+            run = run_loop(one_repeat(url, args))
             runs.append(run)
             print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in run.items()), flush=True)
     print(f"\nmedian of {args.repeats} ({args.n} rollouts at concurrency {args.concurrency}):")

@@ -8,6 +8,9 @@ import allowed inside a function is a CLI command loading its torch-heavy packag
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "v1"
@@ -99,3 +102,13 @@ def test_no_v1_imports_hidden_in_functions() -> None:
 def test_the_checker_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_import_v1_loads_no_sdk_or_server_library() -> None:
+    """`import v1` stays light: the SDKs, aiohttp, mcp and rich load when first used."""
+    probe = "import sys, v1; print(' '.join(m for m in HEAVY if m in sys.modules))"
+    heavy = ("openai", "anthropic", "aiohttp", "httpx", "httpx2", "mcp", "rich", "torch")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run([sys.executable, "-c", f"HEAVY = {heavy!r}\n{probe}"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

@@ -114,7 +114,7 @@ else:
 class Config(BaseModel, metaclass=_KeepInit):
     """Base of every v1 config model: strict, positional source config + keyword overrides."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True, defer_build=True)
 
     def __init__(self, config: object | None = None, /, **data: object) -> None:
         # pydantic calls a custom __init__ for nested models too: only the outermost call converts errors.

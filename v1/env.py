@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from v1 import loop_scope
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
@@ -552,7 +553,7 @@ def _run_sync(coroutine: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return loop_scope.run(coroutine)
     coroutine.close()
     raise ConfigError("generate_sync/evaluate_sync can't run inside an event loop; await generate/evaluate instead")
 

@@ -11,9 +11,11 @@ scope keeps one suspended generator whose `finally` does the closing.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
+import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from v1.single_flight import SingleFlight
@@ -91,4 +93,24 @@ async def close_loop_scope() -> None:
         await scope.aclose()
 
 
-__all__ = ["LoopScope", "close_loop_scope", "loop_scope"]
+UVLOOP_ENV = "V1_UVLOOP"
+"""Set to ``0`` to run on asyncio's own event loop even where uvloop is installed."""
+
+
+def uvloop_enabled() -> bool:
+    """Whether `run` uses uvloop: installed (the `speed` extra) and not turned off by ``V1_UVLOOP=0``."""
+    return os.environ.get(UVLOOP_ENV, "1") != "0" and importlib.util.find_spec("uvloop") is not None
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, on uvloop's event loop when `uvloop_enabled()` (Python 3.11+), closing the loop scope alike."""
+    runner_class = getattr(asyncio, "Runner", None)
+    if runner_class is None or not uvloop_enabled():
+        return asyncio.run(main)
+    import uvloop
+
+    with runner_class(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)  # type: ignore[no-any-return]
+
+
+__all__ = ["UVLOOP_ENV", "LoopScope", "close_loop_scope", "loop_scope", "run", "uvloop_enabled"]

@@ -43,7 +43,7 @@ EMPTY_PARAMETERS: dict[str, object] = {"type": "object", "properties": {}}
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Tool(_Model):

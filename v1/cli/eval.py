@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from rich.console import Console
 
+from v1 import loop_scope
 from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.clients.endpoints import client_config_for, load_endpoints
@@ -541,7 +542,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.independent_scoring:
         console.print(plan.env.scoring_plan(True)["note"], markup=False, highlight=False)
     try:
-        metadata, new, wall = asyncio.run(run_eval(plan))
+        metadata, new, wall = loop_scope.run(run_eval(plan))
     except (KeyboardInterrupt, asyncio.CancelledError):
         say(f"v1 eval: interrupted{resume_hint}")
         return ExitCode.INTERRUPTED

@@ -215,8 +215,8 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
             timeout=sdk_timeout(config),
             default_headers=config.extra_headers or None,
             http_client=anthropic_async_client_class()(
-                timeout=http_library.Timeout(config.timeout, connect=config.connect_timeout),
-                limits=http_library.Limits(
+                timeout=http_library().Timeout(config.timeout, connect=config.connect_timeout),
+                limits=http_library().Limits(
                     max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
                 ),
             ),
@@ -288,7 +288,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
             return True
         if isinstance(error, anthropic.APIStatusError):
             return error.status_code in RETRYABLE_STATUSES or error.status_code >= 500
-        return isinstance(error, (http_library.TransportError, ConnectionError, TimeoutError))
+        return isinstance(error, (http_library().TransportError, ConnectionError, TimeoutError))
 
     def is_auth_error(self, error: BaseException) -> bool:
         import anthropic

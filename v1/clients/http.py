@@ -7,19 +7,25 @@ aiohttp transport where the SDK has one: on loopback at hundreds of concurrent
 rollouts it halves the per-call overhead of the pure-Python pool (see
 benchmarks/README.md). It honours proxies from the environment, TLS
 verification and connection limits like the default client does.
+
+Everything here imports the SDK on first use, not on import: `import v1` stays light.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 from typing import Any
 
-import openai
 
+@functools.cache
+def http_library() -> ModuleType:
+    """`httpx2` or `httpx`: the library whose `Timeout`, `Limits`, `Response` and errors the installed SDK uses."""
+    import openai
 
-def _sdk_http_library() -> ModuleType:
     for base in openai.DefaultAsyncHttpxClient.__mro__[1:]:
         root = base.__module__.split(".")[0]
         if root in ("httpx", "httpx2"):
@@ -27,11 +33,16 @@ def _sdk_http_library() -> ModuleType:
     return importlib.import_module("httpx")
 
 
-http_library: ModuleType = _sdk_http_library()
-"""`httpx2` or `httpx`: the library whose `Timeout`, `Limits` and errors the installed SDK uses."""
+def is_async_openai(client: Any) -> bool:
+    """Whether `client` is an `AsyncOpenAI` (without importing the SDK: no client exists before it is imported)."""
+    openai = sys.modules.get("openai")
+    return openai is not None and isinstance(client, openai.AsyncOpenAI)
 
 
+@functools.cache
 def _aiohttp_client_class() -> type[Any] | None:
+    import openai
+
     candidate = getattr(openai, "DefaultAioHttpClient", None)
     if not isinstance(candidate, type):
         return None
@@ -45,17 +56,16 @@ def _aiohttp_client_class() -> type[Any] | None:
     return None
 
 
-_AIOHTTP_CLIENT = _aiohttp_client_class()
-
-
 def async_client_class() -> type[Any]:
     """The SDK's aiohttp-based async client where available, else its default async client."""
-    return _AIOHTTP_CLIENT or openai.DefaultAsyncHttpxClient
+    import openai
+
+    return _aiohttp_client_class() or openai.DefaultAsyncHttpxClient
 
 
 def sdk_timeout(config: Any) -> Any:
     """A `ClientConfig`'s `timeout` (read, write, pool) and `connect_timeout` as the SDK's `Timeout`."""
-    return http_library.Timeout(config.timeout, connect=config.connect_timeout)
+    return http_library().Timeout(config.timeout, connect=config.connect_timeout)
 
 
 def async_http_client(
@@ -69,8 +79,8 @@ def async_http_client(
 ) -> Any:
     """An async pool for `AsyncOpenAI(http_client=...)`."""
     return (cls or async_client_class())(
-        timeout=http_library.Timeout(timeout, connect=connect_timeout),
-        limits=http_library.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
+        timeout=http_library().Timeout(timeout, connect=connect_timeout),
+        limits=http_library().Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
         trust_env=trust_env,
         follow_redirects=False,
     )
@@ -80,9 +90,11 @@ def sync_http_client(
     *, timeout: float, connect_timeout: float, max_connections: int, max_keepalive_connections: int, cls: type[Any] | None = None
 ) -> Any:
     """A sync pool for `OpenAI(http_client=...)`."""
+    import openai
+
     return (cls or openai.DefaultHttpxClient)(
-        timeout=http_library.Timeout(timeout, connect=connect_timeout),
-        limits=http_library.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
+        timeout=http_library().Timeout(timeout, connect=connect_timeout),
+        limits=http_library().Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
         trust_env=False,
         follow_redirects=False,
     )
@@ -109,6 +121,7 @@ __all__ = [
     "async_client_class",
     "async_http_client",
     "http_library",
+    "is_async_openai",
     "sdk_timeout",
     "sync_http_client",
 ]

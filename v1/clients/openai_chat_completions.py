@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import openai
-from openai import AsyncOpenAI
-from openai.resources.chat.completions import AsyncCompletions
+from typing import TYPE_CHECKING, Any
 
 from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients.credentials import resolve_api_key
-from v1.clients.http import async_http_client, http_library, sdk_timeout
+from v1.clients.http import async_http_client, http_library, is_async_openai, sdk_timeout
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
 from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
 
-CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+
+@functools.cache
+def create_params() -> frozenset[str]:
+    """The keyword arguments of the SDK's `chat.completions.create` (the SDK is imported on first use)."""
+    from openai.resources.chat.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+
+
+@functools.cache
+def _request_options() -> tuple[Callable[..., Any] | None, frozenset[str]]:
+    """The SDK's `make_request_options` and its parameters; None for an SDK laid out differently."""
+    try:
+        from openai._base_client import make_request_options
+    except ImportError:  # pragma: no cover - the resources' own `create` is used then
+        return None, frozenset()
+    return make_request_options, frozenset(inspect.signature(make_request_options).parameters)
+
+
 OVERLONG_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -37,7 +55,27 @@ NativeResponse = dict[str, Any]
 
 def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sampling args the SDK's `create()` takes by name, and the rest (sent as `extra_body`)."""
-    return split_create_args(sampling_args, CREATE_PARAMS)
+    return split_create_args(sampling_args, create_params())
+
+
+def sdk_posts(client: Any) -> bool:
+    """Whether `client` is an `AsyncOpenAI` whose `post` `post_options` can feed (the installed SDK's layout is known)."""
+    return is_async_openai(client) and _request_options()[0] is not None
+
+
+def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """A `create()` request dict as the body and options of the SDK's `post`, as `create()` would make them.
+
+    The body is JSON already (v1 builds it from canonical messages), so the SDK's per-call
+    transform of `create()`'s typed parameters (a fifth of a call's CPU) has nothing to do.
+    """
+    make_request_options, parameters = _request_options()
+    assert make_request_options is not None
+    body = {key: value for key, value in request.items() if key not in ("extra_body", "extra_headers")}
+    options: dict[str, Any] = {"extra_headers": request.get("extra_headers"), "extra_body": request.get("extra_body")}
+    if "security" in parameters:
+        options["security"] = {"bearer_auth": True}
+    return body, make_request_options(**options)
 
 
 def is_request_refusal(status: int) -> bool:
@@ -46,6 +84,8 @@ def is_request_refusal(status: int) -> bool:
 
 
 def _is_overlong(error: BaseException) -> bool:
+    import openai
+
     if not isinstance(error, openai.BadRequestError):
         return False
     body = error.body if isinstance(error.body, dict) else {}
@@ -150,8 +190,8 @@ class StreamedCompletion:
         return deltas
 
     def read(self, event: Any) -> list[ResponseDelta]:
-        """`add` for one of the SDK's `ChatCompletionChunk`s."""
-        return self.add(event.model_dump(exclude_unset=True))
+        """`add` for one chunk: its JSON, or one of the SDK's `ChatCompletionChunk`s."""
+        return self.add(event if isinstance(event, dict) else event.model_dump(exclude_unset=True))
 
     def native(self) -> NativeResponse:
         """The `chat.completion` the chunks add up to; a stream that never said how it finished is not whole."""
@@ -178,7 +218,7 @@ class StreamedCompletion:
         return native
 
 
-class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], NativeResponse, NativeTool]):
+class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], NativeResponse, NativeTool]):
     """Chat Completions over the official `openai` SDK.
 
     Accepts an `AsyncOpenAI`, any object with the same `chat.completions.create`
@@ -188,6 +228,8 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
     client_type = "openai_chat_completions"
 
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
+        from openai import AsyncOpenAI
+
         return AsyncOpenAI(
             base_url=config.api_base_url,
             api_key=resolve_api_key(config.api_key_var),
@@ -222,15 +264,23 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         **kwargs: Any,
     ) -> NativeResponse:
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
-        return await self._create_json(self.client.chat.completions, request)
+        return await self._create_json(self.client.chat.completions, request, "/chat/completions")
 
-    async def _create_json(self, resource: Any, request: dict[str, Any]) -> NativeResponse:
+    def _lean(self) -> bool:
+        return sdk_posts(self.client)
+
+    async def _create_json(self, resource: Any, request: dict[str, Any], path: str | None = None) -> NativeResponse:
         """`resource.create(**request)`'s answer as JSON.
 
-        On an `AsyncOpenAI` the SDK's pydantic parse is skipped (we translate from the JSON directly);
-        any other client's result is dumped.
+        On an `AsyncOpenAI` the SDK's pydantic parse is skipped (we translate from the JSON directly),
+        and with `path` its parameter transform too: the request is posted to `path` with the SDK's
+        own `post` (same headers, auth, timeouts and errors). Any other client's result is dumped.
         """
-        if isinstance(self.client, AsyncOpenAI):
+        if path is not None and self._lean():
+            body, options = post_options(request)
+            answer = await self.client.post(path, body=body, options=options, cast_to=http_library().Response)
+            return answer.json()  # type: ignore[no-any-return]
+        if is_async_openai(self.client):
             raw = await resource.with_raw_response.create(**request)
             return raw.http_response.json()  # type: ignore[no-any-return]
         result = await resource.create(**request)
@@ -252,9 +302,7 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
 
     def can_stream(self) -> bool:
         """Streams on an `AsyncOpenAI` with this class's own call; a subclass that changed the call does not."""
-        return type(self).get_native_response is OpenAIChatCompletionsClient.get_native_response and isinstance(
-            self.client, AsyncOpenAI
-        )
+        return type(self).get_native_response is OpenAIChatCompletionsClient.get_native_response and is_async_openai(self.client)
 
     def stream_opener(
         self, prompt: list[NativeMessage], model: str, sampling_args: SamplingArgs, tools: list[NativeTool] | None, **kwargs: Any
@@ -262,22 +310,36 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
+        if self._lean():
+            from openai import AsyncStream
+
+            body, options = post_options(request)
+            # each chunk is relayed as the JSON it came as (`cast_to=object`), not parsed into a model
+            return lambda: self.client.post(
+                "/chat/completions", body=body, options=options, cast_to=object, stream=True, stream_cls=AsyncStream[object]
+            )
         return lambda: self.client.chat.completions.create(**request)
 
     def stream_reader(self) -> StreamReader[NativeResponse]:
         return StreamedCompletion()
 
     def is_retryable(self, error: BaseException) -> bool:
+        import openai
+
         if isinstance(error, (openai.APIConnectionError, openai.APITimeoutError)):
             return True
         if isinstance(error, openai.APIStatusError):
             return error.status_code in RETRYABLE_STATUSES or error.status_code >= 500
-        return isinstance(error, (http_library.TransportError, ConnectionError, TimeoutError))
+        return isinstance(error, (http_library().TransportError, ConnectionError, TimeoutError))
 
     def is_auth_error(self, error: BaseException) -> bool:
+        import openai
+
         return isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError))
 
     def translate_error(self, error: BaseException) -> Error:
+        import openai
+
         if _is_overlong(error):
             return OverlongPromptError(f"prompt too long for the model: {error}")
         if isinstance(error, openai.APIStatusError) and is_request_refusal(error.status_code):
@@ -322,4 +384,11 @@ class OpenAIChatCompletionsClient(Client[AsyncOpenAI, list[NativeMessage], Nativ
             await self.client.close()
 
 
-__all__ = ["OpenAIChatCompletionsClient", "is_request_refusal", "raise_for_upstream_error", "split_sampling_args"]
+__all__ = [
+    "OpenAIChatCompletionsClient",
+    "is_request_refusal",
+    "post_options",
+    "raise_for_upstream_error",
+    "sdk_posts",
+    "split_sampling_args",
+]

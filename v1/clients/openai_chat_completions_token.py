@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from openai import AsyncOpenAI
-
-from v1.clients.http import http_library
+from v1.clients.http import http_library, is_async_openai
 from v1.clients.openai_chat_completions import (
     NativeMessage,
     NativeResponse,
@@ -46,10 +44,10 @@ class OpenAIChatCompletionsTokenClient(OpenAIChatCompletionsClient):
         if tools:
             body["tools"] = tools
         headers = self.headers_from_state(kwargs.get("state"))
-        if not isinstance(self.client, AsyncOpenAI):
+        if not is_async_openai(self.client):
             raise InvalidModelResponseError("openai_chat_completions_token needs an AsyncOpenAI client")
         raw = await self.client.post(
-            TOKEN_ROUTE, body=body, cast_to=http_library.Response, options={"headers": headers} if headers else {}
+            TOKEN_ROUTE, body=body, cast_to=http_library().Response, options={"headers": headers} if headers else {}
         )
         return raw.json()  # type: ignore[no-any-return]
 

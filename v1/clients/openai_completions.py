@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from typing import Any
-
-from openai.resources.completions import AsyncCompletions
 
 from v1.clients.base import split_create_args
 from v1.clients.openai_chat_completions import (
@@ -18,7 +17,14 @@ from v1.clients.openai_chat_completions import (
 from v1.errors import InvalidModelResponseError, NotSupportedError
 from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, Tool
 
-CREATE_PARAMS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+
+@functools.cache
+def create_params() -> frozenset[str]:
+    """The keyword arguments of the SDK's `completions.create` (the SDK is imported on first use)."""
+    from openai.resources.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self", "extra_body"}
+
 
 NativeResponse = dict[str, Any]
 
@@ -37,7 +43,7 @@ def completions_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, An
         args["logprobs"] = int(top or 0)
     elif isinstance(logprobs, int) and not isinstance(logprobs, bool):
         args["logprobs"] = logprobs
-    return split_create_args(args, CREATE_PARAMS)
+    return split_create_args(args, create_params())
 
 
 def _tokens(choice: dict[str, Any]) -> ResponseTokens | None:
@@ -87,7 +93,7 @@ class OpenAICompletionsClient(OpenAIChatCompletionsClient):
         headers = self.headers_from_state(kwargs.get("state"))
         if headers:
             request["extra_headers"] = headers
-        return await self._create_json(self.client.completions, request)
+        return await self._create_json(self.client.completions, request, "/completions")
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
         raise_for_upstream_error(response, "completions")

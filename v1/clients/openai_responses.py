@@ -7,15 +7,14 @@ can be replayed or edited.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from openai import AsyncOpenAI
-from openai.resources.responses import AsyncResponses
-
 from v1.clients.base import StreamReader, split_create_args
+from v1.clients.http import is_async_openai
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
 from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
 from v1.types import (
@@ -31,7 +30,14 @@ from v1.types import (
     Usage,
 )
 
-CREATE_PARAMS = frozenset(inspect.signature(AsyncResponses.create).parameters) - {"self", "extra_body"}
+
+@functools.cache
+def create_params() -> frozenset[str]:
+    """The keyword arguments of the SDK's `responses.create` (the SDK is imported on first use)."""
+    from openai.resources.responses import AsyncResponses
+
+    return frozenset(inspect.signature(AsyncResponses.create).parameters) - {"self", "extra_body"}
+
 
 NativeItem = dict[str, Any]
 NativeResponse = dict[str, Any]
@@ -122,7 +128,7 @@ def responses_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any]
         out["text"] = {"format": response_format}
     if args.pop("logprobs", None) and "top_logprobs" not in args:
         args["top_logprobs"] = 0
-    known, extra = split_create_args(args, CREATE_PARAMS)
+    known, extra = split_create_args(args, create_params())
     return {**out, **known}, extra
 
 
@@ -183,7 +189,7 @@ class OpenAIResponsesClient(OpenAIChatCompletionsClient):
         return await self._create_json(self.client.responses, request)
 
     def can_stream(self) -> bool:
-        return isinstance(self.client, AsyncOpenAI)
+        return is_async_openai(self.client)
 
     def stream_opener(
         self, prompt: Any, model: str, sampling_args: SamplingArgs, tools: Any, **kwargs: Any

@@ -7,11 +7,10 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-import openai
-
 from v1.calling import is_async_callable
 from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
+from v1.clients.http import is_async_openai
 from v1.clients.nemorl_chat_completions import NeMoRLChatCompletionsClient
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
 from v1.clients.openai_chat_completions_token import OpenAIChatCompletionsTokenClient
@@ -125,7 +124,9 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
         raise ConfigError(
             f"client: expected a ClientConfig, a v1 Client or an AsyncOpenAI-like object, got {type(client).__name__}"
         )
-    if isinstance(client, openai.OpenAI) or not (is_async_callable(create) or isinstance(client, openai.AsyncOpenAI)):
+    openai = sys.modules.get("openai")  # an OpenAI passed in means openai is imported
+    is_sync_openai = openai is not None and isinstance(client, openai.OpenAI)
+    if is_sync_openai or not (is_async_callable(create) or is_async_openai(client)):
         raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
     return await _wrap_once(client, OpenAIChatCompletionsClient)
 

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from openai import AsyncOpenAI, OpenAI
 
 from v1.clients.http import anthropic_async_client_class, async_client_class, async_http_client, http_library, sync_http_client
 from v1.loop_scope import loop_scope
 
 if TYPE_CHECKING:
     import anthropic
-
-_sdk_get_platform: Callable[[], Any] | None
-try:
-    from openai._base_client import get_platform as _sdk_get_platform
-except ImportError:  # pragma: no cover - an SDK laid out differently
-    _sdk_get_platform = None
+    from openai import AsyncOpenAI, OpenAI
 
 POOL: dict[str, Any] = {"timeout": 3600.0, "connect_timeout": 10.0, "max_connections": 4096, "max_keepalive_connections": 1024}
 
@@ -31,9 +24,13 @@ _platform: Any = None
 
 async def _lookup_platform() -> None:
     global _platform
-    if _platform is None and _sdk_get_platform is not None:
+    try:
+        from openai._base_client import get_platform
+    except ImportError:  # pragma: no cover - an SDK laid out differently
+        return
+    if _platform is None:
         try:
-            _platform = await asyncio.to_thread(_sdk_get_platform)
+            _platform = await asyncio.to_thread(get_platform)
         except Exception:  # the SDK will look it up itself
             _platform = None
 
@@ -54,7 +51,11 @@ def _shared(cls: type[Any], close_name: str) -> type[Any]:
     return type(f"Shared{cls.__name__.lstrip('_')}", (cls,), members)
 
 
-_SharedAsyncClient = _shared(async_client_class(), "aclose")
+@functools.cache
+def _shared_async_client() -> type[Any]:
+    return _shared(async_client_class(), "aclose")
+
+
 _sync_http: Any = None
 _sync_lock = threading.Lock()
 
@@ -65,10 +66,20 @@ async def shared_async_http() -> Any:
 
     async def create() -> tuple[Any, Any]:
         await _lookup_platform()
-        http = async_http_client(**POOL, trust_env=False, cls=_SharedAsyncClient)
+        http = async_http_client(**POOL, trust_env=False, cls=_shared_async_client())
         return http, http.really_close
 
     return await scope.get("endpoint-sdk-http", create)
+
+
+def in_process_http(transport: Any) -> Any:
+    """A pool for `AsyncOpenAI` clients whose requests go through `transport` (the in-process one); closing it is a no-op."""
+    return _shared_async_client()(
+        transport=transport,
+        timeout=http_library().Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
+        trust_env=False,
+        follow_redirects=False,
+    )
 
 
 def _shared_sync_http() -> Any:
@@ -87,6 +98,8 @@ def openai_client(base_url: str, api_key: str, *, sync: bool = False, http_clien
     `max_retries=0`: the endpoint's upstream client already retries, and an SDK
     retry of a call the endpoint answered would record a second step.
     """
+    from openai import AsyncOpenAI, OpenAI
+
     if sync:
         return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client or _shared_sync_http())
     client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
@@ -100,17 +113,21 @@ _anthropic_sync_http: Any = None
 
 def _anthropic_pool_options() -> dict[str, Any]:
     return {
-        "timeout": http_library.Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
-        "limits": http_library.Limits(
+        "timeout": http_library().Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
+        "limits": http_library().Limits(
             max_connections=POOL["max_connections"], max_keepalive_connections=POOL["max_keepalive_connections"]
         ),
         "follow_redirects": False,
     }
 
 
-def anthropic_async_http() -> Any:
-    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op)."""
-    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False)
+def anthropic_async_http(transport: Any = None) -> Any:
+    """A pool for `AsyncAnthropic` clients talking to the endpoint (the SDK's own class; closing it is a no-op).
+
+    Args:
+        transport: the in-process transport, when the pool serves in-process programs.
+    """
+    return _shared(anthropic_async_client_class(), "aclose")(**_anthropic_pool_options(), trust_env=False, transport=transport)
 
 
 def _anthropic_shared_sync_http() -> Any:
@@ -140,7 +157,9 @@ def anthropic_client(
 class EndpointPools:
     """The connection pools SDK clients use to reach the endpoint: the OpenAI one, and the Anthropic one on first use.
 
-    Lent to programs (through `state.get_client`), so it holds pools only: nothing that leads to the server.
+    Async clients go through the in-process transport (no socket; the same handler as over HTTP);
+    sync clients, used from worker threads, go over HTTP. Lent to programs (through
+    `state.get_client`), so it holds pools only: nothing that leads to the server.
     """
 
     def __init__(self, openai_pool: Any) -> None:
@@ -150,7 +169,7 @@ class EndpointPools:
     def anthropic(self) -> Any:
         """The pool for `AsyncAnthropic` clients, created on first use (anthropic is large to import)."""
         if self._anthropic is None:
-            self._anthropic = anthropic_async_http()
+            self._anthropic = anthropic_async_http(self.openai._transport)
         return self._anthropic
 
     def sdk_client(self, api: str, base_url: str, api_key: str, *, sync: bool = False) -> Any:
@@ -175,4 +194,4 @@ class EndpointPools:
             self._anthropic = None
 
 
-__all__ = ["EndpointPools", "anthropic_async_http", "anthropic_client", "openai_client", "shared_async_http"]
+__all__ = ["EndpointPools", "anthropic_async_http", "anthropic_client", "in_process_http", "openai_client", "shared_async_http"]

@@ -19,24 +19,25 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import openai
-from aiohttp import web
 
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
-from v1.interception.sdk import EndpointPools, shared_async_http
+from v1.interception.exchange import Answer, BodyTooLarge, Exchange
+from v1.interception.in_process import InProcessTransport, register, unregister
+from v1.interception.sdk import EndpointPools, in_process_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
 from v1.loop_scope import loop_scope
 from v1.state import EndpointAccess, upstream
 from v1.types import Response
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from v1.state import State
 
 logger = logging.getLogger(__name__)
@@ -51,21 +52,22 @@ KEEPALIVE_S = 10.0
 UNAUTHORIZED = "invalid or missing API key for this rollout"
 # JSON escapes of UTF-16 surrogates, or surrogates encoded as UTF-8: only then can a body hold a lone surrogate.
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
+_ROUTE = re.compile(r"/r/([^{}/]+)/v1(/.*)")
+_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-OPENAI_AUTH_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError)
-
-
 def auth_errors() -> tuple[type[Exception], ...]:
-    """Upstream credential errors of the SDKs in use (anthropic's only once it was imported: it costs ~40 MiB)."""
-    anthropic = sys.modules.get("anthropic")
-    if anthropic is None:
-        return OPENAI_AUTH_ERRORS
-    return (*OPENAI_AUTH_ERRORS, anthropic.AuthenticationError, anthropic.PermissionDeniedError)
+    """Upstream credential errors of the SDKs in use (each SDK's only once it was imported: they are large)."""
+    errors: tuple[type[Exception], ...] = ()
+    for name in ("openai", "anthropic"):
+        sdk = sys.modules.get(name)
+        if sdk is not None:
+            errors += (sdk.AuthenticationError, sdk.PermissionDeniedError)
+    return errors
 
 
 @dataclass(frozen=True)
@@ -133,13 +135,13 @@ def error_response(
     param: str | None = None,
     dialect: Dialect = DEFAULT_DIALECT,
     headers: dict[str, str] | None = None,
-) -> web.Response:
+) -> Answer:
     """An error in the dialect's shape (OpenAI's ``{"error": {"message", "type", "param", "code"}}`` by default)."""
     body = dialect.error_body(status, message, type_, code, param)
-    return web.Response(status=status, text=_dumps(body), content_type="application/json", headers=headers)
+    return Answer(status, _dumps(body), headers)
 
 
-def _failure_response(failure: Failure, dialect: Dialect) -> web.Response:
+def _failure_response(failure: Failure, dialect: Dialect) -> Answer:
     return error_response(
         failure.status, failure.message, type_=failure.type, code=failure.code, param=failure.param, dialect=dialect
     )
@@ -149,8 +151,74 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _AiohttpExchange:
+    """A request carried by aiohttp; implements `Exchange`."""
+
+    __slots__ = ("request", "response")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    @property
+    def path(self) -> str:
+        return self.request.path
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.request.headers
+
+    async def read(self) -> bytes:
+        from aiohttp import web
+
+        try:
+            return await self.request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise BodyTooLarge from exc
+
+    async def open_stream(self, headers: Mapping[str, str]) -> None:
+        from aiohttp import web
+
+        self.response = web.StreamResponse(headers=headers)
+        await self.response.prepare(self.request)
+
+    async def write(self, data: bytes) -> None:
+        assert self.response is not None
+        await self.response.write(data)
+
+    async def write_eof(self) -> None:
+        assert self.response is not None
+        await self.response.write_eof()
+
+
+def _web_response(answer: Answer) -> web.Response:
+    from aiohttp import web
+
+    return web.Response(status=answer.status, text=answer.text, content_type="application/json", headers=answer.headers)
+
+
+def _over_aiohttp(
+    handle: Callable[[Exchange], Awaitable[Answer | None]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler for an exchange handler: the whole answer, or the stream it wrote."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        exchange = _AiohttpExchange(request)
+        answer = await handle(exchange)
+        if answer is not None:
+            return _web_response(answer)
+        assert exchange.response is not None, "an exchange handler answers or streams"
+        return exchange.response
+
+    return handler
+
+
 class EndpointServer:
-    """The HTTP server shared by every rollout on this event loop."""
+    """The HTTP server shared by every rollout on this event loop (and the in-process transport's handler)."""
 
     def __init__(self, host: str = "127.0.0.1", max_body_bytes: int | None = None) -> None:
         self.host = host
@@ -160,26 +228,34 @@ class EndpointServer:
         self.pools: EndpointPools | None = None
         self._runner: web.AppRunner | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
+        self._routes = {dialect.route: dialect for dialect in DIALECTS.values()}
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
+        from aiohttp import web
+
         app = web.Application(client_max_size=self.max_body_bytes)
         for dialect in DIALECTS.values():
-            app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", self._handler(dialect))
-        app.router.add_route("*", "/r/{rollout}/v1/models", self._models)
-        app.router.add_route("*", "/{tail:.*}", self._unknown_route)
+            app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(self._handler(dialect)))
+        app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(self._models))
+        app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self._unknown_route))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0, backlog=LISTEN_BACKLOG)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        self.pools = EndpointPools(await shared_async_http())
+        shared = await shared_async_http()
+        transport = InProcessTransport(self.host, self.port, fallback=shared._transport)
+        self.pools = EndpointPools(in_process_http(transport))
+        register(self.host, self.port, self.dispatch, self.max_body_bytes)
         logger.debug("interception endpoint listening on %s", self.url)
 
     async def close(self) -> None:
+        if self.port is not None:
+            unregister(self.host, self.port)
         if self.pools is not None:
             await self.pools.close()
         if self._runner is not None:
@@ -210,10 +286,22 @@ class EndpointServer:
 
     # -- request handling -----------------------------------------------------------------
 
-    def _authorize(self, request: web.Request, dialect: Dialect) -> RolloutSession | web.Response:
-        session = self.sessions.get(request.match_info["rollout"])
-        presented = request.headers.get("x-api-key")
-        authorization = request.headers.get("Authorization", "")
+    async def dispatch(self, exchange: Exchange) -> Answer | None:
+        """Route and answer one request carried in process, as the aiohttp router would; None once streamed."""
+        match = _ROUTE.fullmatch(exchange.path)
+        if match is not None:
+            dialect = self._routes.get(match[2])
+            if dialect is not None:
+                return await self._handle(dialect, match[1], exchange)
+            if match[2] == "/models":
+                return await self._models_of(match[1], exchange)
+        return await self._unknown_route(exchange)
+
+    def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
+        session = self.sessions.get(rollout)
+        headers = exchange.headers
+        presented = headers.get("x-api-key")
+        authorization = headers.get("Authorization", "")
         if presented is None and authorization[:7].lower() == "bearer ":
             presented = authorization[7:].strip()
         expected = session.api_key if session is not None else self._absent_key
@@ -222,10 +310,10 @@ class EndpointServer:
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 
-    async def _read_json(self, request: web.Request, dialect: Dialect) -> tuple[Any, bytes] | web.Response:
+    async def _read_json(self, exchange: Exchange, dialect: Dialect) -> tuple[Any, bytes] | Answer:
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            raw = await exchange.read()
+        except BodyTooLarge:
             return error_response(
                 413,
                 f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)",
@@ -248,62 +336,68 @@ class EndpointServer:
             return error_response(400, f"request body is not valid JSON: {exc}", code="invalid_json", dialect=dialect)
         return body, raw
 
-    def _handler(self, dialect: Dialect) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            if request.method != "POST":
-                return _method_not_allowed(request, dialect, "POST")
-            session = self._authorize(request, dialect)
-            if isinstance(session, web.Response):
-                return session
-            read = await self._read_json(request, dialect)
-            if isinstance(read, web.Response):
-                return read
-            body, raw = read
-            try:
-                parsed = dialect.parse_request(body)
-                dialect.before_call(session, parsed)
-            except BadRequest as exc:
-                return error_response(400, str(exc), param=exc.param, dialect=dialect)
-            except RecursionError:
-                return error_response(400, "the request is nested too deeply", code="invalid_request", dialect=dialect)
-            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-                # a value of the wrong kind where the dialect expects another (an object as a role, say)
-                return error_response(400, f"malformed request: {type(exc).__name__}: {exc}", dialect=dialect)
-            idempotency_key = request.headers.get("Idempotency-Key")
-            if idempotency_key:
-                key, retry = b"idempotency:" + idempotency_key.encode("utf-8", "replace"), True
-            else:
-                key = hashlib.blake2b(raw, digest_size=16).digest() + dialect.route.encode()
-                retry = request.headers.get("x-stainless-retry-count", "0") not in ("0", "")
-            try:
-                if parsed.stream:
-                    return await self._answer_stream(request, session, dialect, parsed, key, retry)
-                return await self._answer(session, dialect, parsed, key, retry)
-            except Exception as exc:
-                return _failure_response(describe_failure(session, exc), dialect)
+    def _handler(self, dialect: Dialect) -> Callable[[Exchange], Awaitable[Answer | None]]:
+        async def handle(exchange: Exchange) -> Answer | None:
+            assert isinstance(exchange, _AiohttpExchange)
+            return await self._handle(dialect, exchange.request.match_info["rollout"], exchange)
 
         return handle
 
+    async def _handle(self, dialect: Dialect, rollout: str, exchange: Exchange) -> Answer | None:
+        if exchange.method != "POST":
+            return _method_not_allowed(exchange, dialect, "POST")
+        session = self._authorize(rollout, exchange, dialect)
+        if isinstance(session, Answer):
+            return session
+        read = await self._read_json(exchange, dialect)
+        if isinstance(read, Answer):
+            return read
+        body, raw = read
+        try:
+            parsed = dialect.parse_request(body)
+            dialect.before_call(session, parsed)
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param, dialect=dialect)
+        except RecursionError:
+            return error_response(400, "the request is nested too deeply", code="invalid_request", dialect=dialect)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            # a value of the wrong kind where the dialect expects another (an object as a role, say)
+            return error_response(400, f"malformed request: {type(exc).__name__}: {exc}", dialect=dialect)
+        headers = exchange.headers
+        idempotency_key = headers.get("Idempotency-Key")
+        if idempotency_key:
+            key, retry = b"idempotency:" + idempotency_key.encode("utf-8", "replace"), True
+        else:
+            key = hashlib.blake2b(raw, digest_size=16).digest() + dialect.route.encode()
+            retry = headers.get("x-stainless-retry-count", "0") not in ("0", "")
+        try:
+            if parsed.stream:
+                await self._answer_stream(exchange, session, dialect, parsed, key, retry)
+                return None
+            return await self._answer(session, dialect, parsed, key, retry)
+        except Exception as exc:
+            return _failure_response(describe_failure(session, exc), dialect)
+
     async def _answer(
         self, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
-    ) -> web.Response:
+    ) -> Answer:
         response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)
-        return web.Response(text=_dumps(body), content_type="application/json")
+        return Answer(200, _dumps(body))
 
     async def _answer_stream(
         self,
-        request: web.Request,
+        exchange: Exchange,
         session: RolloutSession,
         dialect: Dialect,
         parsed: EndpointRequest,
         key: bytes,
         retry: bool,
-    ) -> web.StreamResponse:
+    ) -> None:
         """Relay the upstream's deltas as the dialect's events as they arrive.
 
-        Failures before the first delta are ordinary error responses; later ones
+        Failures before the first delta are ordinary error responses (raised); later ones
         become the dialect's in-stream error event. While the upstream is silent
         for `KEEPALIVE_S`, a keepalive (SSE comment; Anthropic `ping`) keeps the
         connection alive. The step is recorded before the terminal event is written.
@@ -311,28 +405,25 @@ class EndpointServer:
         not stream) is replayed as deltas.
         """
         items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
-        stream: web.StreamResponse | None = None
         writer: EndpointStreamWriter | None = None
         relayed = False
         model = session.state.get_model()
         pending: asyncio.Future[Any] | None = None
 
-        async def open_stream() -> tuple[web.StreamResponse, EndpointStreamWriter]:
-            opened = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-            await opened.prepare(request)
+        async def open_stream() -> EndpointStreamWriter:
+            await exchange.open_stream(_STREAM_HEADERS)
             opened_writer = dialect.stream_writer(model, parsed, None)
             for frame in opened_writer.start():
-                await opened.write(frame)
-            return opened, opened_writer
+                await exchange.write(frame)
+            return opened_writer
 
         try:
             while True:
                 pending = asyncio.ensure_future(items.__anext__())
                 while not (await asyncio.wait({pending}, timeout=KEEPALIVE_S))[0]:
-                    if stream is None:
-                        stream, writer = await open_stream()
-                    assert writer is not None
-                    await stream.write(writer.keepalive)
+                    if writer is None:
+                        writer = await open_stream()
+                    await exchange.write(writer.keepalive)
                 try:
                     item = pending.result()
                 except StopAsyncIteration:
@@ -341,31 +432,30 @@ class EndpointServer:
                     pending = None
                 if isinstance(item, Response):
                     dialect.after_call(session, parsed, item)
-                if stream is None:
-                    stream, writer = await open_stream()
-                assert writer is not None
+                if writer is None:
+                    writer = await open_stream()
                 if isinstance(item, Response):
                     for delta in [] if relayed else list(deltas_of(item)):
                         for frame in writer.delta(delta):
-                            await stream.write(frame)
+                            await exchange.write(frame)
                     for frame in writer.finish(item):
-                        await stream.write(frame)
+                        await exchange.write(frame)
                 else:
                     relayed = True
                     for frame in writer.delta(item):
-                        await stream.write(frame)
-            assert stream is not None, "a session stream always ends with its Response"
-            await stream.write_eof()
+                        await exchange.write(frame)
+            assert writer is not None, "a session stream always ends with its Response"
+            await exchange.write_eof()
         except ConnectionError:  # the program went away mid-stream
             logger.debug("rollout %s closed its stream early", session.rollout_id)
         except Exception as exc:
-            if stream is None or writer is None:
+            if writer is None:
                 raise
             failure = describe_failure(session, exc)
             try:
                 for frame in writer.error(failure.status, failure.message, failure.type, failure.code):
-                    await stream.write(frame)
-                await stream.write_eof()
+                    await exchange.write(frame)
+                await exchange.write_eof()
             except ConnectionError:
                 pass
         finally:
@@ -374,35 +464,34 @@ class EndpointServer:
                 with contextlib.suppress(BaseException):
                     await pending
             await items.aclose()
-        assert stream is not None
-        return stream
 
-    async def _models(self, request: web.Request) -> web.Response:
-        if request.method not in ("GET", "HEAD"):
-            return _method_not_allowed(request, DEFAULT_DIALECT, "GET")
-        session = self._authorize(request, DEFAULT_DIALECT)
-        if isinstance(session, web.Response):
+    async def _models(self, exchange: Exchange) -> Answer:
+        assert isinstance(exchange, _AiohttpExchange)
+        return await self._models_of(exchange.request.match_info["rollout"], exchange)
+
+    async def _models_of(self, rollout: str, exchange: Exchange) -> Answer:
+        if exchange.method not in ("GET", "HEAD"):
+            return _method_not_allowed(exchange, DEFAULT_DIALECT, "GET")
+        session = self._authorize(rollout, exchange, DEFAULT_DIALECT)
+        if isinstance(session, Answer):
             return session
         model = session.state.runtime.model or "unknown"
-        return web.Response(
-            text=_dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}),
-            content_type="application/json",
-        )
+        return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
 
-    async def _unknown_route(self, request: web.Request) -> web.Response:
+    async def _unknown_route(self, exchange: Exchange) -> Answer:
         return error_response(
             404,
-            f"no such route: {request.method} {request.path}",
+            f"no such route: {exchange.method} {exchange.path}",
             type_="not_found_error",
             code="unknown_route",
-            dialect=dialect_for_path(request.path),
+            dialect=dialect_for_path(exchange.path),
         )
 
 
-def _method_not_allowed(request: web.Request, dialect: Dialect, allowed: str) -> web.Response:
+def _method_not_allowed(exchange: Exchange, dialect: Dialect, allowed: str) -> Answer:
     return error_response(
         405,
-        f"method {request.method} is not allowed on {request.path}; use {allowed}",
+        f"method {exchange.method} is not allowed on {exchange.path}; use {allowed}",
         code="method_not_allowed",
         dialect=dialect,
         headers={"Allow": allowed},

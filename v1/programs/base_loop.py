@@ -11,11 +11,13 @@ tools), `user_done` (the user had nothing to say), the user's `state.stop(...)`,
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
-import openai
-
+from v1.clients.http import http_library
+from v1.clients.openai_chat_completions import post_options, sdk_posts
+from v1.interception.in_process import post_json
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
@@ -26,14 +28,64 @@ if TYPE_CHECKING:
 
 async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: list[Any]) -> list[dict[str, Any]]:
     start = time.time()
-    results = await asyncio.gather(*(context.call_tool(call.function.name, call.function.arguments) for call in tool_calls))
+    results = await asyncio.gather(
+        *(context.call_tool(call["function"]["name"], call["function"]["arguments"]) for call in tool_calls)
+    )
     state.runtime.timing.env.spans.append(TimeSpan(start=start, end=time.time()))
-    return [{"role": "tool", "tool_call_id": call.id, "content": result} for call, result in zip(tool_calls, results)]
+    return [{"role": "tool", "tool_call_id": call["id"], "content": result} for call, result in zip(tool_calls, results)]
 
 
-def _tool_param(state: State) -> Any:
+def _tool_param(state: State) -> list[dict[str, Any]] | None:
     tool_defs = state.get("tool_defs") or None
-    return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else openai.NOT_GIVEN
+    return [{"type": "function", "function": tool} for tool in tool_defs] if tool_defs else None
+
+
+def _without_none(value: Any) -> Any:
+    """JSON with every null member left out, at every depth (what the SDK's `model_dump(exclude_none=True)` gives)."""
+    if isinstance(value, dict):
+        return {key: _without_none(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_none(item) for item in value]
+    return value
+
+
+async def _call_model(
+    state: State, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """One Chat Completions call through the rollout's endpoint; the answer's assistant message as JSON.
+
+    What `client.chat.completions.create(model=..., messages=..., tools=...)` sends, the endpoint
+    gets; the message is what the SDK's `message.model_dump(exclude_none=True, exclude_unset=True)`
+    gives, with `content` always present; a failure raises the SDK's own `APIStatusError` for it. The
+    request goes straight into the endpoint's handler when it runs in this process (no SDK request
+    building, no HTTP), else through the SDK client.
+    """
+    config = state.get_endpoint_config()
+    request: dict[str, Any] = {"model": config["model"], "messages": messages}
+    if tools is not None:
+        request["tools"] = tools
+    direct = sdk_posts(client) and hasattr(client, "_make_status_error_from_response")
+    if direct:
+        body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        answered = await post_json(config["base_url"], config["api_key"], "/chat/completions", body)
+        if answered is not None:
+            status, headers, content = answered
+            if status >= 400:
+                httpx = http_library()
+                url = config["base_url"] + "/chat/completions"
+                response = httpx.Response(status, headers=headers, content=content, request=httpx.Request("POST", url))
+                raise client._make_status_error_from_response(response)
+            message = json.loads(content)["choices"][0]["message"]
+            return _without_none(message) | {"role": "assistant", "content": message.get("content")}  # type: ignore[no-any-return]
+    if sdk_posts(client):
+        from openai.types.chat import ChatCompletion
+
+        body_json, options = post_options(request)
+        completion = await client.post("/chat/completions", body=body_json, options=options, cast_to=ChatCompletion)
+    else:
+        completion = await client.chat.completions.create(**request)
+    sdk_message = completion.choices[0].message
+    return sdk_message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": sdk_message.content}  # type: ignore[no-any-return]
 
 
 async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
@@ -42,6 +94,8 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
     When the model answers without tool calls and there is a user simulator, the
     user's reply is appended and the loop goes on (the user stops it with `state.stop`).
     """
+    from openai import APIStatusError
+
     client = state.get_client()
     messages: list[dict[str, Any]] = [dict(m) for m in state["prompt"]]
     initial = len(messages)
@@ -55,20 +109,17 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
                 break
             tools = _tool_param(state)
             try:
-                completion = await client.chat.completions.create(model=state.get_model(), messages=messages, tools=tools)
-            except openai.APIStatusError:
+                message = await _call_model(state, client, messages, tools)
+            except APIStatusError:
                 if state["is_completed"]:  # the endpoint stopped the rollout and said why
                     break
                 raise
-            message = completion.choices[0].message
-            messages.append(
-                message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": message.content}
-            )
-            if message.tool_calls:
-                messages.extend(await _run_tool_calls(context, state, message.tool_calls))
+            messages.append(message)
+            if message.get("tool_calls"):
+                messages.extend(await _run_tool_calls(context, state, message["tool_calls"]))
                 continue
             if context.user is None:
-                state.stop("no_tools_called" if tools is not openai.NOT_GIVEN else "final_response")
+                state.stop("no_tools_called" if tools is not None else "final_response")
                 break
             try:
                 reply = await context.user_response(messages)

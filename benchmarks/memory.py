@@ -1,0 +1,124 @@
+"""Memory of a long eval: the RSS curve over 100k single-turn rollouts, and the cost per rollout in flight.
+
+    python benchmarks/memory.py [--n 100000] [--concurrency 256] [--points 10] [--json out.json]
+
+`Env.generate` runs `--n` single-turn base-loop rollouts (one per row) against the mock model
+server in its own process, streaming outputs to a run folder (`ResultsWriter`, as `v1 eval
+--save` does) with `keep_outputs=False`, so nothing keeps finished results in memory. The
+current RSS (not the peak) is printed `--points` times along the way: a flat curve means
+memory is O(rollouts in flight), a rising one means something keeps per-rollout data. Then,
+to price a rollout in flight, `--concurrency` rollouts are held open at once (each program
+waits on an event after its model call) and the RSS grown is divided by their number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rollouts import MODEL, mock_server_process
+
+import v1
+from v1.results import ResultsWriter
+
+
+def rss_mib() -> float:
+    """The current resident set size of this process."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() / (1024 * 1024)
+
+
+def rows(n: int) -> Iterator[dict[str, Any]]:
+    for i in range(n):
+        yield {"prompt": f"hello {i}", "example_id": i}
+
+
+async def curve(url: str, n: int, concurrency: int, points: int, folder: Path) -> list[tuple[int, float, float]]:
+    env = v1.Env(taskset=v1.Taskset(), harness=v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL))
+    done = 0
+    step = max(1, n // points)
+    start = time.perf_counter()
+    samples: list[tuple[int, float, float]] = [(0, 0.0, rss_mib())]
+
+    def progress(outputs: list[v1.RolloutOutput], summary: v1.EvalSummary) -> None:
+        nonlocal done
+        before = done
+        done += len(outputs)
+        if done // step != before // step:
+            samples.append((done, time.perf_counter() - start, rss_mib()))
+            print(f"  {done:>7} rollouts  {samples[-1][1]:7.1f} s  RSS {samples[-1][2]:6.1f} MiB", file=sys.stderr, flush=True)
+
+    out = await env.generate(
+        rows(n), max_concurrent=concurrency, results=ResultsWriter(folder), keep_outputs=False, on_progress=progress
+    )
+    if out["outputs"]:
+        raise SystemExit("keep_outputs=False returned outputs")
+    return samples
+
+
+async def in_flight_cost(url: str, concurrency: int) -> float:
+    """MiB per rollout held open at once (after its model call), from the RSS grown by `concurrency` of them."""
+    release, all_held = asyncio.Event(), asyncio.Event()
+    arrived = 0
+
+    async def program(task: v1.Task, state: v1.State) -> None:
+        nonlocal arrived
+        await state.get_client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        arrived += 1
+        if arrived == concurrency:
+            all_held.set()
+        await release.wait()
+
+    harness = v1.Harness(program=program, client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL)
+    release.set()
+    await asyncio.gather(*(harness.run({"prompt": "warm"}) for _ in range(32)))  # pools, endpoint, first allocations
+    release.clear()
+    arrived = 0
+    gc.collect()
+    before = rss_mib()
+    runs = [asyncio.ensure_future(harness.run({"prompt": f"x {i}"})) for i in range(concurrency)]
+    await all_held.wait()
+    held = rss_mib()
+    release.set()
+    await asyncio.gather(*runs)
+    return (held - before) / concurrency
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--points", type=int, default=10)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    if min(args.n, args.concurrency, args.points) < 1:
+        parser.error("--n, --concurrency and --points must be at least 1")
+    with mock_server_process() as url, tempfile.TemporaryDirectory() as tmp:
+        per_rollout = asyncio.run(in_flight_cost(url, args.concurrency))
+        print(f"memory per rollout in flight (program waiting after its call): {per_rollout * 1024:.1f} KiB", flush=True)
+        print(f"RSS over {args.n} rollouts at concurrency {args.concurrency} (outputs streamed to disk):", flush=True)
+        samples = asyncio.run(curve(url, args.n, args.concurrency, args.points, Path(tmp) / "run"))
+    print(f"{'rollouts':>9} {'seconds':>8} {'RSS MiB':>8}")
+    for done, seconds, rss in samples:
+        print(f"{done:>9} {seconds:>8.1f} {rss:>8.1f}")
+    first_full = samples[1] if len(samples) > 1 else samples[0]
+    growth = (samples[-1][2] - first_full[2]) / max(1, samples[-1][0] - first_full[0]) * 1024 * 1024
+    print(f"RSS growth after the first {first_full[0]} rollouts: {growth:.0f} bytes per rollout")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"per_rollout_in_flight_kib": per_rollout * 1024, "curve": samples, "growth_bytes_per_rollout": growth}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The in-process path into the endpoint answers exactly like HTTP does.
+
+`state.get_client()` hands in-process programs SDK clients whose requests enter the
+endpoint's handler without a socket; programs out of process reach the same handler
+over HTTP. Each test makes the same calls both ways in one rollout (upstream: a real
+`MockModelServer`) and compares what the program sees and what was recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+import v1 as vf
+from v1.interception.in_process import InProcessTransport, post_json
+from v1.testing import MockModelServer, Reply
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def mock() -> Iterator[MockModelServer]:
+    with MockModelServer() as server:
+        yield server
+
+
+def harness(mock: MockModelServer, program: Any) -> vf.Harness:
+    return vf.Harness(program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", max_turns=20)
+
+
+def over_http(state: vf.State) -> openai.AsyncOpenAI:
+    config = state.get_endpoint_config()
+    return openai.AsyncOpenAI(base_url=config["base_url"], api_key=config["api_key"], max_retries=0)
+
+
+async def test_answers_streams_and_records_alike(mock: MockModelServer) -> None:
+    mock.script(*[Reply.text("olleh")] * 4)
+    seen: dict[str, Any] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        seen["transport"] = type(state.get_client()._client._transport)
+        async with over_http(state) as http_client:
+            for name, client in (("in_process", state.get_client()), ("http", http_client)):
+                answer = await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+                stream = await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+                pieces = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices]
+                seen[name] = (
+                    answer.choices[0].message.content,
+                    answer.choices[0].finish_reason,
+                    "".join(p or "" for p in pieces),
+                )
+
+    state = await harness(mock, program).run({"prompt": "x"})
+    assert state["error"] is None
+    assert seen["transport"] is InProcessTransport
+    assert seen["in_process"] == seen["http"] == ("olleh", "stop", "olleh")
+    steps = state["trajectory"]
+    assert len(steps) == 4 and all(step["completion"][0]["content"] == "olleh" for step in steps)
+
+
+async def test_refusals_are_the_same_errors(mock: MockModelServer) -> None:
+    failures: dict[str, list[tuple[type[Exception], int, Any]]] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        async with over_http(state) as http_client:
+            for name, client in (("in_process", state.get_client()), ("http", http_client)):
+                found = failures.setdefault(name, [])
+                for kwargs in ({"messages": "not a list"}, {"messages": [{"role": {"x": 1}, "content": "hi"}]}):
+                    try:
+                        await client.chat.completions.create(model="m", **kwargs)  # type: ignore[call-overload]
+                    except openai.APIStatusError as exc:
+                        found.append((type(exc), exc.status_code, exc.body))
+                wrong_key = client.with_options(api_key="v1-wrong")
+                try:
+                    await wrong_key.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+                except openai.APIStatusError as exc:
+                    found.append((type(exc), exc.status_code, exc.body))
+
+    state = await harness(mock, program).run({"prompt": "x"})
+    assert state["error"] is None and state["trajectory"] == []
+    assert failures["in_process"] == failures["http"]
+    assert [status for _, status, _ in failures["in_process"]] == [400, 400, 401]
+    assert failures["in_process"][2][0] is openai.AuthenticationError
+
+
+async def test_the_base_loop_path_records_like_the_sdk_path(mock: MockModelServer) -> None:
+    mock.script(Reply.text("one"), Reply.text("two"))
+    answers: list[Any] = []
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        config = state.get_endpoint_config()
+        body = b'{"model":"m","messages":[{"role":"user","content":"hello"}]}'
+        answers.append(await post_json(config["base_url"], config["api_key"], "/chat/completions", body))
+        answers.append(await post_json(config["base_url"], "v1-wrong", "/chat/completions", body))
+        answers.append(await post_json(config["base_url"], config["api_key"], "/chat/completions", b"{not json"))
+        answer = await state.get_client().chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        answers.append(answer.choices[0].message.content)
+
+    state = await harness(mock, program).run({"prompt": "x"})
+    assert state["error"] is None
+    ok, unauthorized, bad_json, sdk_content = answers
+    assert ok[0] == 200 and b'"content":"one"' in ok[2]
+    assert unauthorized[0] == 401 and b"invalid_api_key" in unauthorized[2]
+    assert bad_json[0] == 400 and b"invalid_json" in bad_json[2]
+    assert sdk_content == "two"
+    assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["one", "two"]
+
+
+async def test_no_in_process_endpoint_means_none(mock: MockModelServer) -> None:
+    assert await post_json("http://127.0.0.1:9/r/x/v1", "k", "/chat/completions", b"{}") is None
+
+
+async def test_a_closed_rollout_is_refused_in_process_as_over_http(mock: MockModelServer) -> None:
+    kept: dict[str, Any] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        kept["client"] = state.get_client()
+        kept["config"] = state.get_endpoint_config()
+
+    await harness(mock, program).run({"prompt": "x"})
+    with pytest.raises(openai.AuthenticationError):
+        await kept["client"].chat.completions.create(model="m", messages=USER)
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            kept["config"]["base_url"] + "/chat/completions",
+            json={"model": "m", "messages": USER},
+            headers={"Authorization": f"Bearer {kept['config']['api_key']}"},
+        )
+    assert answer.status_code == 401
