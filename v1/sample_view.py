@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from v1.types import GenerateOutputs
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _render(messages: Any) -> str:
@@ -35,6 +35,9 @@ def print_prompt_completions_sample(
         n: how many rollouts to show.
         console: where to print (default: a rich console on stdout).
     """
+    from rich.console import Console  # imported on use: `import v1` stays light
+    from rich.table import Table
+
     rollouts = outputs["outputs"] if isinstance(outputs, Mapping) else outputs
     table = Table("prompt", "completion", "reward", show_lines=True)
     for rollout in list(rollouts)[: max(n, 0)]:
