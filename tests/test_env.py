@@ -289,3 +289,19 @@ async def test_a_client_object_and_the_tools_in_metadata(mock: MockModelServer, 
     assert only["tool_defs"][0]["name"] == "add"
     (tool,) = result["metadata"]["tools"]
     assert tool["name"] == "add" and tool["parameters"]["properties"]["a"]["description"] == "the first addend"
+
+
+@pytest.mark.parametrize("uvloop_setting", ["1", "0"])
+def test_generate_sync_runs_on_uvloop_unless_turned_off(
+    mock: MockModelServer, client_config: vf.ClientConfig, monkeypatch: pytest.MonkeyPatch, uvloop_setting: str
+) -> None:
+    monkeypatch.setenv("V1_UVLOOP", uvloop_setting)
+    loops: list[str] = []
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        loops.append(type(asyncio.get_running_loop()).__module__)
+
+    env = vf.Env(taskset=vf.Taskset(source=ROWS), harness=vf.Harness(program=program))
+    result = env.evaluate_sync(client_config, "m", num_examples=2)
+    assert [o["error"] for o in result["outputs"]] == [None, None]
+    assert set(loops) == ({"uvloop"} if uvloop_setting == "1" else {"asyncio.unix_events"})
