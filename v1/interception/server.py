@@ -28,6 +28,7 @@ from aiohttp import web
 
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
+from v1.interception import messages
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.sdk import EndpointPools, shared_async_http
@@ -170,6 +171,7 @@ class EndpointServer:
         for dialect in DIALECTS.values():
             app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", self._handler(dialect))
         app.router.add_route("*", "/r/{rollout}/v1/models", self._models)
+        app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._unknown_route)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -287,7 +289,9 @@ class EndpointServer:
     async def _answer(
         self, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
     ) -> web.Response:
-        response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
+        response = await session.complete(
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, warnings=parsed.warnings
+        )
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)
         return web.Response(text=_dumps(body), content_type="application/json")
@@ -310,7 +314,9 @@ class EndpointServer:
         An answer that arrives whole (a deduplicated retry, an upstream that does
         not stream) is replayed as deltas.
         """
-        items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
+        items = session.stream(
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, warnings=parsed.warnings
+        )
         stream: web.StreamResponse | None = None
         writer: EndpointStreamWriter | None = None
         relayed = False
@@ -388,6 +394,23 @@ class EndpointServer:
             text=_dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}),
             content_type="application/json",
         )
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        dialect = DIALECTS["messages"]
+        if request.method != "POST":
+            return _method_not_allowed(request, dialect, "POST")
+        session = self._authorize(request, dialect)
+        if isinstance(session, web.Response):
+            return session
+        read = await self._read_json(request, dialect)
+        if isinstance(read, web.Response):
+            return read
+        try:
+            return web.Response(text=_dumps(messages.count_tokens(read[0])), content_type="application/json")
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param, dialect=dialect)
+        except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            return error_response(400, f"malformed request: {type(exc).__name__}", dialect=dialect)
 
     async def _unknown_route(self, request: web.Request) -> web.Response:
         return error_response(
