@@ -290,7 +290,7 @@ class EndpointServer:
         self, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
     ) -> web.Response:
         response = await session.complete(
-            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, warnings=parsed.warnings
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
         )
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)
@@ -315,7 +315,7 @@ class EndpointServer:
         not stream) is replayed as deltas.
         """
         items = session.stream(
-            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, warnings=parsed.warnings
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
         )
         stream: web.StreamResponse | None = None
         writer: EndpointStreamWriter | None = None
@@ -420,6 +420,14 @@ class EndpointServer:
             code="unknown_route",
             dialect=dialect_for_path(request.path),
         )
+
+
+def step_extras(dialect: Dialect, parsed: EndpointRequest) -> dict[str, Any]:
+    """What the step records of the request besides its prompt: the program's dialect, streaming, dropped parts."""
+    extras: dict[str, Any] = {"dialect": dialect.name, "stream": parsed.stream}
+    if parsed.warnings:
+        extras["warnings"] = list(parsed.warnings)
+    return extras
 
 
 def _method_not_allowed(request: web.Request, dialect: Dialect, allowed: str) -> web.Response:

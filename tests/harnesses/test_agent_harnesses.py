@@ -1,0 +1,113 @@
+"""Real agent CLIs (installed from npm by the harness itself) solve a scripted task in a local sandbox against the
+mock model: the mock issues the agent's own tool calls, the agent runs them, the trajectory is captured, and the
+upstream key never reaches the sandbox. Each test's findings are checked against docs/agents.json (the source of
+the compatibility table in docs/agents.md); `V1_UPDATE_AGENT_TABLE=1` rewrites that file instead."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import v1 as vf
+from harnesses import ClaudeCodeHarness, CodexHarness
+from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
+from v1.testing import MockModelServer, Reply
+
+SECRET = "sk-upstream-secret-never-in-the-sandbox"
+TASK = {"prompt": [{"role": "user", "content": "Write hello into a.txt."}]}
+WRITE = "printf hello > a.txt; env > env.txt"
+
+
+@pytest.fixture(autouse=True)
+def private_sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("V1_SANDBOX_ROOT", str(tmp_path / "sandboxes"))
+    monkeypatch.setenv("V1_TEST_UPSTREAM_KEY", SECRET)
+
+
+@pytest.fixture
+def mock() -> Iterator[MockModelServer]:
+    with MockModelServer() as server:
+        yield server
+
+
+def client(mock: MockModelServer, client_type: str = "openai_chat_completions") -> vf.ClientConfig:
+    return vf.ClientConfig(client_type=client_type, api_base_url=mock.url, api_key_var="V1_TEST_UPSTREAM_KEY", max_retries=0)
+
+
+def check_solved(state: vf.State, mock: MockModelServer) -> dict[str, Any]:
+    """The shared assertions; returns the first step's extras."""
+    assert state["error"] is None, state["error"]
+    assert state["program_result"]["exit_code"] == 0, state["program_result"]
+    assert state["artifacts"]["a.txt"] == "hello"
+    env = state["artifacts"]["env.txt"]
+    assert SECRET not in env and "v1-" in env  # the rollout's own key, never the upstream's
+    assert SECRET not in json.dumps(state["program_result"])
+    assert len(state["trajectory"]) == len(mock.requests) == 2  # one tool turn, one answer: no duplicate turns
+    assert state["completion"][-1]["content"] == "wrote a.txt"
+    tool_results = [m for m in state["trajectory"][1]["prompt"] if m["role"] == "tool"]
+    assert len(tool_results) == 1
+    return state["trajectory"][0]["extras"]
+
+
+def record(finding: AgentFinding) -> None:
+    if os.environ.get("V1_UPDATE_AGENT_TABLE"):
+        update_finding(finding)
+        return
+    recorded = json.loads(COMPAT_JSON.read_text())["agents"]
+    assert recorded.get(finding.agent) == finding.model_dump(), (
+        f"docs/agents.json is out of date for {finding.agent}: rerun with V1_UPDATE_AGENT_TABLE=1, then "
+        "python -m harnesses.compat"
+    )
+
+
+AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
+    "codex": (CodexHarness, Reply.tool("exec_command", {"cmd": WRITE}), "openai_chat_completions"),
+    "claude_code": (
+        ClaudeCodeHarness,
+        Reply.tool("Bash", {"command": WRITE, "description": "write the file"}),
+        "anthropic_messages",
+    ),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, agent: str) -> None:
+    harness_class, tool_call, client_type = AGENTS[agent]
+    mock.script(tool_call, Reply.text("wrote a.txt"))
+    harness = harness_class(
+        client=client(mock, client_type),
+        model="mock-model",
+        timeout_seconds=180,
+        config={"artifacts": ["a.txt", "env.txt"]},
+    )
+    state = await harness.run(TASK)
+    extras = check_solved(state, mock)
+    assert all(step["extras"]["stream"] for step in state["trajectory"])
+    tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in mock.requests[0].tools]
+    assert tool_call.tool_calls[0]["name"] in tools
+    package = harness.npm_package()  # type: ignore[attr-defined]
+    record(
+        AgentFinding(
+            agent=agent,
+            package=package.name,
+            version=package.version,
+            dialect=extras["dialect"],
+            streaming=extras["stream"],
+            tool_calls=True,
+            dropped=sorted({w.split("'")[1] for w in extras.get("warnings", []) if "'" in w}),
+            mcp=False,
+        )
+    )
+
+
+async def test_toml_configs_build_the_harnesses() -> None:
+    for name, harness_class in (("codex", CodexHarness), ("claude_code", ClaudeCodeHarness)):
+        env = vf.load_environment(f"configs/{name}.toml")
+        assert type(env.harness) is harness_class
+        assert env.harness.config.sandbox is not None and env.harness.config.sandbox.mounts
+        assert env.harness.config.program is not None and env.harness.config.program.command == ["sh", ".v1-agent/run.sh"]
