@@ -4,7 +4,8 @@ Messages, streaming).
 Claude Code reads `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` (the rollout's own
 key); permission prompts are bypassed (the rollout's sandbox is the boundary),
 telemetry, auto-update and other traffic are off, and the system prompt, if any,
-is appended to Claude Code's own. `$HOME/.claude` is in the workspace.
+is appended to Claude Code's own. When the rollout has visible tools, they are
+Claude Code's MCP server `v1` (tools `mcp__v1__<name>`), the only one it loads. `$HOME/.claude` is in the workspace.
 
     [env.harness]
     loader = "harnesses.claude_code:ClaudeCodeHarness"
@@ -40,6 +41,7 @@ class ClaudeCodeHarness(AgentHarness):
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "IS_SANDBOX": "1",
+        "ENABLE_TOOL_SEARCH": "false",
     }
 
     def script(self) -> str:
@@ -48,6 +50,11 @@ class ClaudeCodeHarness(AgentHarness):
         allowed = f" --allowedTools {','.join(config.allowed_tools)}" if config.allowed_tools else ""
         return f"""set -- --model "$V1_MODEL" --output-format json --permission-mode bypassPermissions{allowed}
 if [ -s "$V1_SYSTEM_FILE" ]; then set -- "$@" --append-system-prompt "$(cat "$V1_SYSTEM_FILE")"; fi
+if [ -n "$V1_MCP_URL" ]; then
+  auth="{{\\"Authorization\\": \\"Bearer $ANTHROPIC_API_KEY\\"}}"
+  set -- "$@" --strict-mcp-config --mcp-config \\
+    "{{\\"mcpServers\\": {{\\"v1\\": {{\\"type\\": \\"http\\", \\"url\\": \\"$V1_MCP_URL\\", \\"headers\\": $auth}}}}}}"
+fi
 exec claude -p "$(cat "$V1_PROMPT_FILE")" "$@" {self.extra_args()} </dev/null
 """
 

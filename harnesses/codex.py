@@ -2,8 +2,9 @@
 
 Codex gets a model provider of its own, `v1`, whose `base_url` is the rollout's
 `OPENAI_BASE_URL` and whose key is the rollout's `OPENAI_API_KEY`; its own
-sandbox and approvals are off (the rollout's sandbox is the boundary). The
-system prompt, if any, comes before the task's prompt. `CODEX_HOME` is
+sandbox and approvals are off (the rollout's sandbox is the boundary). When the
+rollout has visible tools, they are Codex's MCP server `v1` (`$V1_MCP_URL`, the
+rollout's key as bearer token). The system prompt, if any, comes before the task's prompt. `CODEX_HOME` is
 `$HOME/.codex` in the workspace.
 
     [env.harness]
@@ -44,10 +45,14 @@ class CodexHarness(AgentHarness):
 if [ -s "$V1_SYSTEM_FILE" ]; then prompt="$(cat "$V1_SYSTEM_FILE")
 
 $prompt"; fi
-exec codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --color never \\
-  -m "$V1_MODEL" -c model_provider=v1 -c model_providers.v1.name=v1 \\
+set -- -m "$V1_MODEL" -c model_provider=v1 -c model_providers.v1.name=v1 \\
   -c "model_providers.v1.base_url=\\"$OPENAI_BASE_URL\\"" -c model_providers.v1.env_key=OPENAI_API_KEY \\
-  -c model_providers.v1.wire_api=responses{effort} {self.extra_args()} -- "$prompt" </dev/null
+  -c model_providers.v1.wire_api=responses{effort}
+if [ -n "$V1_MCP_URL" ]; then
+  set -- "$@" -c "mcp_servers.v1.url=\\"$V1_MCP_URL\\"" -c mcp_servers.v1.bearer_token_env_var=OPENAI_API_KEY
+fi
+exec codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --color never \\
+  "$@" {self.extra_args()} -- "$prompt" </dev/null
 """
 
 

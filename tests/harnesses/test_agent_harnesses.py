@@ -1,6 +1,7 @@
 """Real agent CLIs (installed from npm by the harness itself) solve a scripted task in a local sandbox against the
-mock model: the mock issues the agent's own tool calls, the agent runs them, the trajectory is captured, and the
-upstream key never reaches the sandbox. Each test's findings are checked against docs/agents.json (the source of
+mock model: the mock issues the agent's own tool calls and a call of the rollout's `files` toolset, which the agent
+reaches as an MCP server; the agent runs them, the trajectory is captured, and the upstream key never reaches the
+sandbox. Each test's findings are checked against docs/agents.json (the source of
 the compatibility table in docs/agents.md); `V1_UPDATE_AGENT_TABLE=1` rewrites that file instead."""
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import pytest
 import v1 as vf
 from harnesses import ClaudeCodeHarness, CodexHarness
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
+from toolsets import files_toolset
 from v1.testing import MockModelServer, Reply
 
 SECRET = "sk-upstream-secret-never-in-the-sandbox"
 TASK = {"prompt": [{"role": "user", "content": "Write hello into a.txt."}]}
 WRITE = "printf hello > a.txt; env > env.txt"
+MCP_WRITE = {"path": "b.txt", "content": "via mcp"}
 
 
 @pytest.fixture(autouse=True)
@@ -44,13 +47,15 @@ def check_solved(state: vf.State, mock: MockModelServer) -> dict[str, Any]:
     assert state["error"] is None, state["error"]
     assert state["program_result"]["exit_code"] == 0, state["program_result"]
     assert state["artifacts"]["a.txt"] == "hello"
+    assert state["artifacts"]["b.txt"] == "via mcp"  # written by the rollout's own tool, called over MCP
     env = state["artifacts"]["env.txt"]
     assert SECRET not in env and "v1-" in env  # the rollout's own key, never the upstream's
     assert SECRET not in json.dumps(state["program_result"])
     assert len(state["trajectory"]) == len(mock.requests) == 2  # one tool turn, one answer: no duplicate turns
     assert state["completion"][-1]["content"] == "wrote a.txt"
     tool_results = [m for m in state["trajectory"][1]["prompt"] if m["role"] == "tool"]
-    assert len(tool_results) == 1
+    assert len(tool_results) == 2
+    assert any("wrote 7 bytes to b.txt" in json.dumps(m["content"]) for m in tool_results)
     return state["trajectory"][0]["extras"]
 
 
@@ -66,10 +71,14 @@ def record(finding: AgentFinding) -> None:
 
 
 AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
-    "codex": (CodexHarness, Reply.tool("exec_command", {"cmd": WRITE}), "openai_chat_completions"),
+    "codex": (
+        CodexHarness,
+        Reply.tool("exec_command", {"cmd": WRITE}).and_tool("mcp__v1__write_file", MCP_WRITE),
+        "openai_chat_completions",
+    ),
     "claude_code": (
         ClaudeCodeHarness,
-        Reply.tool("Bash", {"command": WRITE, "description": "write the file"}),
+        Reply.tool("Bash", {"command": WRITE, "description": "write the file"}).and_tool("mcp__v1__write_file", MCP_WRITE),
         "anthropic_messages",
     ),
 }
@@ -83,13 +92,14 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
         client=client(mock, client_type),
         model="mock-model",
         timeout_seconds=180,
-        config={"artifacts": ["a.txt", "env.txt"]},
+        toolsets=[files_toolset()],
+        config={"artifacts": ["a.txt", "b.txt", "env.txt"]},
     )
     state = await harness.run(TASK)
     extras = check_solved(state, mock)
     assert all(step["extras"]["stream"] for step in state["trajectory"])
     tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in mock.requests[0].tools]
-    assert tool_call.tool_calls[0]["name"] in tools
+    assert {call["name"] for call in tool_call.tool_calls} <= set(tools)
     package = harness.npm_package()  # type: ignore[attr-defined]
     record(
         AgentFinding(
@@ -100,7 +110,7 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
             streaming=extras["stream"],
             tool_calls=True,
             dropped=sorted({w.split("'")[1] for w in extras.get("warnings", []) if "'" in w}),
-            mcp=False,
+            mcp=True,
         )
     )
 

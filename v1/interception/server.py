@@ -28,7 +28,7 @@ from aiohttp import web
 
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.interception import messages
+from v1.interception import mcp_server, messages
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.sdk import EndpointPools, shared_async_http
@@ -172,6 +172,7 @@ class EndpointServer:
             app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", self._handler(dialect))
         app.router.add_route("*", "/r/{rollout}/v1/models", self._models)
         app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", self._count_tokens)
+        app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", self._mcp)
         app.router.add_route("*", "/{tail:.*}", self._unknown_route)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -411,6 +412,23 @@ class EndpointServer:
             return error_response(400, str(exc), param=exc.param, dialect=dialect)
         except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             return error_response(400, f"malformed request: {type(exc).__name__}", dialect=dialect)
+
+    async def _mcp(self, request: web.Request) -> web.Response:
+        """The rollout's tools over MCP (see `mcp_server`)."""
+        if request.method != "POST":
+            return _method_not_allowed(request, DEFAULT_DIALECT, "POST")
+        session = self._authorize(request, DEFAULT_DIALECT)
+        if isinstance(session, web.Response):
+            return session
+        read = await self._read_json(request, DEFAULT_DIALECT)
+        if isinstance(read, web.Response):
+            return web.json_response(mcp_server.parse_error(read.text or "unreadable body"), status=read.status)
+        body = read[0]
+        if isinstance(body, list):
+            answers = [answer for message in body if (answer := await mcp_server.answer(session, message)) is not None]
+            return web.json_response(answers, dumps=_dumps) if answers else web.Response(status=202)
+        answer = await mcp_server.answer(session, body)
+        return web.json_response(answer, dumps=_dumps) if answer is not None else web.Response(status=202)
 
     async def _unknown_route(self, request: web.Request) -> web.Response:
         return error_response(
