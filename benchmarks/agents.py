@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable
 
 import v1 as vf
-from harnesses import AgentHarness, ClaudeCodeHarness, CodexHarness
+from harnesses import AgentHarness, ClaudeCodeHarness, CodexHarness, PiHarness
 from harnesses.npm import CACHE_ENV
 from v1.testing import MockModelServer, MockRequest, Reply
 
 AGENTS: dict[str, tuple[type[AgentHarness], str, str, dict[str, str]]] = {
     "codex": (CodexHarness, "openai_chat_completions", "exec_command", {"cmd": "echo hi > out.txt"}),
     "claude_code": (ClaudeCodeHarness, "anthropic_messages", "Bash", {"command": "echo hi > out.txt", "description": "x"}),
+    "pi": (PiHarness, "openai_chat_completions", "bash", {"command": "echo hi > out.txt"}),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from harnesses import ClaudeCodeHarness, CodexHarness
+from harnesses import ClaudeCodeHarness, CodexHarness, PiHarness
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
 from toolsets import files_toolset
 from v1.testing import MockModelServer, Reply
@@ -42,20 +42,21 @@ def client(mock: MockModelServer, client_type: str = "openai_chat_completions") 
     return vf.ClientConfig(client_type=client_type, api_base_url=mock.url, api_key_var="V1_TEST_UPSTREAM_KEY", max_retries=0)
 
 
-def check_solved(state: vf.State, mock: MockModelServer) -> dict[str, Any]:
+def check_solved(state: vf.State, mock: MockModelServer, mcp: bool) -> dict[str, Any]:
     """The shared assertions; returns the first step's extras."""
     assert state["error"] is None, state["error"]
     assert state["program_result"]["exit_code"] == 0, state["program_result"]
     assert state["artifacts"]["a.txt"] == "hello"
-    assert state["artifacts"]["b.txt"] == "via mcp"  # written by the rollout's own tool, called over MCP
+    if mcp:
+        assert state["artifacts"]["b.txt"] == "via mcp"  # written by the rollout's own tool, called over MCP
     env = state["artifacts"]["env.txt"]
     assert SECRET not in env and "v1-" in env  # the rollout's own key, never the upstream's
     assert SECRET not in json.dumps(state["program_result"])
     assert len(state["trajectory"]) == len(mock.requests) == 2  # one tool turn, one answer: no duplicate turns
     assert state["completion"][-1]["content"] == "wrote a.txt"
     tool_results = [m for m in state["trajectory"][1]["prompt"] if m["role"] == "tool"]
-    assert len(tool_results) == 2
-    assert any("wrote 7 bytes to b.txt" in json.dumps(m["content"]) for m in tool_results)
+    assert len(tool_results) == (2 if mcp else 1)
+    assert mcp == any("wrote 7 bytes to b.txt" in json.dumps(m["content"]) for m in tool_results)
     return state["trajectory"][0]["extras"]
 
 
@@ -71,6 +72,7 @@ def record(finding: AgentFinding) -> None:
 
 
 AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
+    "pi": (PiHarness, Reply.tool("bash", {"command": WRITE}), "openai_chat_completions"),  # Pi has no MCP client
     "codex": (
         CodexHarness,
         Reply.tool("exec_command", {"cmd": WRITE}).and_tool("mcp__v1__write_file", MCP_WRITE),
@@ -87,16 +89,17 @@ AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, agent: str) -> None:
     harness_class, tool_call, client_type = AGENTS[agent]
+    mcp = any(call["name"].startswith("mcp__") for call in tool_call.tool_calls)
     mock.script(tool_call, Reply.text("wrote a.txt"))
     harness = harness_class(
         client=client(mock, client_type),
         model="mock-model",
         timeout_seconds=180,
-        toolsets=[files_toolset()],
-        config={"artifacts": ["a.txt", "b.txt", "env.txt"]},
+        toolsets=[files_toolset()] if mcp else [],
+        config={"artifacts": ["a.txt", "env.txt", *(["b.txt"] if mcp else [])]},
     )
     state = await harness.run(TASK)
-    extras = check_solved(state, mock)
+    extras = check_solved(state, mock, mcp)
     assert all(step["extras"]["stream"] for step in state["trajectory"])
     tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in mock.requests[0].tools]
     assert {call["name"] for call in tool_call.tool_calls} <= set(tools)
@@ -110,13 +113,13 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
             streaming=extras["stream"],
             tool_calls=True,
             dropped=sorted({w.split("'")[1] for w in extras.get("warnings", []) if "'" in w}),
-            mcp=True,
+            mcp=mcp,
         )
     )
 
 
 async def test_toml_configs_build_the_harnesses() -> None:
-    for name, harness_class in (("codex", CodexHarness), ("claude_code", ClaudeCodeHarness)):
+    for name, harness_class in (("codex", CodexHarness), ("claude_code", ClaudeCodeHarness), ("pi", PiHarness)):
         env = vf.load_environment(f"configs/{name}.toml")
         assert type(env.harness) is harness_class
         assert env.harness.config.sandbox is not None and env.harness.config.sandbox.mounts
