@@ -4,6 +4,7 @@ from harnesses.agent import AgentConfig, AgentHarness
 from harnesses.claude_code import ClaudeCodeConfig, ClaudeCodeHarness
 from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
+from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "CodexHarness",
     "CommandAgentConfig",
     "CommandAgentHarness",
+    "OpenCodeHarness",
     "PiHarness",
 ]

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from harnesses import ClaudeCodeHarness, CodexHarness, PiHarness
+from harnesses import ClaudeCodeHarness, CodexHarness, OpenCodeHarness, PiHarness
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
 from toolsets import files_toolset
-from v1.testing import MockModelServer, Reply
+from v1.testing import MockModelServer, MockRequest, Reply
 
 SECRET = "sk-upstream-secret-never-in-the-sandbox"
 TASK = {"prompt": [{"role": "user", "content": "Write hello into a.txt."}]}
@@ -52,12 +52,28 @@ def check_solved(state: vf.State, mock: MockModelServer, mcp: bool) -> dict[str,
     env = state["artifacts"]["env.txt"]
     assert SECRET not in env and "v1-" in env  # the rollout's own key, never the upstream's
     assert SECRET not in json.dumps(state["program_result"])
-    assert len(state["trajectory"]) == len(mock.requests) == 2  # one tool turn, one answer: no duplicate turns
+    assert len(state["trajectory"]) == len(mock.requests)
+    # one tool turn and one answer (no duplicate turns); an agent's side calls (OpenCode's title) have no tools
+    steps = [step for step in state["trajectory"] if mock.requests[state["trajectory"].index(step)].tools]
+    assert len(steps) == 2
     assert state["completion"][-1]["content"] == "wrote a.txt"
-    tool_results = [m for m in state["trajectory"][1]["prompt"] if m["role"] == "tool"]
+    tool_results = [m for m in steps[1]["prompt"] if m["role"] == "tool"]
     assert len(tool_results) == (2 if mcp else 1)
     assert mcp == any("wrote 7 bytes to b.txt" in json.dumps(m["content"]) for m in tool_results)
-    return state["trajectory"][0]["extras"]
+    return steps[0]["extras"]
+
+
+def script_agent(tool_call: Reply) -> Callable[[MockRequest], Reply]:
+    """The agent's tool call first, then its answer; a request without tools (a side call) gets a title."""
+
+    def reply(request: MockRequest) -> Reply:
+        if not request.tools:
+            return Reply.text("A title")
+        if any(message.get("role") == "tool" for message in request.messages):
+            return Reply.text("wrote a.txt")
+        return tool_call
+
+    return reply
 
 
 def record(finding: AgentFinding) -> None:
@@ -72,6 +88,11 @@ def record(finding: AgentFinding) -> None:
 
 
 AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
+    "opencode": (
+        OpenCodeHarness,
+        Reply.tool("bash", {"command": WRITE, "description": "write the file"}).and_tool("v1_write_file", MCP_WRITE),
+        "openai_chat_completions",
+    ),
     "pi": (PiHarness, Reply.tool("bash", {"command": WRITE}), "openai_chat_completions"),  # Pi has no MCP client
     "codex": (
         CodexHarness,
@@ -89,8 +110,8 @@ AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, agent: str) -> None:
     harness_class, tool_call, client_type = AGENTS[agent]
-    mcp = any(call["name"].startswith("mcp__") for call in tool_call.tool_calls)
-    mock.script(tool_call, Reply.text("wrote a.txt"))
+    mcp = any("write_file" in call["name"] for call in tool_call.tool_calls)
+    mock.responder = script_agent(tool_call)
     harness = harness_class(
         client=client(mock, client_type),
         model="mock-model",
@@ -101,7 +122,8 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
     state = await harness.run(TASK)
     extras = check_solved(state, mock, mcp)
     assert all(step["extras"]["stream"] for step in state["trajectory"])
-    tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in mock.requests[0].tools]
+    listed = next(request.tools for request in mock.requests if request.tools)
+    tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in listed]
     assert {call["name"] for call in tool_call.tool_calls} <= set(tools)
     package = harness.npm_package()  # type: ignore[attr-defined]
     record(
@@ -119,7 +141,12 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
 
 
 async def test_toml_configs_build_the_harnesses() -> None:
-    for name, harness_class in (("codex", CodexHarness), ("claude_code", ClaudeCodeHarness), ("pi", PiHarness)):
+    for name, harness_class in (
+        ("codex", CodexHarness),
+        ("claude_code", ClaudeCodeHarness),
+        ("opencode", OpenCodeHarness),
+        ("pi", PiHarness),
+    ):
         env = vf.load_environment(f"configs/{name}.toml")
         assert type(env.harness) is harness_class
         assert env.harness.config.sandbox is not None and env.harness.config.sandbox.mounts
