@@ -124,9 +124,10 @@ class AgentHarness(vf.Harness):
             raise vf.ConfigError(f"{type(self).__name__} builds its own program; leave 'program' unset")
         package = self.npm_package()
         sandbox = config_.sandbox or SandboxConfig()
+        host_install = package is not None and sandbox.backend == "local"
         if package is None:
             bin_dir = ""
-        elif sandbox.backend == "local":
+        elif host_install:
             cache_root().mkdir(parents=True, exist_ok=True)
             sandbox = sandbox.model_copy(update={"mounts": {**sandbox.mounts, MOUNT_POINT: str(cache_root())}})
             bin_dir = package.bin_dir(MOUNT_POINT)
@@ -143,7 +144,7 @@ class AgentHarness(vf.Harness):
             artifacts=config_.artifacts,
         )
         self.config = config_.model_copy(update={"program": program, "sandbox": sandbox})
-        self.program = AgentProgram(CommandProgram(program), package, config_.install_timeout)
+        self.program = AgentProgram(CommandProgram(program), package if host_install else None, config_.install_timeout)
 
     @property
     def agent_config(self) -> AgentConfig:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
-from harnesses import CommandAgentHarness
+from harnesses import CodexHarness, CommandAgentHarness
 from harnesses.compat import AGENTS_DOC, COMPAT_JSON, load_findings, main, render_doc
 from v1.testing import MockModelServer, Reply
 
@@ -108,3 +108,15 @@ def test_the_agents_page_shows_the_tests_findings(tmp_path: Path, capsys: pytest
     broken.write_text("no markers")
     (tmp_path / "agents.json").write_text(json.dumps({"agents": {}}))
     assert main([str(tmp_path / "agents.json"), str(broken)]) == 2
+
+
+def test_other_backends_install_the_agent_in_the_sandbox() -> None:
+    agent = CodexHarness(model="m", sandbox={"backend": "prime", "scope": "group"})
+    sandbox = agent.config.sandbox
+    assert sandbox is not None and sandbox.mounts == {} and sandbox.packages == ["npm:@openai/codex@0.169.0"]
+    assert agent.config.program is not None
+    assert 'export PATH="/workspace/.v1/node/node_modules/.bin:$PATH"' in agent.config.program.files[".v1-agent/run.sh"]
+    assert agent.program.package is None  # type: ignore[attr-defined]  # nothing installed on this machine
+    local = CodexHarness(model="m", config={"version": "0.168.0"})
+    assert local.config.sandbox is not None and "/opt/v1-npm" in local.config.sandbox.mounts
+    assert "@openai+codex@0.168.0" in local.config.program.files[".v1-agent/run.sh"]  # type: ignore[union-attr]
