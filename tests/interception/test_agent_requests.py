@@ -184,3 +184,30 @@ async def test_count_tokens_estimates_without_a_model_call(mock: MockModelServer
     assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
     assert wrong_method.status_code == 405
     assert mock.requests == [] and state["trajectory"] == []
+
+
+async def test_chat_upstreams_get_no_keys_chat_completions_lacks(mock: MockModelServer) -> None:
+    state, session = await open_rollout(mock)
+    body = {
+        "model": "m",
+        "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": "run it"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "plan", "signature": "sig-A"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "no", "is_error": True}]},
+        ],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object", "properties": {}}}],
+    }
+    response = await post(session, "/messages", body)
+    assert response.status_code == 200, response.text
+    sent = mock.requests[0].body["messages"]
+    assert all("is_error" not in m and "reasoning_signature" not in m for m in sent)
+    assert sent[1]["reasoning_content"] == "plan"
+    prompt = state["trajectory"][0]["prompt"]
+    assert prompt[-1]["is_error"] is True and prompt[1]["reasoning_signature"] == "sig-A"
