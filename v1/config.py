@@ -267,11 +267,19 @@ class SandboxConfig(Config):
     scope: SandboxScope = "rollout"
     env: dict[str, str] = {}
     labels: list[str] = []
+    mounts: dict[str, str] = {}
+    """Host directories shown read-only inside the sandbox, `{path inside: host path}` (local backend only):
+    how an agent installed once on the host (see `harnesses/`) reaches every sandbox."""
 
     @model_validator(mode="after")
     def _absolute_workdir(self) -> SandboxConfig:
         if not self.workdir.startswith("/"):
             raise ValueError(f"workdir must be an absolute path inside the sandbox, got {self.workdir!r}")
+        for inside, host in self.mounts.items():
+            if not inside.startswith("/") or not host.startswith("/"):
+                raise ValueError(f"mounts: {inside!r} = {host!r}: both paths must be absolute")
+            if inside.rstrip("/") in ("", "/usr", "/proc", "/dev", "/tmp", self.workdir.rstrip("/")):
+                raise ValueError(f"mounts: {inside!r} would hide a directory the sandbox needs")
         return self
 
 

@@ -84,6 +84,8 @@ class ResponseTokens(_Model):
 class ResponseMessage(_Model):
     content: str | None = None
     reasoning_content: str | None = None
+    reasoning_signature: str | None = None
+    """The provider's signature of the reasoning (Anthropic thinking), to be sent back with it unchanged."""
     finish_reason: FinishReason | None = None
     is_truncated: bool | None = None
     tokens: ResponseTokens | None = None
@@ -94,6 +96,8 @@ class ResponseMessage(_Model):
         message: ChatMessage = {"role": "assistant", "content": self.content}
         if self.reasoning_content is not None:
             message["reasoning_content"] = self.reasoning_content
+        if self.reasoning_signature:
+            message["reasoning_signature"] = self.reasoning_signature
         if self.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls
@@ -110,6 +114,7 @@ class ResponseDelta(_Model):
 
     content: str | None = None
     reasoning_content: str | None = None
+    reasoning_signature: str | None = None
     tool_call_index: int | None = None
     tool_call_id: str | None = None
     tool_call_name: str | None = None

@@ -77,7 +77,7 @@ OPENAI_BAD = [
         "previous_response_id",
         "not a response of this rollout",
     ),
-    ("/responses", {"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0]", "'web_search' is not supported"),
+    ("/responses", {"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns"}]}, "tools[0]", "namespace tool"),
     (
         "/responses",
         {"model": "m", "input": [{"type": "item_reference", "id": "x"}]},
@@ -109,7 +109,7 @@ TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1
 MESSAGES_BAD = [
     ({"max_tokens": 5, "messages": USER}, "model: field required"),
     ({"model": "m", "max_tokens": 5}, "messages: field required"),
-    ({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "must be 'user' or 'assistant'"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "must be 'user', 'assistant' or 'system'"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": 5}]}, "string or a list of content blocks"),
     (
         {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]},
@@ -127,7 +127,7 @@ MESSAGES_BAD = [
         },
         "unknown tool call id 'toolu_2'",
     ),
-    ({"model": "m", "max_tokens": 5, "messages": USER, "tools": [{"type": "bash_20250124", "name": "bash"}]}, "server tool type"),
+    ({"model": "m", "max_tokens": 5, "messages": USER, "tools": [{"name": "bash"}]}, "input_schema must be"),
     ({"model": "m", "max_tokens": 5, "messages": USER, "tool_choice": {"type": "maybe"}}, "tool_choice must be"),
 ]
 

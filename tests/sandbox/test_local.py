@@ -113,6 +113,22 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
+async def test_mounts_are_visible_read_only(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "tool.txt").write_text("installed once")
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig(mounts={"/opt/tools": str(shared)}))
+    try:
+        result = await sandbox.exec(["sh", "-c", "cat /opt/tools/tool.txt; echo; echo x > /opt/tools/tool.txt || echo refused"])
+        assert result.stdout == "installed once\nrefused\n"
+        assert (shared / "tool.txt").read_text() == "installed once"
+    finally:
+        await manager.delete(sandbox)
+    with pytest.raises(vf.SandboxError, match="does not exist"):
+        await manager.create(vf.SandboxConfig(mounts={"/opt/tools": str(tmp_path / "missing")}))
+
+
 async def test_failed_setup_deletes_the_sandbox() -> None:
     with pytest.raises(vf.SandboxError, match="setup command 'exit 3' exited 3"):
         await get_manager().create(vf.SandboxConfig(setup_commands=["echo ok", "exit 3"]))

@@ -1,9 +1,10 @@
 """`anthropic_messages`: the Anthropic Messages API over the official `anthropic` SDK.
 
 Translation from the canonical OpenAI-chat messages: system (and developer)
-messages before the first turn become `system`; `reasoning_content` becomes a
-`thinking` block; `tool_calls` become `tool_use` blocks; `tool` messages become
-`tool_result` blocks (images kept as image blocks) in the next user turn;
+messages before the first turn become `system`, later ones user text; `reasoning_content`
+becomes a `thinking` block (with its `reasoning_signature`); `tool_calls` become `tool_use`
+blocks; `tool` messages become `tool_result` blocks (images kept as image blocks, `is_error`
+kept) in the next user turn;
 consecutive same-role turns are merged, as the API requires alternation.
 `max_tokens` defaults to `DEFAULT_MAX_TOKENS` when neither the program nor the
 harness set it. `api_base_url` may end in ``/v1`` (the SDK adds ``/v1/messages``).
@@ -83,17 +84,18 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[list[NativeMessage], str 
     native: list[NativeMessage] = []
     for message in messages:
         role = message.get("role")
-        if role in ("system", "developer"):
-            if native:
-                raise NotSupportedError(
-                    "a system message after the conversation started cannot be sent to an anthropic_messages upstream"
-                )
+        if role in ("system", "developer") and not native:
             system.append("".join(b["text"] for b in _blocks(message.get("content")) if b["type"] == "text"))
             continue
-        if role == "assistant":
-            blocks: list[dict[str, Any]] = []
+        blocks: list[dict[str, Any]]
+        if role in ("system", "developer"):  # mid-conversation instructions (Claude Code sends them): a user turn's text
+            blocks = _blocks(message.get("content"))
+            native_role = "user"
+        elif role == "assistant":
+            blocks = []
             if message.get("reasoning_content"):
-                blocks.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
+                signature = message.get("reasoning_signature") or ""
+                blocks.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": signature})
             blocks.extend(_blocks(message.get("content")))
             for call in message.get("tool_calls") or ():
                 function = call["function"]
@@ -103,6 +105,8 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[list[NativeMessage], str 
         elif role == "tool":
             result = _blocks(message.get("content"))
             blocks = [{"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": result}]
+            if message.get("is_error"):
+                blocks[0]["is_error"] = True
             native_role = "user"
         elif role == "user":
             blocks = _blocks(message.get("content"))
@@ -177,6 +181,9 @@ class MessagesStreamReader:
             if delta.type == "thinking_delta":
                 block["thinking"] = block.get("thinking", "") + delta.thinking
                 return [ResponseDelta(reasoning_content=delta.thinking)]
+            if delta.type == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta.signature
+                return [ResponseDelta(reasoning_signature=delta.signature)]
             if delta.type == "input_json_delta":
                 block["input"] += delta.partial_json
                 return [ResponseDelta(tool_call_index=self.calls - 1, tool_call_arguments=delta.partial_json)]
@@ -315,6 +322,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
     def from_native_response(self, response: NativeResponse) -> Response:
         texts: list[str] = []
         thinking: list[str] = []
+        signature: str | None = None
         calls: list[ToolCall] = []
         for block in response["content"]:
             kind = block.get("type")
@@ -322,6 +330,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
                 texts.append(block.get("text", ""))
             elif kind == "thinking":
                 thinking.append(block.get("thinking", ""))
+                signature = block.get("signature") or signature
             elif kind == "tool_use":
                 calls.append(ToolCall(id=block["id"], name=block["name"], arguments=json.dumps(block.get("input") or {})))
         finish_reason = STOP_REASONS.get(response.get("stop_reason") or "", "stop")
@@ -340,6 +349,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
             message=ResponseMessage(
                 content="".join(texts) if texts else None,
                 reasoning_content="".join(thinking) if thinking else None,
+                reasoning_signature=signature,
                 finish_reason=finish_reason,  # type: ignore[arg-type]
                 is_truncated=finish_reason == "length",
                 tool_calls=calls or None,

@@ -110,7 +110,9 @@ def select_thinking(messages: Messages, *, preserve_all: bool, between_tool_call
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         keep_from = last_user + 1
     return [
-        {k: v for k, v in m.items() if k != "reasoning_content"} if i < keep_from and "reasoning_content" in m else m
+        {k: v for k, v in m.items() if k not in ("reasoning_content", "reasoning_signature")}
+        if i < keep_from and "reasoning_content" in m
+        else m
         for i, m in enumerate(messages)
     ]
 

@@ -137,6 +137,16 @@ def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> Response
     )
 
 
+CANONICAL_ONLY = ("is_error", "reasoning_signature")
+"""Keys of canonical messages that Chat Completions has no field for (kept on the trajectory, not sent)."""
+
+
+def _wire_message(message: Any) -> Any:
+    if any(key in message for key in CANONICAL_ONLY):
+        return {key: value for key, value in message.items() if key not in CANONICAL_ONLY}
+    return message
+
+
 class StreamedCompletion:
     """Folds `chat.completion.chunk`s into the `chat.completion` they stream, emitting a `ResponseDelta` per piece."""
 
@@ -247,7 +257,7 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
     def to_native_prompt(self, messages: Messages) -> tuple[list[NativeMessage], dict[str, Any]]:
         if isinstance(messages, str):
             return [{"role": "user", "content": messages}], {}
-        return list(messages), {}
+        return [_wire_message(message) for message in messages], {}
 
     def to_native_tool(self, tool: Tool) -> NativeTool:
         function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}

@@ -78,6 +78,9 @@ class EndpointRequest:
     include_usage: bool = False
     model: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    """What the endpoint dropped from the request because the upstream cannot do it (hosted tools, ...):
+    recorded on the step as `extras["warnings"]`."""
 
 
 def dumps(value: Any) -> str:
@@ -118,6 +121,8 @@ def deltas_of(response: Response) -> Iterator[ResponseDelta]:
     message = response.message
     if message.reasoning_content:
         yield ResponseDelta(reasoning_content=message.reasoning_content)
+    if message.reasoning_signature:
+        yield ResponseDelta(reasoning_signature=message.reasoning_signature)
     for piece in re.findall(r"\s*\S+\s*", message.content or "") or ([message.content] if message.content else []):
         yield ResponseDelta(content=piece)
     for index, call in enumerate(message.tool_calls or ()):

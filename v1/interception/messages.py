@@ -3,10 +3,15 @@
 Translation to the canonical OpenAI-chat messages: `system` becomes a system
 message; `text`/`image` blocks become content parts; `tool_use` blocks become
 `tool_calls` (arguments as a JSON string); `tool_result` blocks become `tool`
-messages (a list content stays a list of parts, images included); `thinking`
-blocks become the assistant's `reasoning_content`. Sampling args take Chat
-Completions names (`stop_sequences` -> `stop`, `tool_choice` mapped); the rest
-pass through unchanged (`top_k`, `thinking`, ...).
+messages (a list content stays a list of parts, images included; `is_error`
+kept); `thinking` blocks become the assistant's `reasoning_content`, their
+signature its `reasoning_signature` (rendered back unchanged); a `system` message
+inside `messages` (Claude Code sends them) stays a system message. Server tools
+(`web_search_20250305`, `bash_20250124`, ...) and `redacted_thinking` blocks
+cannot reach a generic upstream: they are dropped, with a warning on the step.
+Sampling args take Chat Completions names (`stop_sequences` -> `stop`,
+`tool_choice` mapped); the rest pass through unchanged (`top_k`, `thinking`, ...).
+`count_tokens` estimates a request's input tokens without calling the model.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from v1.interception.dialect import (
     arguments_object,
     check_tool_results,
     image_part,
-    parse_tool_list,
     pick_sampling_args,
     replay,
     sse,
@@ -87,7 +91,10 @@ def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
                 raise BadRequest(f"{at}.tool_use_id must be a string", f"{at}.tool_use_id")
             result = block.get("content", "")
             tool_content = _simplify(_parts(result, f"{at}.content", frozenset({"text", "image"}))) if result else ""
-            out.append({"role": "tool", "tool_call_id": call_id, "content": tool_content})
+            tool_message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": tool_content}
+            if block.get("is_error") is True:
+                tool_message["is_error"] = True
+            out.append(tool_message)
         else:
             parts.append(_part(block, at, frozenset({"text", "image"})))
     if parts:
@@ -95,13 +102,14 @@ def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant_message(content: Any, where: str) -> dict[str, Any]:
+def _assistant_message(content: Any, where: str, warnings: list[str]) -> dict[str, Any]:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     if not isinstance(content, list):
         raise BadRequest(f"{where} must be a string or a list of content blocks", where)
     texts: list[str] = []
     thinking: list[str] = []
+    signature: str | None = None
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         at = f"{where}[{j}]"
@@ -110,34 +118,43 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
             texts.append(block["text"])
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
             thinking.append(block["thinking"])
+            signature = block.get("signature") if isinstance(block.get("signature"), str) else signature
         elif kind == "tool_use":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise BadRequest(f"{at}: a tool_use block needs string 'id' and 'name'", at)
             arguments = json.dumps(block.get("input") or {})
             calls.append({"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}})
         elif kind == "redacted_thinking":
-            raise BadRequest(f"{at}: redacted_thinking blocks cannot be translated for the upstream model", at)
+            warnings.append(f"{at}: redacted_thinking block dropped: only the provider that wrote it can read it")
         else:
             raise BadRequest(f"{at}: content block type {kind!r} is not supported in an assistant turn", at)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if thinking:
         message["reasoning_content"] = "".join(thinking)
+        if signature:
+            message["reasoning_signature"] = signature
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def _tool(i: int, entry: Any) -> Tool:
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"]:
-        raise BadRequest(f"tools[{i}] needs a non-empty 'name'", f"tools[{i}].name")
-    if entry.get("type") not in (None, "custom"):
-        raise BadRequest(
-            f"tools[{i}]: server tool type {entry.get('type')!r} is not supported; define a custom tool", f"tools[{i}]"
-        )
-    schema = entry.get("input_schema")
-    if not isinstance(schema, Mapping):
-        raise BadRequest(f"tools[{i}].input_schema must be a JSON schema object", f"tools[{i}].input_schema")
-    return Tool(name=entry["name"], description=entry.get("description") or "", parameters=dict(schema))
+def _tools(raw: Any, warnings: list[str]) -> list[Tool] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list", "tools")
+    tools = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise BadRequest(f"tools[{i}] needs a non-empty 'name'", f"tools[{i}].name")
+        if entry.get("type") not in (None, "custom"):
+            warnings.append(f"tools[{i}]: server tool type {entry.get('type')!r} dropped: only the provider's servers can run it")
+            continue
+        schema = entry.get("input_schema")
+        if not isinstance(schema, Mapping):
+            raise BadRequest(f"tools[{i}].input_schema must be a JSON schema object", f"tools[{i}].input_schema")
+        tools.append(Tool(name=entry["name"], description=entry.get("description") or "", parameters=dict(schema)))
+    return tools or None
 
 
 def _tool_choice(raw: Any) -> Any:
@@ -164,6 +181,7 @@ def parse_request(body: Any) -> EndpointRequest:
     if not isinstance(raw, list) or not raw:
         raise BadRequest("messages: field required (a non-empty list)", "messages")
     messages: list[dict[str, Any]] = []
+    warnings: list[str] = []
     system = body.get("system")
     if system:
         messages.append({"role": "system", "content": _simplify(_parts(system, "system", frozenset({"text"})))})
@@ -173,9 +191,12 @@ def parse_request(body: Any) -> EndpointRequest:
         if role == "user":
             messages.extend(_user_messages(message.get("content"), f"{where}.content"))
         elif role == "assistant":
-            messages.append(_assistant_message(message.get("content"), f"{where}.content"))
+            messages.append(_assistant_message(message.get("content"), f"{where}.content", warnings))
+        elif role == "system":
+            content = _simplify(_parts(message.get("content"), f"{where}.content", frozenset({"text"})))
+            messages.append({"role": "system", "content": content})
         else:
-            raise BadRequest(f"{where}.role must be 'user' or 'assistant', got {role!r}", f"{where}.role")
+            raise BadRequest(f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}", f"{where}.role")
     check_tool_results(messages)
     sampling_args = pick_sampling_args(body, SAMPLING)
     if body.get("stop_sequences") is not None:
@@ -184,10 +205,11 @@ def parse_request(body: Any) -> EndpointRequest:
         sampling_args["tool_choice"] = _tool_choice(body["tool_choice"])
     return EndpointRequest(
         messages=messages,
-        tools=parse_tool_list(body.get("tools"), _tool),
+        tools=_tools(body.get("tools"), warnings),
         sampling_args=sampling_args,
         stream=bool(body.get("stream")),
         model=model,
+        warnings=warnings,
     )
 
 
@@ -196,7 +218,8 @@ def content_blocks(response: Response) -> list[dict[str, Any]]:
     message = response.message
     blocks: list[dict[str, Any]] = []
     if message.reasoning_content:
-        blocks.append({"type": "thinking", "thinking": message.reasoning_content, "signature": ""})
+        signature = message.reasoning_signature or ""
+        blocks.append({"type": "thinking", "thinking": message.reasoning_content, "signature": signature})
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls or ():
@@ -239,6 +262,7 @@ class StreamWriter:
         self.id = response_id or f"msg_{secrets.token_hex(12)}"
         self.index = -1
         self.open: tuple[str, int | None] | None = None
+        self.signed = False
 
     def start(self) -> list[bytes]:
         message: dict[str, Any] = {
@@ -257,9 +281,8 @@ class StreamWriter:
         if self.open is None:
             return []
         frames = []
-        if self.open[0] == "thinking":
-            signature = {"type": "signature_delta", "signature": ""}
-            frames.append(sse({"type": "content_block_delta", "index": self.index, "delta": signature}, "content_block_delta"))
+        if self.open[0] == "thinking" and not self.signed:
+            frames.append(self._delta({"type": "signature_delta", "signature": ""}))
         frames.append(sse({"type": "content_block_stop", "index": self.index}, "content_block_stop"))
         self.open = None
         return frames
@@ -270,6 +293,7 @@ class StreamWriter:
         frames = self._close()
         self.index += 1
         self.open = (kind, call)
+        self.signed = False
         frames.append(sse({"type": "content_block_start", "index": self.index, "content_block": block}, "content_block_start"))
         return frames
 
@@ -280,6 +304,10 @@ class StreamWriter:
         if delta.reasoning_content:
             frames = self._switch("thinking", None, {"type": "thinking", "thinking": "", "signature": ""})
             return [*frames, self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content})]
+        if delta.reasoning_signature:
+            frames = self._switch("thinking", None, {"type": "thinking", "thinking": "", "signature": ""})
+            self.signed = True
+            return [*frames, self._delta({"type": "signature_delta", "signature": delta.reasoning_signature})]
         if delta.content:
             frames = self._switch("text", None, {"type": "text", "text": ""})
             return [*frames, self._delta({"type": "text_delta", "text": delta.content})]
@@ -318,6 +346,24 @@ def render_stream(response: Response, model: str, request: EndpointRequest) -> I
     yield from replay(StreamWriter(model, request, response.id or None), response)
 
 
+COUNT_TOKENS_ROUTE = "/messages/count_tokens"
+CHARS_PER_TOKEN = 4
+
+
+def count_tokens(body: Any) -> dict[str, int]:
+    """`/v1/messages/count_tokens`: the request checked like a `messages` call, its size estimated (4 chars a token).
+
+    The upstream may have no tokenizer route, so this never calls it: agents use the figure
+    to plan context compaction, where an estimate is enough. Raises `BadRequest` like `parse_request`.
+    """
+    if isinstance(body, Mapping) and "max_tokens" not in body:
+        body = {**body, "max_tokens": 1}
+    request = parse_request(body)
+    tools = [tool.model_dump() for tool in request.tools or ()]
+    size = len(json.dumps([request.messages, tools], ensure_ascii=False))
+    return {"input_tokens": max(1, -(-size // CHARS_PER_TOKEN))}
+
+
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -343,4 +389,15 @@ DIALECT = Dialect(
     error_body=error_body,
 )
 
-__all__ = ["DIALECT", "ROUTE", "StreamWriter", "content_blocks", "error_body", "parse_request", "render", "render_stream"]
+__all__ = [
+    "COUNT_TOKENS_ROUTE",
+    "DIALECT",
+    "ROUTE",
+    "StreamWriter",
+    "content_blocks",
+    "count_tokens",
+    "error_body",
+    "parse_request",
+    "render",
+    "render_stream",
+]

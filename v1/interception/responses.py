@@ -29,13 +29,20 @@ from v1.interception.dialect import (
     EndpointRequest,
     check_tool_results,
     image_part,
-    parse_tool_list,
     pick_sampling_args,
     replay,
     sse,
 )
 from v1.interception.dialect import openai_error_body as error_body
-from v1.types import Response, ResponseDelta, Tool
+from v1.interception.responses_tools import (
+    HOSTED_CALL_ITEMS,
+    ToolOrigin,
+    call_item,
+    custom_arguments,
+    flat_name,
+    parse_tools,
+)
+from v1.types import Response, ResponseDelta
 
 if TYPE_CHECKING:
     from v1.interception.session import RolloutSession
@@ -75,8 +82,11 @@ def _text(content: str | list[dict[str, Any]]) -> str:
     return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
 
 
-def input_messages(raw: Any, instructions: Any = None) -> list[dict[str, Any]]:
-    """Responses `input` (a string or a list of items) as canonical chat messages."""
+def input_messages(raw: Any, instructions: Any = None, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """Responses `input` (a string or a list of items) as canonical chat messages.
+
+    Items recording hosted tool calls are dropped, each with a line in `warnings`.
+    """
     messages: list[dict[str, Any]] = []
     if instructions:
         if not isinstance(instructions, str):
@@ -116,16 +126,18 @@ def input_messages(raw: Any, instructions: Any = None) -> list[dict[str, Any]]:
                 message["content"] = (message["content"] or "") + _text(content)
             else:
                 messages.append({"role": role, "content": content})
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-                raise BadRequest(f"{where}: a function_call item needs string 'call_id' and 'name'", where)
+                raise BadRequest(f"{where}: a {kind} item needs string 'call_id' and 'name'", where)
+            namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+            arguments = item.get("arguments") or "{}" if kind == "function_call" else custom_arguments(item.get("input"))
             call = {
                 "id": item["call_id"],
                 "type": "function",
-                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+                "function": {"name": flat_name(item["name"], namespace), "arguments": arguments},
             }
             open_assistant().setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if not isinstance(item.get("call_id"), str):
                 raise BadRequest(f"{where}.call_id must be a string", f"{where}.call_id")
             messages.append(
@@ -134,25 +146,14 @@ def input_messages(raw: Any, instructions: Any = None) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             texts = [_text(_parts(item.get(key) or [], f"{where}.{key}")) for key in ("content", "summary")]
             reasoning = next((text for text in texts if text), "")
+        elif kind in HOSTED_CALL_ITEMS:
+            if warnings is not None:
+                warnings.append(f"{where}: {kind} item dropped: a hosted tool's call the upstream model cannot be shown")
         else:
             raise BadRequest(f"{where}: input item type {kind!r} is not supported by the endpoint", where)
     if reasoning:
         open_assistant()
     return messages
-
-
-def _tool(i: int, entry: Any) -> Tool:
-    if not isinstance(entry, Mapping) or entry.get("type") != "function":
-        kind = entry.get("type") if isinstance(entry, Mapping) else None
-        raise BadRequest(f"tools[{i}]: tool type {kind!r} is not supported; only function tools are", f"tools[{i}]")
-    if not isinstance(entry.get("name"), str) or not entry["name"]:
-        raise BadRequest(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
-    parameters = entry.get("parameters") or {"type": "object", "properties": {}}
-    if not isinstance(parameters, Mapping):
-        raise BadRequest(f"tools[{i}].parameters must be a JSON schema object", f"tools[{i}].parameters")
-    return Tool(
-        name=entry["name"], description=entry.get("description") or "", parameters=dict(parameters), strict=entry.get("strict")
-    )
 
 
 def parse_request(body: Any) -> EndpointRequest:
@@ -170,7 +171,9 @@ def parse_request(body: Any) -> EndpointRequest:
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise BadRequest("'previous_response_id' must be a string", "previous_response_id")
-    messages = input_messages(body.get("input"), body.get("instructions"))
+    warnings: list[str] = []
+    messages = input_messages(body.get("input"), body.get("instructions"), warnings)
+    tools, origins = parse_tools(body.get("tools"), warnings)
     sampling_args = pick_sampling_args(body, SAMPLING)
     if body.get("max_output_tokens") is not None:
         sampling_args["max_tokens"] = body["max_output_tokens"]
@@ -178,8 +181,9 @@ def parse_request(body: Any) -> EndpointRequest:
     if isinstance(reasoning, Mapping) and reasoning.get("effort"):
         sampling_args["reasoning_effort"] = reasoning["effort"]
     choice = body.get("tool_choice")
-    if isinstance(choice, Mapping) and choice.get("type") == "function":
-        sampling_args["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, Mapping) and choice.get("type") in ("function", "custom"):
+        name = flat_name(str(choice.get("name")), choice.get("namespace") if isinstance(choice.get("namespace"), str) else None)
+        sampling_args["tool_choice"] = {"type": "function", "function": {"name": name}}
     elif choice is not None:
         sampling_args["tool_choice"] = choice
     text = body.get("text")
@@ -191,16 +195,22 @@ def parse_request(body: Any) -> EndpointRequest:
         sampling_args["response_format"] = {"type": "json_object"}
     return EndpointRequest(
         messages=messages,
-        tools=parse_tool_list(body.get("tools"), _tool),
+        tools=tools,
         sampling_args=sampling_args,
         stream=bool(body.get("stream")),
         model=model,
-        extra={"previous_response_id": previous},
+        extra={"previous_response_id": previous, "tool_origins": origins},
+        warnings=warnings,
     )
 
 
-def output_items(response: Response, response_id: str) -> list[dict[str, Any]]:
-    """The answer as output items: reasoning, message, function calls."""
+def _origins(request: EndpointRequest) -> dict[str, ToolOrigin]:
+    origins = request.extra.get("tool_origins")
+    return origins if isinstance(origins, dict) else {}
+
+
+def output_items(response: Response, response_id: str, origins: Mapping[str, ToolOrigin] | None = None) -> list[dict[str, Any]]:
+    """The answer as output items: reasoning, message, function (or custom tool) calls."""
     message = response.message
     items: list[dict[str, Any]] = []
     if message.reasoning_content:
@@ -223,16 +233,7 @@ def output_items(response: Response, response_id: str) -> list[dict[str, Any]]:
             }
         )
     for call in message.tool_calls or ():
-        items.append(
-            {
-                "type": "function_call",
-                "id": f"fc_{call.id}",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "status": "completed",
-            }
-        )
+        items.append(call_item(call.id, call.name, call.arguments, origins or {}, "completed"))
     return items
 
 
@@ -265,7 +266,7 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
         "status": "incomplete" if truncated else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
         "error": None,
-        "output": output_items(response, response_id),
+        "output": output_items(response, response_id, _origins(request)),
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -328,8 +329,11 @@ class StreamWriter:
             frames.append(self._event("response.reasoning_text.done", **at, content_index=0, text=text))
             item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
         else:
-            frames.append(self._event("response.function_call_arguments.done", **at, name=item["name"], arguments=text))
-            item = {**item, "arguments": text, "status": "completed"}
+            item = call_item(item["call_id"], item["flat_name"], text, _origins(self.request), "completed")
+            if item["type"] == "custom_tool_call":
+                frames.append(self._event("response.custom_tool_call_input.done", **at, input=item["input"]))
+            else:
+                frames.append(self._event("response.function_call_arguments.done", **at, name=item["name"], arguments=text))
         frames.append(self._event("response.output_item.done", output_index=self.index, item=item))
         self.open = None
         self.text = []
@@ -341,7 +345,8 @@ class StreamWriter:
         frames = self._close()
         self.index += 1
         self.open = item
-        frames.append(self._event("response.output_item.added", output_index=self.index, item=item))
+        shown = {key: value for key, value in item.items() if key != "flat_name"}
+        frames.append(self._event("response.output_item.added", output_index=self.index, item=shown))
         if item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             frames.append(
@@ -367,19 +372,14 @@ class StreamWriter:
             return []
         frames = []
         if delta.tool_call_id is not None:
-            item = {
-                "type": "function_call",
-                "id": f"fc_{delta.tool_call_id}",
-                "call_id": delta.tool_call_id,
-                "name": delta.tool_call_name or "",
-                "arguments": "",
-                "status": "in_progress",
-            }
-            frames = self._switch(item)
+            name = delta.tool_call_name or ""
+            item = call_item(delta.tool_call_id, name, "", _origins(self.request), "in_progress")
+            frames = self._switch({**item, "flat_name": name})
         if delta.tool_call_arguments and self.open is not None:
             self.text.append(delta.tool_call_arguments)
-            at = {"item_id": self.open["id"], "output_index": self.index}
-            frames.append(self._event("response.function_call_arguments.delta", **at, delta=delta.tool_call_arguments))
+            if self.open["type"] == "function_call":  # a custom tool's input is only known whole, at its end
+                at = {"item_id": self.open["id"], "output_index": self.index}
+                frames.append(self._event("response.function_call_arguments.delta", **at, delta=delta.tool_call_arguments))
         return frames
 
     def finish(self, response: Response) -> list[bytes]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
+from v1.interception import mcp_server, messages
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTooLarge, Exchange
@@ -53,6 +54,7 @@ UNAUTHORIZED = "invalid or missing API key for this rollout"
 # JSON escapes of UTF-16 surrogates, or surrogates encoded as UTF-8: only then can a body hold a lone surrogate.
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 _ROUTE = re.compile(r"/r/([^{}/]+)/v1(/.*)")
+_MCP_ROUTE = re.compile(r"/r/([^{}/]+)" + re.escape(mcp_server.ROUTE))
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -241,6 +243,8 @@ class EndpointServer:
         for dialect in DIALECTS.values():
             app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(self._handler(dialect)))
         app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(self._models))
+        app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", _over_aiohttp(self._count_tokens))
+        app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", _over_aiohttp(self._mcp))
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self._unknown_route))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -295,6 +299,11 @@ class EndpointServer:
                 return await self._handle(dialect, match[1], exchange)
             if match[2] == "/models":
                 return await self._models_of(match[1], exchange)
+            if match[2] == messages.COUNT_TOKENS_ROUTE:
+                return await self._count_tokens_of(match[1], exchange)
+        match = _MCP_ROUTE.fullmatch(exchange.path)
+        if match is not None:
+            return await self._mcp_of(match[1], exchange)
         return await self._unknown_route(exchange)
 
     def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
@@ -381,7 +390,9 @@ class EndpointServer:
     async def _answer(
         self, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
     ) -> Answer:
-        response = await session.complete(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
+        response = await session.complete(
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
+        )
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)
         return Answer(200, _dumps(body))
@@ -404,7 +415,9 @@ class EndpointServer:
         An answer that arrives whole (a deduplicated retry, an upstream that does
         not stream) is replayed as deltas.
         """
-        items = session.stream(parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry)
+        items = session.stream(
+            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
+        )
         writer: EndpointStreamWriter | None = None
         relayed = False
         model = session.state.get_model()
@@ -478,6 +491,48 @@ class EndpointServer:
         model = session.state.runtime.model or "unknown"
         return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
 
+    async def _count_tokens(self, exchange: Exchange) -> Answer:
+        assert isinstance(exchange, _AiohttpExchange)
+        return await self._count_tokens_of(exchange.request.match_info["rollout"], exchange)
+
+    async def _count_tokens_of(self, rollout: str, exchange: Exchange) -> Answer:
+        dialect = DIALECTS["messages"]
+        if exchange.method != "POST":
+            return _method_not_allowed(exchange, dialect, "POST")
+        session = self._authorize(rollout, exchange, dialect)
+        if isinstance(session, Answer):
+            return session
+        read = await self._read_json(exchange, dialect)
+        if isinstance(read, Answer):
+            return read
+        try:
+            return Answer(200, _dumps(messages.count_tokens(read[0])))
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param, dialect=dialect)
+        except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            return error_response(400, f"malformed request: {type(exc).__name__}", dialect=dialect)
+
+    async def _mcp(self, exchange: Exchange) -> Answer:
+        assert isinstance(exchange, _AiohttpExchange)
+        return await self._mcp_of(exchange.request.match_info["rollout"], exchange)
+
+    async def _mcp_of(self, rollout: str, exchange: Exchange) -> Answer:
+        """The rollout's tools over MCP (see `mcp_server`)."""
+        if exchange.method != "POST":
+            return _method_not_allowed(exchange, DEFAULT_DIALECT, "POST")
+        session = self._authorize(rollout, exchange, DEFAULT_DIALECT)
+        if isinstance(session, Answer):
+            return session
+        read = await self._read_json(exchange, DEFAULT_DIALECT)
+        if isinstance(read, Answer):
+            return Answer(read.status, _dumps(mcp_server.parse_error(read.text or "unreadable body")))
+        body = read[0]
+        if isinstance(body, list):
+            answers = [answer for message in body if (answer := await mcp_server.answer(session, message)) is not None]
+            return Answer(200, _dumps(answers)) if answers else Answer(202, "")
+        answer = await mcp_server.answer(session, body)
+        return Answer(200, _dumps(answer)) if answer is not None else Answer(202, "")
+
     async def _unknown_route(self, exchange: Exchange) -> Answer:
         return error_response(
             404,
@@ -486,6 +541,14 @@ class EndpointServer:
             code="unknown_route",
             dialect=dialect_for_path(exchange.path),
         )
+
+
+def step_extras(dialect: Dialect, parsed: EndpointRequest) -> dict[str, Any]:
+    """What the step records of the request besides its prompt: the program's dialect, streaming, dropped parts."""
+    extras: dict[str, Any] = {"dialect": dialect.name, "stream": parsed.stream}
+    if parsed.warnings:
+        extras["warnings"] = list(parsed.warnings)
+    return extras
 
 
 def _method_not_allowed(exchange: Exchange, dialect: Dialect, allowed: str) -> Answer:

@@ -114,6 +114,7 @@ class RolloutSession:
         requested: SamplingArgs,
         dedupe_key: bytes | None = None,
         retry: bool = False,
+        extras: dict[str, Any] | None = None,
     ) -> Response:
         """Forward one model call upstream and record it.
 
@@ -124,6 +125,7 @@ class RolloutSession:
         last answered one gets that same `Response` and records no new step:
         an agent's own retry does not fork the trajectory. Identical calls that
         are not retries (sampling the same prompt twice) are separate turns.
+        `extras` (the program's dialect, what the endpoint dropped from its request) go on the step.
 
         Raises:
             RolloutStopped: the rollout already ended (turn limit, stop condition, error).
@@ -133,9 +135,9 @@ class RolloutSession:
         if replayed is not None:
             return replayed
         if dedupe_key is None:
-            return await self._complete(prompt, tools, requested)
+            return await self._complete(prompt, tools, requested, extras)
         # identical calls that are not retries (sampling one prompt twice) overlap as separate turns
-        response = await self._flights.run(dedupe_key, lambda: self._complete(prompt, tools, requested), join=False)
+        response = await self._flights.run(dedupe_key, lambda: self._complete(prompt, tools, requested, extras), join=False)
         self._last_answer = (dedupe_key, response)
         return response
 
@@ -225,7 +227,9 @@ class RolloutSession:
         else:
             state.record_error(error, "model" if recording else "model (after the program)")
 
-    async def _complete(self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs) -> Response:
+    async def _complete(
+        self, prompt: Messages, tools: list[Tool] | None, requested: SamplingArgs, extras: dict[str, Any] | None = None
+    ) -> Response:
         client, sampling_args, recording = await self._begin(requested)
         state = self.state
         start = time.time()
@@ -237,7 +241,7 @@ class RolloutSession:
             self._failed(exc, recording)
             raise
         if recording:
-            self._record(prompt, response, start, time.time())
+            self._record(prompt, response, start, time.time(), extras)
         return response
 
     async def stream(
@@ -247,6 +251,7 @@ class RolloutSession:
         requested: SamplingArgs,
         dedupe_key: bytes | None = None,
         retry: bool = False,
+        extras: dict[str, Any] | None = None,
     ) -> AsyncGenerator[ResponseDelta | Response, None]:
         """Like `complete`, relaying the upstream's deltas as they arrive; the `Response` comes last.
 
@@ -279,7 +284,7 @@ class RolloutSession:
                 self._flights.finish(dedupe_key, future, error=exc)
             raise
         if recording:
-            self._record(prompt, response, start, time.time())
+            self._record(prompt, response, start, time.time(), extras)
         if future is not None and dedupe_key is not None:
             self._flights.finish(dedupe_key, future, response)
             self._last_answer = (dedupe_key, response)
@@ -294,7 +299,9 @@ class RolloutSession:
         name = type(error).__name__
         counts[name] = counts.get(name, 0) + 1
 
-    def _record(self, prompt: Messages, response: Response, start: float, end: float) -> None:
+    def _record(
+        self, prompt: Messages, response: Response, start: float, end: float, extras: dict[str, Any] | None = None
+    ) -> None:
         state = self.state
         truncated = bool(response.message.is_truncated)
         tokens = step_tokens(response)
@@ -314,7 +321,7 @@ class RolloutSession:
             advantage=None,
             is_truncated=truncated,
             trajectory_id=self.rollout_id,
-            extras={"start": start, "end": end},
+            extras={"start": start, "end": end, **(extras or {})},
         )
         state["trajectory"].append(step)
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))

@@ -2,8 +2,9 @@
 
 The process gets the rollout's endpoint and nothing of the host's environment
 beyond `PATH`/`LANG`: `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
-`ANTHROPIC_API_KEY` (the rollout's URL and secret, never the upstream key) and
-`V1_MODEL`, plus the program's `env` and `env.*` bindings. Before it runs, the
+`ANTHROPIC_API_KEY` (the rollout's URL and secret, never the upstream key),
+`V1_MODEL` and, when the rollout has visible tools, `V1_MCP_URL` (those tools as an
+MCP server, the same secret as its bearer token), plus the program's `env` and `env.*` bindings. Before it runs, the
 program's `files`, `dirs` and `files.*` bindings are written into its working
 directory and its `setup` commands run (without the endpoint variables). A
 timeout kills the whole process tree. The exit status and the tails of stdout
@@ -84,13 +85,16 @@ def endpoint_env(state: State, sandbox: Sandbox | None) -> dict[str, str]:
     """The variables that point SDKs at this rollout's endpoint (and nothing else)."""
     config = state.get_endpoint_config()
     url = sandbox.endpoint_url(config["base_url"]) if sandbox is not None else config["base_url"]
-    return {
+    env = {
         "OPENAI_BASE_URL": url,
         "OPENAI_API_KEY": config["api_key"],
         "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
         "ANTHROPIC_API_KEY": config["api_key"],
         "V1_MODEL": config["model"],
     }
+    if state.get("tool_defs"):
+        env["V1_MCP_URL"] = url.removesuffix("/v1") + "/mcp"
+    return env
 
 
 def _text(value: Any) -> str:

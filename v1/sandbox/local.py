@@ -204,6 +204,8 @@ class LocalSandbox:
             args += ["--ro-bind-try", path, path]
         for prefix in _python_prefixes():
             args += ["--ro-bind", prefix, prefix]
+        for inside, host in self.config.mounts.items():
+            args += ["--ro-bind", host, inside]
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.disk_bytes), "--tmpfs", "/tmp"]
         args += ["--bind", str(self.workspace), self.workdir, "--ro-bind", str(self.run_dir), RUN_DIR]
         args += ["--ro-bind", str(LAUNCHER), "/run/v1-launcher.py", "--chdir", cwd, "--clearenv"]
@@ -321,6 +323,9 @@ class LocalBackend:
             )
         if config.gpu_count:
             raise SandboxError("the local sandbox backend has no GPUs to give (gpu_count > 0); use backend='prime'")
+        missing = [host for host in config.mounts.values() if not await asyncio.to_thread(os.path.isdir, host)]
+        if missing:
+            raise SandboxError(f"mounts: host directory {missing[0]!r} does not exist")
         sandbox_id = f"v1-{uuid.uuid4().hex[:16]}"
         root = sandbox_root() / "local" / sandbox_id
         sandbox = LocalSandbox(sandbox_id, root, config, endpoint)

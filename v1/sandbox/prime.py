@@ -248,6 +248,11 @@ class PrimeBackend:
     async def create(self, config: SandboxConfig, *, endpoint: EndpointTarget | None, labels: Sequence[str]) -> PrimeSandbox:
         from prime_sandboxes import CreateSandboxRequest
 
+        if config.mounts:
+            raise SandboxError(
+                "a prime sandbox cannot see this machine's directories (mounts); install what it needs with packages"
+            )
+
         public_url = await self._public_endpoint(endpoint) if endpoint is not None else None
         client = self.client()
         request = CreateSandboxRequest(**create_request_fields(config, f"v1-{uuid.uuid4().hex[:12]}", ["v1", *labels]))

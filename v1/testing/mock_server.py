@@ -129,6 +129,8 @@ class Reply:
     content: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning_content: str | None = None
+    reasoning_signature: str | None = None
+    """The thinking block's signature, in dialects that have one (Anthropic Messages)."""
     finish_reason: str | None = None
     delay: float = 0.0
     status: int = 200
@@ -427,6 +429,7 @@ class MockModelServer:
             message=ResponseMessage(
                 content=reply.content,
                 reasoning_content=reply.reasoning_content,
+                reasoning_signature=reply.reasoning_signature,
                 finish_reason=choice["finish_reason"] if choice["finish_reason"] in ("stop", "length", "tool_calls") else "stop",
                 tool_calls=[ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in reply.tool_calls] or None,
                 tokens=tokens,

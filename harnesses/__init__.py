@@ -1,0 +1,21 @@
+"""Reusable harnesses: real agent CLIs, unmodified, run in the rollout's sandbox against its endpoint."""
+
+from harnesses.agent import AgentConfig, AgentHarness
+from harnesses.claude_code import ClaudeCodeConfig, ClaudeCodeHarness
+from harnesses.codex import CodexConfig, CodexHarness
+from harnesses.command import CommandAgentConfig, CommandAgentHarness
+from harnesses.opencode import OpenCodeHarness
+from harnesses.pi import PiHarness
+
+__all__ = [
+    "AgentConfig",
+    "AgentHarness",
+    "ClaudeCodeConfig",
+    "ClaudeCodeHarness",
+    "CodexConfig",
+    "CodexHarness",
+    "CommandAgentConfig",
+    "CommandAgentHarness",
+    "OpenCodeHarness",
+    "PiHarness",
+]

@@ -1,0 +1,177 @@
+"""What every CLI-agent harness shares: install, sandbox, prompt files, the run script, lenient exit.
+
+An `AgentHarness` is a `v1.Harness` whose program is a command: a POSIX shell
+script (`AgentHarness.script`) run in the rollout's sandbox with the rollout's
+endpoint in its environment (`OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, the
+rollout's own key as `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, `V1_MODEL`) plus:
+
+- `V1_PROMPT_FILE`: the task's prompt as text (user turns), `V1_SYSTEM_FILE`: its system prompt;
+- `PATH` starting with the agent's executable directory.
+
+The agent's npm package is installed once per machine (`harnesses.npm`) and
+shown read-only to local sandboxes; other backends install it into each
+sandbox through `SandboxConfig.packages` (use `scope = "group"` or an image that
+has it). An agent that exits non-zero after it answered (its last model call
+returned an answer without tool calls) is not an error: its trajectory is scored,
+and the exit status stays in `state["program_result"]`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+import v1 as vf
+from harnesses.npm import MOUNT_POINT, NpmPackage, cache_root
+from v1.config import ArtifactConfig, HarnessConfig, ProgramConfig, SandboxConfig
+from v1.errors import ProgramError
+from v1.programs.command import CommandProgram
+
+if TYPE_CHECKING:
+    from v1.harness import RolloutContext
+
+AGENT_DIR = ".v1-agent"
+PROMPT_FILE = f"{AGENT_DIR}/prompt.md"
+SYSTEM_FILE = f"{AGENT_DIR}/system.md"
+SCRIPT_FILE = f"{AGENT_DIR}/run.sh"
+
+
+class AgentConfig(HarnessConfig):
+    """Config of a CLI-agent harness: a `HarnessConfig` plus the agent's version, arguments and environment.
+
+    `program` is built by the harness; set `sandbox` to change the sandbox (a local one by default).
+    """
+
+    version: str = ""
+    """The npm version to install; empty: the harness's pinned version."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended to the agent's command line."""
+    agent_env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the agent."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Files written into the workspace before the agent runs (`{"path": "content"}`)."""
+    artifacts: list[ArtifactConfig] = Field(default_factory=list)
+    """Files collected from the workspace after the agent ran (see docs/sandbox.md)."""
+    install_timeout: float = Field(600.0, gt=0)
+    """Seconds the one npm install on this machine may take."""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return ""
+
+
+def prompt_text(state: vf.State) -> str:
+    """The rollout's prompt for an agent that takes one text: its user (and assistant) turns, in order."""
+    turns = [message for message in state["prompt"] if message.get("role") not in ("system", "developer")]
+    return "\n\n".join(_text(message.get("content")) for message in turns).strip()
+
+
+def system_text(state: vf.State) -> str:
+    """The rollout's system prompt as text (empty when it has none)."""
+    turns = [message for message in state["prompt"] if message.get("role") in ("system", "developer")]
+    return "\n\n".join(_text(message.get("content")) for message in turns).strip()
+
+
+def answered(state: vf.State) -> bool:
+    """Whether the rollout's last model call returned an answer rather than tool calls."""
+    trajectory = state["trajectory"]
+    if not trajectory:
+        return False
+    last = trajectory[-1]["completion"][-1]
+    return not last.get("tool_calls") and bool(last.get("content"))
+
+
+class AgentProgram:
+    """A `CommandProgram` that first makes sure the agent is installed, and forgives a non-zero exit after an answer."""
+
+    handles_timeout = True
+
+    def __init__(self, command: CommandProgram, package: NpmPackage | None, install_timeout: float) -> None:
+        self.command = command
+        self.package = package
+        self.install_timeout = install_timeout
+
+    async def __call__(self, task: vf.Task, state: vf.State, context: RolloutContext) -> None:
+        if self.package is not None:
+            await self.package.install(self.install_timeout)
+        try:
+            await self.command(task, state, context)
+        except ProgramError:
+            result = state.get("program_result") or {}
+            if result.get("exit_code") in (None, 0) or not answered(state):
+                raise
+
+
+class AgentHarness(vf.Harness):
+    """A harness running a CLI agent; subclasses name the package and write `script()`. See the module docs."""
+
+    config_type: ClassVar[type[HarnessConfig]] = AgentConfig
+    package_name: ClassVar[str] = ""
+    executable: ClassVar[str] = ""
+    default_version: ClassVar[str] = ""
+    default_env: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, config: AgentConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(config=config, **kwargs)
+        config_ = self.agent_config
+        if config_.program is not None:
+            raise vf.ConfigError(f"{type(self).__name__} builds its own program; leave 'program' unset")
+        package = self.npm_package()
+        sandbox = config_.sandbox or SandboxConfig()
+        host_install = package is not None and sandbox.backend == "local"
+        if package is None:
+            bin_dir = ""
+        elif host_install:
+            cache_root().mkdir(parents=True, exist_ok=True)
+            sandbox = sandbox.model_copy(update={"mounts": {**sandbox.mounts, MOUNT_POINT: str(cache_root())}})
+            bin_dir = package.bin_dir(MOUNT_POINT)
+        else:
+            sandbox = sandbox.model_copy(update={"packages": [*sandbox.packages, f"npm:{package.spec}"]})
+            bin_dir = f"{sandbox.workdir}/.v1/node/node_modules/.bin"
+        env = {**self.default_env, **config_.agent_env, "V1_PROMPT_FILE": PROMPT_FILE, "V1_SYSTEM_FILE": SYSTEM_FILE}
+        script = f'export PATH="{bin_dir}:$PATH"\n' if bin_dir else ""
+        program = ProgramConfig(
+            command=["sh", SCRIPT_FILE],
+            files={**config_.files, SCRIPT_FILE: script + self.script()},
+            env=env,
+            bindings={f"files.{PROMPT_FILE}": _prompt_binding, f"files.{SYSTEM_FILE}": _system_binding},
+            artifacts=config_.artifacts,
+        )
+        self.config = config_.model_copy(update={"program": program, "sandbox": sandbox})
+        self.program = AgentProgram(CommandProgram(program), package if host_install else None, config_.install_timeout)
+
+    @property
+    def agent_config(self) -> AgentConfig:
+        assert isinstance(self.config, AgentConfig)
+        return self.config
+
+    def npm_package(self) -> NpmPackage | None:
+        """The agent's pinned npm package (None: nothing to install)."""
+        if not self.package_name:
+            return None
+        return NpmPackage(self.package_name, self.agent_config.version or self.default_version, self.executable)
+
+    def script(self) -> str:
+        """The shell script that runs the agent once, non-interactively, on `$V1_PROMPT_FILE`."""
+        raise NotImplementedError
+
+    def extra_args(self) -> str:
+        """The config's `extra_args`, quoted for the script."""
+        return " ".join(shlex.quote(arg) for arg in self.agent_config.extra_args)
+
+
+def _prompt_binding(state: vf.State) -> str:
+    return prompt_text(state)
+
+
+def _system_binding(state: vf.State) -> str:
+    return system_text(state)
+
+
+__all__ = ["AgentConfig", "AgentHarness", "AgentProgram", "answered", "prompt_text", "system_text"]

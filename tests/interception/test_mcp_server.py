@@ -1,0 +1,75 @@
+"""The rollout's visible tools as an MCP server on the endpoint: the official MCP client lists and calls them with the
+rollout's key; other keys, methods and malformed messages are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+import v1 as vf
+from v1.testing import MockModelServer
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def secret_tool() -> str:
+    """Hidden from this task."""
+    return "hidden"
+
+
+async def probe(task: vf.Task, state: vf.State) -> None:
+    config = state.get_endpoint_config()
+    url = config["base_url"].removesuffix("/v1") + "/mcp"
+    auth = {"Authorization": f"Bearer {config['api_key']}"}
+    found: dict[str, Any] = {}
+    server = vf.MCPTool(url=url, headers=auth)
+    connection = server.connect()
+    try:
+        found["tools"] = sorted(tool.name for tool in await connection.start())
+        result = await connection.call("add", {"a": 2, "b": 3})
+        found["sum"] = [block.text for block in result.content]
+        hidden = await connection.call("secret_tool", {})
+        found["hidden"] = (hidden.is_error, hidden.content[0].text)
+    finally:
+        await connection.aclose()
+    async with httpx.AsyncClient() as http:
+        found["wrong_key"] = (await http.post(url, json={}, headers={"Authorization": "Bearer v1-nope"})).status_code
+        found["get"] = (await http.get(url, headers=auth)).status_code
+        bad = await http.post(url, content=b"{not json", headers=auth)
+        found["bad_json"] = (bad.status_code, bad.json()["error"]["code"])
+        note = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=auth)
+        found["notification"] = note.status_code
+        batch = [
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add", "arguments": "x"}},
+            {"not": "json-rpc"},
+        ]
+        answers = (await http.post(url, json=batch, headers=auth)).json()
+        found["batch"] = [answer.get("result", answer.get("error", {}).get("code")) for answer in answers]
+    state["probe"] = found
+
+
+async def test_official_mcp_client_lists_and_calls_the_rollouts_visible_tools() -> None:
+    with MockModelServer() as mock:
+        harness = vf.Harness(
+            program=probe,
+            client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
+            model="m",
+            toolsets=[vf.Toolset([add, secret_tool], name="maths")],
+        )
+        state = await harness.run({"prompt": "hi", "tools": {"hide": ["secret_tool"]}})
+    assert state["error"] is None, state["error"]
+    found = state["probe"]
+    assert found["tools"] == ["add"]
+    assert found["sum"] == ["5"]
+    assert found["hidden"] == (True, "unknown tool 'secret_tool'; available tools: add")
+    assert found["wrong_key"] == 401 and found["get"] == 405
+    assert found["bad_json"] == (400, -32700)
+    assert found["notification"] == 202
+    assert found["batch"] == [{}, -32601, -32602, -32600]
+    assert mock.requests == [] and state["trajectory"] == []
