@@ -1,7 +1,7 @@
 """`TrainConfig`: one TOML file describes a training run (``v1 train CONFIG.toml``, ``v1 sft CONFIG.toml``).
 
 Sections: ``[model]``, ``[env]``, ``[inference]``, ``[rollouts]``, ``[loss]``, ``[optim]``,
-``[eval]``, ``[sft]``, ``[wandb]`` and the run's own fields at the top level. Unknown fields
+``[eval]``, ``[sft]``, ``[wandb]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
 fail with their path, like every v1 config.
 """
 
@@ -145,6 +145,19 @@ class WandbConfig(Config):
     mode: Literal["online", "offline", "disabled"] = "online"
 
 
+class DistributedConfig(Config):
+    """Several training processes under ``torchrun`` (read only when torchrun's environment is set).
+
+    Args:
+        backend: ``auto`` is nccl on CUDA and gloo on CPU; ``nccl`` needs CUDA GPUs.
+        timeout_s: how long a collective may wait: the ranks other than 0 wait while rank 0
+            generates rollouts and evaluates, so this bounds a step's generation and an eval.
+    """
+
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    timeout_s: float = Field(3600.0, gt=0)
+
+
 class TrainConfig(Config):
     """A training run.
 
@@ -166,6 +179,7 @@ class TrainConfig(Config):
     eval: EvalSection
     sft: SFTSection
     wandb: WandbConfig
+    distributed: DistributedConfig
     output_dir: str = "outputs/train"
     max_steps: int = Field(100, ge=0)
     micro_batch_size: int = Field(16, ge=1)
@@ -180,6 +194,7 @@ class TrainConfig(Config):
 
 
 __all__ = [
+    "DistributedConfig",
     "EnvSection",
     "EvalSection",
     "InferenceConfig",
