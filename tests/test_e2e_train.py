@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,13 @@ async def test_torchrun_two_ranks_train_with_fsdp2_and_the_server_serves_the_gat
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "v1.train", str(toml), "--no-progress",
-            cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(process.communicate(), timeout=600)
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), timeout=600)
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers
+            raise
         assert process.returncode == 0, err.decode()[-3000:]
         # rank 0 reports once; the SFT warm-up and both steps reached the server from rank 0
         assert out.decode().count("v1 train: 2 steps") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,19 @@ from .fsdp_steps import MICRO_BATCH_SIZE, SHAPE, batch, new_trainer  # noqa: E40
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def torchrun(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 2 ARGS`` in its own session: on a timeout its workers are killed too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def test_two_ranks_train_the_same_weights_as_one_process_and_resume_from_the_gathered_checkpoint(tmp_path: Path) -> None:

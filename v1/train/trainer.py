@@ -167,7 +167,12 @@ class PolicyTrainer:
         return chunks + [[idle]] * (self._global_max(len(chunks)) - len(chunks))
 
     def train_step(self, samples: Sequence[Sample], *, sft: bool = False) -> dict[str, float]:
-        """One optimizer step on `samples` (this rank's share when distributed) and its statistics.
+        """One step on `samples` (this rank's share when distributed) and its statistics.
+
+        A step is `optim.updates_per_step` optimizer updates on the same samples (RL; SFT: one).
+        Every update's importance ratio is against the inference logprobs, so the clip bounds how
+        far the updates move from the policy that generated the samples. The statistics are the
+        first update's (the policy that generated the samples), with the tokens of all updates.
 
         Args:
             samples: token samples with loss masks, inference logprobs and advantages.
@@ -179,6 +184,23 @@ class PolicyTrainer:
         total_tokens, total_sequences = self._global_sum(
             float(sum(s.loss_tokens for s in samples)), float(sum(1 for s in samples if s.loss_tokens))
         )
+        updates = 1 if sft else self.optim_config.updates_per_step
+        stats = [self._update(samples, sft, total_tokens, total_sequences) for _ in range(updates)]
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        self.step += 1
+        seen = sum(update["trainer_tokens"] for update in stats)
+        elapsed = time.perf_counter() - started
+        return {
+            **stats[0],
+            "lr": lr,
+            "trainer_tokens": seen,
+            "trainer_tokens_per_s": seen / elapsed if elapsed > 0 else 0.0,
+            "train_time_s": elapsed,
+        }
+
+    def _update(self, samples: Sequence[Sample], sft: bool, total_tokens: float, total_sequences: float) -> dict[str, float]:
+        """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW."""
         sums = {"loss": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "mismatch_kl": 0.0, "tokens": 0.0}
         input_tokens = 0
         for chunk in self._micro_batches(samples):
@@ -220,9 +242,6 @@ class PolicyTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.scheduler.step()
-        self.step += 1
         loss_sum, entropy_sum, clipped, ratio_sum, kl_sum, mismatch, tokens, seen = self._global_sum(
             sums["loss"],
             sums["entropy"],
@@ -233,17 +252,13 @@ class PolicyTrainer:
             sums["tokens"],
             float(input_tokens),
         )
-        elapsed = time.perf_counter() - started
         per_token = max(tokens, 1.0)
         stats: dict[str, float] = {
             "loss": loss_sum,
             "entropy": entropy_sum / per_token,
             "grad_norm": float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm),
-            "lr": lr,
             "loss_tokens": tokens,
             "trainer_tokens": seen,
-            "trainer_tokens_per_s": seen / elapsed if elapsed > 0 else 0.0,
-            "train_time_s": elapsed,
         }
         if not sft:
             stats |= {
