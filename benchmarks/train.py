@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -75,6 +76,12 @@ def trainer_tokens_per_s(size: dict[str, int], samples: int, micro: int, complet
     return {"params": params, "tokens_per_step": samples * (24 + completion), "tokens_per_s": statistics.median(rates)}
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_recipe(path: str, seed: int) -> dict[str, float | None]:
     config = TrainConfig.load(path)
     with tempfile.TemporaryDirectory() as folder:
@@ -86,13 +93,18 @@ def run_recipe(path: str, seed: int) -> dict[str, float | None]:
                 "model": config.model.model_copy(update={"tiny": {**(config.model.tiny or {}), "seed": seed}}),
             }
         )
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), cpu_seconds()
         result = asyncio.run(train(config))
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
         lines = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
     return {
         "seed": seed,
         "wall_s": wall,
+        "cpu_s": cpu,
+        "rl_steps_s": sum(line["step_time_s"] for line in lines),
+        "train_s": sum(line["train_time_s"] for line in lines),
+        "groups_finished": sum(line["groups_finished"] for line in lines),
+        "filtered": sum(line["filtered_zero_variance"] for line in lines),
         "eval_before": result.eval_before,
         "eval_after": result.eval_after,
         "gain": (result.eval_after or 0.0) - (result.eval_before or 0.0),
@@ -127,7 +139,9 @@ def main() -> None:
             run = run_recipe(args.recipe, seed)
             figures["recipe"].append(run)  # type: ignore[attr-defined]
             print(
-                f"recipe seed {seed}: {run['wall_s']:.0f} s wall, held-out reward {run['eval_before']:.3f} -> {run['eval_after']:.3f} "
+                f"recipe seed {seed}: {run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU; RL steps {run['rl_steps_s']:.0f} s "
+                f"(trainer {run['train_s']:.0f} s, the rest generation), the rest SFT + evals; "
+                f"{run['groups_finished']} groups, {run['filtered']} filtered; held-out reward {run['eval_before']:.3f} -> {run['eval_after']:.3f} "
                 f"(+{run['gain']:.3f}), RSS step 1 {run['rss_mb_step_1']:.0f} MiB, last step {run['rss_mb_last_step']:.0f} MiB"
             )
     if args.json:

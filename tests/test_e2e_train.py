@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +21,8 @@ from v1.train.run import train  # noqa: E402
 from v1.train.trainer import token_logprobs  # noqa: E402
 from v1.train.weight_sync import save_weights  # noqa: E402
 
-RECIPE = Path(__file__).parent.parent / "configs" / "train" / "tiny_first_letter.toml"
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
 PROMPT = [{"role": "user", "content": "abc"}]
 
 
@@ -94,6 +99,65 @@ async def test_tiny_recipe_trains_syncs_weights_to_the_server_and_resumes(tmp_pa
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert json.loads((tmp_path / "checkpoints" / "step_3" / "run.json").read_text())["cursor"] >= run["cursor"]
     assert resumed.eval_before == summary["eval_before"]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+def write_toml(config: TrainConfig, path: Path) -> Path:
+    """`config` as a TOML file (top-level fields, then one table per section)."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    lines = [f"{key} = {toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    for section, fields in data.items():
+        if isinstance(fields, dict):
+            lines += [f"[{section}]", *(f"{key} = {toml_value(value)}" for key, value in fields.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_torchrun_two_ranks_train_with_fsdp2_and_the_server_serves_the_gathered_weights(tmp_path: Path) -> None:
+    config = TrainConfig.load(RECIPE)
+    model, tokenizer = build_tiny_model(config.model.tiny)
+    async with InferenceServer(model, tokenizer, model_name="tiny") as server:
+        toml = write_toml(few_steps(tmp_path, server.url, 2), tmp_path / "run.toml")
+        assert TrainConfig.load(toml) == few_steps(tmp_path, server.url, 2)
+        _, served_before = await served_logprobs(server)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "v1.train", str(toml), "--no-progress",
+            cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), timeout=600)
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers
+            raise
+        assert process.returncode == 0, err.decode()[-3000:]
+        # rank 0 reports once; the SFT warm-up and both steps reached the server from rank 0
+        assert out.decode().count("v1 train: 2 steps") == 1
+        assert server.weight_version == 3
+        ids_after, served_after = await served_logprobs(server)
+
+    start, end = (tmp_path / "checkpoints" / f"step_{step}" / "model" for step in (0, 2))
+    from transformers import AutoModelForCausalLM
+
+    start_model, end_model = (AutoModelForCausalLM.from_pretrained(path).eval() for path in (start, end))
+    assert any(not torch.equal(p, start_model.state_dict()[name]) for name, p in end_model.state_dict().items())
+    assert json.loads((end / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert served_after != served_before
+    assert served_after == pytest.approx(model_logprobs(end_model, ids_after, len(served_after)), abs=1e-3)
+    # the checkpoint the two ranks wrote (weights and optimizer gathered on rank 0) resumes in one process
+    resumed = await train(few_steps(tmp_path, None, 3), resume=True)
+    assert resumed.steps == 3
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
 def test_weights_folder_round_trip(tmp_path: Path) -> None:

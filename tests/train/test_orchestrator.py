@@ -125,6 +125,26 @@ async def test_resume_restarts_pending_positions_then_continues_the_data_order()
         assert sorted(order[:5]) == sorted(order[5:10])  # each epoch visits every row once, in its own order
 
 
+async def test_a_step_trains_on_what_it_has_once_max_groups_per_step_finished() -> None:
+    flips = itertools.cycle(["yes", "no"])
+
+    async def answer(request: MockRequest) -> Reply:
+        return Reply.text(next(flips) if request.last_user_text == "q0" else "yes")  # only q0's groups have variance
+
+    async with MockModelServer(answer) as mock:
+        client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+        config = RolloutsConfig(examples_per_step=3, rollouts_per_example=2, max_staleness=0, max_groups_per_step=4)
+        async with Orchestrator(env_with(), client, "m", config) as orchestrator:
+            for step in range(2):
+                batch = await orchestrator.next_batch()
+                # one row in six has variance: the step stops collecting after 4 finished groups, counted
+                assert 1 <= len(batch.groups) < 3
+                assert batch.counts.finished_groups >= 4
+                assert batch.counts.filtered_zero_variance >= batch.counts.finished_groups - len(batch.groups) - 1
+                assert all(group.example_id == 0 for group in batch.groups)
+                await orchestrator.set_version(step + 1)
+
+
 async def test_a_run_with_no_reward_variance_stops_with_a_clear_error() -> None:
     async with MockModelServer("no") as mock:
         client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import Any
 
 from rich.console import Console
@@ -60,13 +61,16 @@ def run_train(args: argparse.Namespace) -> int:
 
         transformers_logging.disable_progress_bar()  # one "Writing model shards" bar per checkpoint is noise here
 
-        result = asyncio.run(train(config, resume=args.resume, progress=not args.no_progress))
+        leader = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 shows progress
+        result = asyncio.run(train(config, resume=args.resume, progress=leader and not args.no_progress))
     except KeyboardInterrupt:
         errors.print("v1 train: interrupted; continue with --resume", markup=False, highlight=False)
         return EXIT_INTERRUPTED
     except (Error, ImportError) as exc:
         errors.print(f"v1 train: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
+    if result.rank != 0:
+        return 0
     before = "-" if result.eval_before is None else f"{result.eval_before:.3f}"
     after = "-" if result.eval_after is None else f"{result.eval_after:.3f}"
     console.print(

@@ -1,7 +1,7 @@
 """`TrainConfig`: one TOML file describes a training run (``v1 train CONFIG.toml``, ``v1 sft CONFIG.toml``).
 
 Sections: ``[model]``, ``[env]``, ``[inference]``, ``[rollouts]``, ``[loss]``, ``[optim]``,
-``[eval]``, ``[sft]``, ``[wandb]`` and the run's own fields at the top level. Unknown fields
+``[eval]``, ``[sft]``, ``[wandb]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
 fail with their path, like every v1 config.
 """
 
@@ -82,6 +82,10 @@ class RolloutsConfig(Config):
         max_concurrent: rollouts in flight.
         sampling_args: sampling args of training rollouts (the harness's are merged under them).
         filter_zero_variance: drop groups whose rewards are all equal (no gradient), counted.
+        max_groups_per_step: once this many groups finished while a step's batch is collected
+            (filtered ones included), the step trains on the groups it has (at least one) instead
+            of generating on: a policy that answers most groups all right or all wrong can't stall
+            a step. ``groups_trained`` and ``filtered_zero_variance`` count what happened. None: no cap.
         seed: the data order's seed (epoch e shuffles the rows with seed + e).
     """
 
@@ -91,11 +95,18 @@ class RolloutsConfig(Config):
     max_concurrent: int = Field(64, ge=1)
     sampling_args: dict[str, Any] = Field(default_factory=lambda: {"temperature": 1.0, "max_tokens": 64})
     filter_zero_variance: bool = True
+    max_groups_per_step: int | None = Field(None, ge=1)
     seed: int = 0
 
 
 class OptimConfig(Config):
-    """AdamW, gradient clipping and the learning-rate schedule (warmup, then constant / linear / cosine decay)."""
+    """AdamW, gradient clipping and the learning-rate schedule (warmup, then constant / linear / cosine decay).
+
+    Args:
+        updates_per_step: optimizer updates on each step's samples (GRPO's iterations per batch):
+            more learning per generated rollout, the clipped ratio keeping each update near the
+            policy that generated them. The schedule counts steps.
+    """
 
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -104,6 +115,7 @@ class OptimConfig(Config):
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    updates_per_step: int = Field(1, ge=1)
 
 
 class EvalSection(Config):
@@ -145,6 +157,19 @@ class WandbConfig(Config):
     mode: Literal["online", "offline", "disabled"] = "online"
 
 
+class DistributedConfig(Config):
+    """Several training processes under ``torchrun`` (read only when torchrun's environment is set).
+
+    Args:
+        backend: ``auto`` is nccl on CUDA and gloo on CPU; ``nccl`` needs CUDA GPUs.
+        timeout_s: how long a collective may wait: the ranks other than 0 wait while rank 0
+            generates rollouts and evaluates, so this bounds a step's generation and an eval.
+    """
+
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    timeout_s: float = Field(3600.0, gt=0)
+
+
 class TrainConfig(Config):
     """A training run.
 
@@ -166,6 +191,7 @@ class TrainConfig(Config):
     eval: EvalSection
     sft: SFTSection
     wandb: WandbConfig
+    distributed: DistributedConfig
     output_dir: str = "outputs/train"
     max_steps: int = Field(100, ge=0)
     micro_batch_size: int = Field(16, ge=1)
@@ -180,6 +206,7 @@ class TrainConfig(Config):
 
 
 __all__ = [
+    "DistributedConfig",
     "EnvSection",
     "EvalSection",
     "InferenceConfig",

@@ -10,6 +10,8 @@ remembers the policy version that generated it; a group older than k steps when 
 step comes is dropped and counted. Groups whose rewards are all equal carry no
 gradient (every advantage is 0): they are filtered and counted, never silently
 kept or hidden. Groups with a rollout that errored are filtered and counted too.
+With `max_groups_per_step`, a step whose collection has seen that many groups finish
+trains on the accepted groups it has, so filtering can't stall it.
 
 The data order is deterministic: epoch e visits the rows in the order
 `random.Random(seed + e)` shuffles them into; `checkpoint_state` records the next
@@ -238,8 +240,13 @@ class Orchestrator:
                     self._ready.append(group)
             self._changed.notify_all()
 
+    def _collection_capped(self, taken: int) -> bool:
+        cap = self.config.max_groups_per_step
+        return taken > 0 and cap is not None and self._counts.finished_groups >= cap
+
     async def next_batch(self) -> StepBatch:
-        """The next step's groups: `examples_per_step` accepted groups no staler than `max_staleness`.
+        """The next step's groups: `examples_per_step` accepted groups no staler than `max_staleness`
+        (fewer, at least one, once `max_groups_per_step` groups finished during the collection).
 
         Raises:
             Whatever a group's `run_group` raised (the run can't go on), or `ZeroVarianceError`.
@@ -248,9 +255,13 @@ class Orchestrator:
         taken: list[RolloutGroup] = []
         async with self._changed:
             while len(taken) < self.config.examples_per_step:
-                await self._changed.wait_for(lambda: bool(self._ready) or self._failure is not None)
+                await self._changed.wait_for(
+                    lambda: bool(self._ready) or self._failure is not None or self._collection_capped(len(taken))
+                )
                 if self._failure is not None:
                     raise self._failure
+                if not self._ready:
+                    break
                 group = self._ready.popleft()
                 if step - group.policy_version > self.config.max_staleness:
                     self._counts.dropped_stale += 1

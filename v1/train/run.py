@@ -6,6 +6,11 @@ through the environment's `run_group` while the trainer steps in a worker thread
 each step the new weights go to the server and the orchestrator learns the new
 version. Held-out evaluation runs through `Env.evaluate` on the same server before
 (the checkpoint RL starts from) and after training.
+
+Under ``torchrun`` (``torchrun --nproc-per-node N -m v1.train CONFIG``) the model is sharded
+with FSDP2 across the ranks; rank 0 does all of the above and sends every rank its share
+of each step's samples (`v1.train.ranks`); the others train on their share and wait for
+the next command.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import contextlib
 import copy
 import json
 import logging
-import random
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -33,9 +37,20 @@ from v1.train.batch import Sample, samples_from_states
 from v1.train.config import TrainConfig
 from v1.train.model import autocast_dtype, load_policy
 from v1.train.orchestrator import Orchestrator, StepBatch
-from v1.train.outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
+from v1.train.outputs import MetricsLog, latest_checkpoint, plot_metrics, read_metrics, write_json
+from v1.train.ranks import (
+    GatherCommand,
+    RankGroup,
+    RankWorker,
+    SaveCommand,
+    SFTCommand,
+    TrainCommand,
+    sft_batches,
+    share_samples,
+    under_torchrun,
+)
 from v1.train.sft import samples_from_answers, samples_from_results
-from v1.train.trainer import PolicyTrainer, current_rss_mb
+from v1.train.trainer import PolicyTrainer, current_rss_mb, shard_with_fsdp2
 from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
 
 logger = logging.getLogger(__name__)
@@ -48,7 +63,7 @@ StepCallback = Callable[[dict[str, Any]], None]
 
 @dataclass
 class TrainResult:
-    """What a run did: steps, held-out rewards before and after, where its outputs are."""
+    """What a run did: steps, held-out rewards before and after, where its outputs are (`rank` > 0: a torchrun rank that followed rank 0)."""
 
     output_dir: Path
     steps: int
@@ -57,13 +72,22 @@ class TrainResult:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     wall_time_s: float = 0.0
     sft_steps: int = 0
+    rank: int = 0
 
 
 @contextlib.asynccontextmanager
 async def inference_endpoint(
-    config: TrainConfig, model: Any, tokenizer: Any, output_dir: Path
+    config: TrainConfig, served: Any, tokenizer: Any, output_dir: Path
 ) -> AsyncIterator[tuple[str, WeightSync]]:
-    """The server rollouts use (the built-in one in this process unless `inference.base_url`) and its weight sync."""
+    """The server rollouts use and its weight sync.
+
+    Args:
+        config: the run (`inference.base_url` set: that server; else the built-in one here).
+        served: the built-in server's own copy of the model (generation never sees weights
+            mid-update); unused with `inference.base_url`.
+        tokenizer: the policy's tokenizer.
+        output_dir: where weights for an external server are written.
+    """
     inference = config.inference
     if inference.base_url is not None:
         folder = output_dir / "weights_for_server"
@@ -72,7 +96,6 @@ async def inference_endpoint(
         return
     if inference.weight_sync != "in_process":
         raise ConfigError(f"inference.weight_sync = {inference.weight_sync!r} needs inference.base_url (a running server)")
-    served = copy.deepcopy(model)  # the server's own copy: generation never sees weights mid-update
     async with InferenceServer(
         served, tokenizer, model_name=inference.model_name, max_batch_size=inference.max_batch_size
     ) as server:
@@ -93,18 +116,6 @@ def build_sft_samples(config: TrainConfig, env: Any, tokenizer: Any) -> list[Sam
     if data.endswith(".jsonl"):
         return samples_from_results(Path(data), config.sft.min_reward)
     return samples_from_answers(tokenizer, sft_rows(config, env))
-
-
-def run_sft_steps(
-    trainer: PolicyTrainer, samples: list[Sample], steps: int, batch_size: int, seed: int
-) -> list[dict[str, float]]:
-    """`steps` SFT steps on batches drawn (seeded) from `samples`."""
-    rng = random.Random(seed)
-    history = []
-    for _ in range(steps):
-        batch = rng.sample(samples, min(batch_size, len(samples)))
-        history.append(trainer.train_step(batch, sft=True))
-    return history
 
 
 def step_metrics(step: int, batch: StepBatch, stats: dict[str, float], counts: Any, window_s: float) -> dict[str, Any]:
@@ -149,17 +160,6 @@ async def evaluate(env: Any, config: TrainConfig, client: Any) -> float:
         sampling_args=dict(config.eval.sampling_args),
     )
     return float(result["metadata"]["avg_reward"])
-
-
-def save_checkpoint(
-    output_dir: Path, step: int, model: Any, tokenizer: Any, trainer: PolicyTrainer, run_state: dict[str, Any]
-) -> Path:
-    folder = checkpoint_dir(output_dir, step)
-    model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
-    trainer.save(folder)
-    write_json(folder / "run.json", {"step": step, **run_state})
-    return folder
 
 
 class Progress:
@@ -223,28 +223,38 @@ def finish_outputs(result: TrainResult) -> None:
 
 @dataclass
 class Prepared:
-    env: Any
-    model: Any
-    tokenizer: Any
-    trainer: PolicyTrainer
+    """One rank's part of a run; `env`, `served` and `metrics_log` only on rank 0."""
+
+    worker: RankWorker
     run_state: dict[str, Any]
-    output_dir: Path
     checkpoint: Path | None
-    metrics_log: MetricsLog
+    env: Any = None
+    served: Any = None
+    metrics_log: MetricsLog | None = None
 
 
-def prepare(config: TrainConfig, resume: bool) -> Prepared:
-    """Environment, model (from the latest checkpoint when resuming), trainer and metrics log."""
+def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -> Prepared:
+    """Model (from the latest checkpoint when resuming), sharded with FSDP2 across `group`, and trainer; on rank 0
+    also the environment, the built-in server's copy of the model and the metrics log."""
+    group = group or RankGroup.single()
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
-    env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
+    env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness) if group.is_leader else None
     checkpoint = latest_checkpoint(output_dir) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
     run_state: dict[str, Any] = json.loads((checkpoint / "run.json").read_text()) if checkpoint else {}
     model, tokenizer, device = load_policy(config.model, str(checkpoint / "model") if checkpoint else None)
     reference = copy.deepcopy(model).eval() if config.loss.kl_coef > 0 else None
+    served = copy.deepcopy(model) if group.is_leader and config.inference.base_url is None else None
+    mixed = autocast_dtype(config.model, device)
+    architectures = None
+    if group.distributed:
+        architectures = [type(model).__name__]
+        model = shard_with_fsdp2(model, bf16=mixed is torch.bfloat16)
+        reference = shard_with_fsdp2(reference, bf16=mixed is torch.bfloat16) if reference is not None else None
+        mixed = None  # FSDP2's mixed-precision policy casts instead of autocast
     trainer = PolicyTrainer(
         model,
         config.loss,
@@ -253,12 +263,16 @@ def prepare(config: TrainConfig, resume: bool) -> Prepared:
         micro_batch_size=config.micro_batch_size,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
         ref_model=reference,
-        autocast_dtype=autocast_dtype(config.model, device),
+        autocast_dtype=mixed,
     )
     if checkpoint:
         trainer.load(checkpoint)
-    metrics_log = MetricsLog(output_dir / "metrics.jsonl", keep_lines=run_state.get("metrics_lines") if checkpoint else None)
-    return Prepared(env, model, tokenizer, trainer, run_state, output_dir, checkpoint, metrics_log)
+    metrics_log = None
+    if group.is_leader:
+        keep = run_state.get("metrics_lines") if checkpoint else None
+        metrics_log = MetricsLog(output_dir / "metrics.jsonl", keep_lines=keep)
+    worker = RankWorker(config, model, tokenizer, trainer, output_dir, group.rank, architectures)
+    return Prepared(worker, run_state, checkpoint, env, served, metrics_log)
 
 
 async def train(
@@ -266,25 +280,43 @@ async def train(
 ) -> TrainResult:
     """Run RL training as `config` says (see the module docs); returns what it did.
 
+    Under torchrun every rank calls this; rank 0's result has the run's figures, the other
+    ranks' only the step count.
+
     Args:
         config: the run.
         resume: continue from the latest checkpoint in `output_dir` (step count, optimizer,
             data order and metrics log restored).
-        progress: show a live progress bar.
-        on_step: called with each step's metrics.
+        progress: show a live progress bar (rank 0).
+        on_step: called with each step's metrics (rank 0).
     """
     started = time.time()
-    prepared = await asyncio.to_thread(prepare, config, resume)
-    env, model, tokenizer, trainer, run_state = (
-        prepared.env,
-        prepared.model,
-        prepared.tokenizer,
-        prepared.trainer,
-        prepared.run_state,
-    )
-    output_dir, checkpoint = prepared.output_dir, prepared.checkpoint
-    result = TrainResult(output_dir, trainer.step, eval_before=run_state.get("eval_before"))
+    group = await asyncio.to_thread(RankGroup.start, config.distributed)
+    try:
+        prepared = await asyncio.to_thread(prepare, config, resume, group)
+        if not group.is_leader:
+            await asyncio.to_thread(group.follow, prepared.worker)
+            trainer = prepared.worker.trainer
+            return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
+        return await lead(config, prepared, group, progress, on_step, started)
+    finally:
+        group.close()
+
+
+async def lead(
+    config: TrainConfig,
+    prepared: Prepared,
+    group: RankGroup,
+    progress: bool,
+    on_step: StepCallback | None,
+    started: float,
+) -> TrainResult:
+    """Rank 0's run (the only rank of a one-process run): rollouts, evals, outputs; the ranks' work through `group`."""
+    worker, env, run_state, checkpoint = prepared.worker, prepared.env, prepared.run_state, prepared.checkpoint
+    trainer, output_dir, tokenizer = worker.trainer, worker.output_dir, worker.tokenizer
     metrics_log = prepared.metrics_log
+    assert metrics_log is not None
+    result = TrainResult(output_dir, trainer.step, eval_before=run_state.get("eval_before"))
     wandb_run = None
     if config.wandb.enabled:
         import wandb
@@ -292,37 +324,34 @@ async def train(
         wandb_run = wandb.init(
             project=config.wandb.project, name=config.wandb.name, mode=config.wandb.mode, config=config.model_dump(mode="json")
         )
+
+    async def on_ranks(commands: list[Any]) -> Any:
+        return await asyncio.to_thread(group.run, commands, worker)
+
     bar = Progress(progress, config.max_steps, trainer.step)
+    failed = True
     try:
-        async with inference_endpoint(config, model, tokenizer, output_dir) as (url, sync):
+        async with inference_endpoint(config, prepared.served, tokenizer, output_dir) as (url, sync):
             client = config.inference.client_config(url)
             if checkpoint is None:
                 if config.sft.warmup:
-                    samples = build_sft_samples(config, env, tokenizer)
-                    sft_trainer = PolicyTrainer(
-                        model, config.loss, config.optim.model_copy(update={"lr": config.sft.lr, "warmup_steps": 0, "schedule": "constant"}),
-                        max_steps=config.sft.steps, micro_batch_size=config.micro_batch_size, pad_id=trainer.pad_id,
-                    )  # fmt: skip
-                    history = await asyncio.to_thread(
-                        run_sft_steps, sft_trainer, samples, config.sft.steps, config.sft.batch_size, config.seed
+                    batches = sft_batches(
+                        build_sft_samples(config, env, tokenizer), config.sft.steps, config.sft.batch_size, config.seed
+                    )
+                    shares = [share_samples(batch, group.world_size) for batch in batches]
+                    history, weights = await on_ranks(
+                        [SFTCommand([share[rank] for share in shares]) for rank in range(group.world_size)]
                     )
                     result.sft_steps = len(history)
                     bar.message(f"sft warm-up: {len(history)} steps, loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}")
-                    await sync.push(trainer.full_state_dict(), 0)
-                    del sft_trainer
+                    await sync.push(weights, 0)
                 if config.eval.at_start:
                     result.eval_before = await evaluate(env, config, client)
                     bar.message(f"held-out eval before RL: reward {result.eval_before:.3f}")
-                save_checkpoint(
-                    output_dir,
-                    0,
-                    model,
-                    tokenizer,
-                    trainer,
-                    {"cursor": 0, "pending": [], "metrics_lines": 0, "eval_before": result.eval_before},
-                )
+                run_start = {"cursor": 0, "pending": [], "metrics_lines": 0, "eval_before": result.eval_before}
+                await on_ranks([SaveCommand(0, run_start)] * group.world_size)
             elif trainer.step > 0 or run_state.get("step", 0) > 0:
-                await sync.push(trainer.full_state_dict(), trainer.step)
+                await sync.push(await on_ranks([GatherCommand()] * group.world_size), trainer.step)
             sampling_args = {**config.rollouts.sampling_args, **TOKEN_SAMPLING_ARGS}
             rollouts = config.rollouts.model_copy(update={"sampling_args": sampling_args})
             orchestrator = Orchestrator(
@@ -333,15 +362,17 @@ async def train(
                 window_start = time.perf_counter()
                 while trainer.step < config.max_steps:
                     batch = await orchestrator.next_batch()
-                    states = [state for group in batch.groups for state in group.states]
+                    states = [state for group_ in batch.groups for state in group_.states]
                     built = samples_from_states(states, config.max_seq_len)
                     if not built.samples:
                         raise ConfigError(
                             "no rollout of this step has token ids: the server must return them "
                             "(inference.client_type openai_chat_completions_token or renderer, or a server honouring return_token_ids)"
                         )
-                    stats = await asyncio.to_thread(trainer.train_step, built.samples)
-                    await sync.push(await asyncio.to_thread(trainer.full_state_dict), trainer.step)
+                    stats, weights = await on_ranks(
+                        [TrainCommand(share) for share in share_samples(built.samples, group.world_size)]
+                    )
+                    await sync.push(weights, trainer.step)
                     await orchestrator.set_version(trainer.step)
                     now = time.perf_counter()
                     metrics = step_metrics(batch.step, batch, stats, built.counts, now - window_start)
@@ -355,25 +386,31 @@ async def train(
                         on_step(metrics)
                     every = config.checkpoint_every
                     if trainer.step == config.max_steps or (every and trainer.step % every == 0):
-                        await asyncio.to_thread(
-                            save_checkpoint, output_dir, trainer.step, model, tokenizer, trainer,
-                            {**orchestrator.checkpoint_state(), "metrics_lines": metrics_log.lines, "eval_before": result.eval_before},
-                        )  # fmt: skip
+                        run_now = {
+                            **orchestrator.checkpoint_state(),
+                            "metrics_lines": metrics_log.lines,
+                            "eval_before": result.eval_before,
+                        }
+                        await on_ranks([SaveCommand(trainer.step, run_now)] * group.world_size)
             result.steps = trainer.step
             if config.eval.at_end:
                 result.eval_after = await evaluate(env, config, client)
                 bar.message(f"held-out eval after RL: reward {result.eval_after:.3f}")
+        failed = False
     finally:
         bar.close()
         if wandb_run is not None:
             wandb_run.finish()
+        await asyncio.to_thread(group.stop, worker, failed)
     result.wall_time_s = time.time() - started
     await asyncio.to_thread(finish_outputs, result)
     return result
 
 
 def run_sft(config: TrainConfig) -> TrainResult:
-    """Supervised fine-tuning (`config.sft`) with the RL masking; saves ``output_dir/sft/model``."""
+    """Supervised fine-tuning (`config.sft`) with the RL masking; saves ``output_dir/sft/model`` (one process)."""
+    if under_torchrun():
+        raise ConfigError("v1 sft runs in one process; torchrun is for v1 train")
     started = time.time()
     output_dir = Path(config.output_dir)
     torch.manual_seed(config.seed)
@@ -390,7 +427,10 @@ def run_sft(config: TrainConfig) -> TrainResult:
         autocast_dtype=autocast_dtype(config.model, device),
     )
     log = MetricsLog(output_dir / "sft_metrics.jsonl")
-    history = run_sft_steps(trainer, samples, config.sft.steps, config.sft.batch_size, config.seed)
+    history = [
+        trainer.train_step(batch, sft=True)
+        for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)
+    ]
     for step, stats in enumerate(history, 1):
         log.write({"step": step, **stats})
     model.save_pretrained(output_dir / "sft" / "model")
@@ -405,6 +445,7 @@ __all__ = [
     "evaluate",
     "finish_outputs",
     "inference_endpoint",
+    "lead",
     "prepare",
     "run_sft",
     "step_metrics",

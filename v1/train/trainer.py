@@ -6,9 +6,13 @@ sequence count, so accumulation does not change the gradient), and back-propagat
 the gradient norm is clipped, AdamW steps, and the learning-rate schedule advances.
 Statistics are detached Python floats: nothing of a step's graph outlives it.
 
-On several GPUs (``torchrun``), each rank trains on its share of the samples and the model
-is sharded with FSDP2 (`fully_shard` per decoder layer); the step's token counts are summed
-across ranks so normalisation stays global.
+Under ``torchrun`` each rank trains on its share of the step's samples and the model is
+sharded with FSDP2 (`fully_shard` per decoder layer). The step's token and sequence counts
+are summed across ranks, so each rank's loss is already its part of the whole step's loss:
+gradients are therefore summed across ranks (not averaged), and a step on N ranks gives
+the gradient one process would compute on all the samples. Every rank runs the same
+number of forward/backward passes (FSDP's collectives pair up): a rank with fewer
+micro-batches runs passes on a padding sample that carries no loss.
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from v1.train.batch import Sample, collate, micro_batches
 from v1.train.config import OptimConfig
@@ -65,14 +76,21 @@ def is_distributed() -> bool:
 
 
 def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
-    """Shard `model` with FSDP2: each decoder layer, then the root (parameters bf16, reductions fp32 when `bf16`)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    """Shard `model` with FSDP2 across the default process group: each decoder layer, then the root.
 
+    Parameters are bf16 and reductions fp32 when `bf16`. Gradients are summed across ranks
+    (divide factor 1, sum reductions: gloo has no pre-multiplied sum), because the trainer's
+    loss is normalised by the whole step's counts.
+    """
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     layers = getattr(getattr(model, "model", model), "layers", [])
     for layer in layers:
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
     return model
 
 
@@ -135,8 +153,26 @@ class PolicyTrainer:
         dist.all_reduce(tensor)
         return tensor.tolist()
 
+    def _global_max(self, value: int) -> int:
+        if not is_distributed():
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def _micro_batches(self, samples: Sequence[Sample]) -> list[list[Sample]]:
+        """This rank's micro-batches, padded with loss-free ones to the most any rank has."""
+        chunks = micro_batches(samples, self.micro_batch_size)
+        idle = Sample([self.pad_id, self.pad_id], [0, 0], [0.0, 0.0], [0.0, 0.0])
+        return chunks + [[idle]] * (self._global_max(len(chunks)) - len(chunks))
+
     def train_step(self, samples: Sequence[Sample], *, sft: bool = False) -> dict[str, float]:
-        """One optimizer step on `samples` (this rank's share when distributed) and its statistics.
+        """One step on `samples` (this rank's share when distributed) and its statistics.
+
+        A step is `optim.updates_per_step` optimizer updates on the same samples (RL; SFT: one).
+        Every update's importance ratio is against the inference logprobs, so the clip bounds how
+        far the updates move from the policy that generated the samples. The statistics are the
+        first update's (the policy that generated the samples), with the tokens of all updates.
 
         Args:
             samples: token samples with loss masks, inference logprobs and advantages.
@@ -148,11 +184,28 @@ class PolicyTrainer:
         total_tokens, total_sequences = self._global_sum(
             float(sum(s.loss_tokens for s in samples)), float(sum(1 for s in samples if s.loss_tokens))
         )
+        updates = 1 if sft else self.optim_config.updates_per_step
+        stats = [self._update(samples, sft, total_tokens, total_sequences) for _ in range(updates)]
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        self.step += 1
+        seen = sum(update["trainer_tokens"] for update in stats)
+        elapsed = time.perf_counter() - started
+        return {
+            **stats[0],
+            "lr": lr,
+            "trainer_tokens": seen,
+            "trainer_tokens_per_s": seen / elapsed if elapsed > 0 else 0.0,
+            "train_time_s": elapsed,
+        }
+
+    def _update(self, samples: Sequence[Sample], sft: bool, total_tokens: float, total_sequences: float) -> dict[str, float]:
+        """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW."""
         sums = {"loss": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "mismatch_kl": 0.0, "tokens": 0.0}
         input_tokens = 0
-        for chunk in micro_batches(samples, self.micro_batch_size):
+        for chunk in self._micro_batches(samples):
             batch = collate(chunk, self.pad_id).to(self.device)
-            input_tokens += batch.num_tokens
+            input_tokens += batch.num_tokens if chunk[0].loss_tokens else 0
             with self._autocast():
                 logprobs, entropy = token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.targets)
                 ref_logprobs = None
@@ -189,9 +242,6 @@ class PolicyTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.scheduler.step()
-        self.step += 1
         loss_sum, entropy_sum, clipped, ratio_sum, kl_sum, mismatch, tokens, seen = self._global_sum(
             sums["loss"],
             sums["entropy"],
@@ -202,17 +252,13 @@ class PolicyTrainer:
             sums["tokens"],
             float(input_tokens),
         )
-        elapsed = time.perf_counter() - started
         per_token = max(tokens, 1.0)
         stats: dict[str, float] = {
             "loss": loss_sum,
             "entropy": entropy_sum / per_token,
             "grad_norm": float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm),
-            "lr": lr,
             "loss_tokens": tokens,
             "trainer_tokens": seen,
-            "trainer_tokens_per_s": seen / elapsed if elapsed > 0 else 0.0,
-            "train_time_s": elapsed,
         }
         if not sft:
             stats |= {
@@ -224,26 +270,36 @@ class PolicyTrainer:
         return stats
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight, gathered (FSDP2) and detached on the CPU: what a weight sync sends."""
-        if is_distributed():
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        """Every weight, detached on the CPU: what a weight sync sends.
 
+        Under FSDP2 this is a collective (every rank must call it) and only rank 0 gets the
+        gathered weights; the other ranks get an empty dict.
+        """
+        if is_distributed():
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
 
     def save(self, folder: Path) -> None:
-        """The optimizer and schedule state (the model is saved by the caller, with its tokenizer)."""
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step},
-            folder / "trainer.pt",
+        """The optimizer and schedule state (the model is saved by the caller, with its tokenizer).
+
+        The optimizer state is keyed by parameter name and gathered whole, so a checkpoint
+        written by one process resumes under torchrun and the other way round. Under FSDP2
+        this is a collective; rank 0 writes the file.
+        """
+        optimizer = get_optimizer_state_dict(
+            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
+        if is_distributed() and dist.get_rank() != 0:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "step": self.step}, folder / "trainer.pt")
 
     def load(self, folder: Path) -> None:
-        """Restore what `save` wrote (the model's weights must already be loaded)."""
-        state = torch.load(folder / "trainer.pt", map_location=self.device, weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file)."""
+        state = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=False)
+        options = StateDictOptions(full_state_dict=True) if is_distributed() else None
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
 

@@ -1,0 +1,257 @@
+"""The ranks of a training run: one process, or several under ``torchrun`` with FSDP2.
+
+Rank 0 leads: it runs the orchestrator (and the built-in inference server, or talks to
+an external one), evaluates, and writes the outputs. Every rank holds a shard of the
+model and trains on its share of each step's samples. The ranks stay in step through
+commands: before each operation that needs every rank (an SFT warm-up, a train step,
+gathering the weights, a checkpoint), rank 0 scatters one command per rank (each with
+that rank's share of the samples) over a gloo group, then runs its own; the other ranks
+wait for their command, run it, and wait for the next until rank 0 says stop. One
+process is the same code with a group of one, where scattering is a no-op.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from v1.errors import ConfigError, Error
+from v1.train.batch import Sample
+from v1.train.config import DistributedConfig, TrainConfig
+from v1.train.outputs import checkpoint_dir, write_json
+from v1.train.trainer import PolicyTrainer, is_distributed
+
+TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+"""The environment ``torchrun`` sets for each process; their presence means a multi-process run."""
+
+
+class LeaderFailed(Error):
+    """Raised on the ranks other than 0 when rank 0 stopped the run because it failed."""
+
+
+def under_torchrun() -> bool:
+    """Whether this process was started by ``torchrun`` (its rank variables are set)."""
+    return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+def backend_for(config: DistributedConfig) -> str:
+    """The process group's backend: nccl on CUDA, gloo on CPU (``auto``), or the configured one.
+
+    Raises:
+        ConfigError: nccl without a CUDA GPU.
+    """
+    if config.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("distributed.backend = 'nccl' needs CUDA GPUs; use 'gloo' or 'auto' on CPU")
+    if config.backend != "auto":
+        return config.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def share_samples(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]:
+    """`samples` split into `ranks` shares of about equal token counts (longest first, each to the lightest share)."""
+    shares: list[list[Sample]] = [[] for _ in range(ranks)]
+    loads = [0] * ranks
+    for sample in sorted(samples, key=lambda item: len(item.input_ids), reverse=True):
+        lightest = loads.index(min(loads))
+        shares[lightest].append(sample)
+        loads[lightest] += len(sample.input_ids)
+    return shares
+
+
+def sft_batches(samples: Sequence[Sample], steps: int, batch_size: int, seed: int) -> list[list[Sample]]:
+    """The batches of `steps` SFT steps, drawn (seeded) from `samples`."""
+    rng = random.Random(seed)
+    return [rng.sample(list(samples), min(batch_size, len(samples))) for _ in range(steps)]
+
+
+@dataclass
+class RankWorker:
+    """What each rank holds and does: its trainer (over its shard of the model) and the run's config."""
+
+    config: TrainConfig
+    model: Any
+    tokenizer: Any
+    trainer: PolicyTrainer
+    output_dir: Path
+    rank: int = 0
+    architectures: list[str] | None = None
+
+    def sft(self, batches: list[list[Sample]]) -> list[dict[str, float]]:
+        """SFT warm-up steps on this rank's share of each batch, with their own optimizer (the RL one is untouched)."""
+        config = self.config
+        optim = config.optim.model_copy(update={"lr": config.sft.lr, "warmup_steps": 0, "schedule": "constant"})
+        warmup = PolicyTrainer(
+            self.model, config.loss, optim, max_steps=len(batches), micro_batch_size=config.micro_batch_size,
+            pad_id=self.trainer.pad_id, autocast_dtype=self.trainer.autocast_dtype,
+        )  # fmt: skip
+        return [warmup.train_step(batch, sft=True) for batch in batches]
+
+    def save(self, step: int, run_state: dict[str, Any]) -> Path:
+        """Checkpoint `step` (a collective under FSDP2): rank 0 writes the model, the trainer state and ``run.json``."""
+        folder = checkpoint_dir(self.output_dir, step)
+        weights = self.trainer.full_state_dict() if is_distributed() else None
+        self.trainer.save(folder)
+        if self.rank == 0:
+            self.model.save_pretrained(folder / "model", state_dict=weights)
+            if weights is not None and self.architectures is not None:
+                # a sharded model's class is FSDP's subclass: record the model's own class name
+                self.model.config.architectures = self.architectures
+                self.model.config.save_pretrained(folder / "model")
+            self.tokenizer.save_pretrained(folder / "model")
+            write_json(folder / "run.json", {"step": step, **run_state})
+        return folder
+
+
+class Command(Protocol):
+    def apply(self, worker: RankWorker) -> Any:
+        """Run this rank's part; rank 0 gets the result."""
+        ...
+
+
+@dataclass
+class SFTCommand:
+    batches: list[list[Sample]]
+
+    def apply(self, worker: RankWorker) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
+        history = worker.sft(self.batches)
+        return history, worker.trainer.full_state_dict()
+
+
+@dataclass
+class TrainCommand:
+    samples: list[Sample]
+
+    def apply(self, worker: RankWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        stats = worker.trainer.train_step(self.samples)
+        return stats, worker.trainer.full_state_dict()
+
+
+@dataclass
+class GatherCommand:
+    def apply(self, worker: RankWorker) -> dict[str, torch.Tensor]:
+        return worker.trainer.full_state_dict()
+
+
+@dataclass
+class SaveCommand:
+    step: int
+    run_state: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, worker: RankWorker) -> Path:
+        return worker.save(self.step, self.run_state)
+
+
+@dataclass
+class StopCommand:
+    failed: bool = False
+
+    def apply(self, worker: RankWorker) -> None:
+        return None
+
+
+class RankGroup:
+    """This process's place in the run: rank, world size, and the command channel from rank 0.
+
+    Build it with `RankGroup.start` (joins torchrun's process group when torchrun started this
+    process) or `RankGroup.single()`; `close` leaves the group.
+    """
+
+    def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, control: Any = None) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.control = control
+
+    @classmethod
+    def single(cls) -> RankGroup:
+        return cls()
+
+    @classmethod
+    def start(cls, config: DistributedConfig) -> RankGroup:
+        """Join torchrun's process group (nccl or gloo) when this process runs under torchrun, else a group of one.
+
+        Raises:
+            ConfigError: a bad backend for this machine, or torchrun's variables are not integers.
+        """
+        if not under_torchrun():
+            return cls.single()
+        backend = backend_for(config)
+        try:
+            rank, world_size, local_rank = (int(os.environ[name]) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+        except ValueError:
+            raise ConfigError("torchrun's RANK, WORLD_SIZE and LOCAL_RANK must be integers") from None
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        timeout = datetime.timedelta(seconds=config.timeout_s)
+        dist.init_process_group(backend, timeout=timeout)
+        # commands go over gloo: the other ranks wait on it while rank 0 generates, without tying up a GPU stream
+        control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+        return cls(rank, world_size, local_rank, control)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.control is not None
+
+    def run(self, commands: Sequence[Command], worker: RankWorker) -> Any:
+        """Rank 0: send each rank its command (one per rank), then run its own and return the result."""
+        if self.distributed:
+            dist.scatter_object_list([None], list(commands), src=0, group=self.control)
+        return commands[0].apply(worker)
+
+    def run_all(self, command: Command, worker: RankWorker) -> Any:
+        """Rank 0: the same command on every rank."""
+        return self.run([command] * self.world_size, worker)
+
+    def follow(self, worker: RankWorker) -> None:
+        """Ranks other than 0: run rank 0's commands until it says stop.
+
+        Raises:
+            LeaderFailed: rank 0 stopped because it failed.
+        """
+        while True:
+            received: list[Any] = [None]
+            dist.scatter_object_list(received, None, src=0, group=self.control)
+            command = received[0]
+            if isinstance(command, StopCommand):
+                if command.failed:
+                    raise LeaderFailed(f"rank {self.rank}: rank 0 stopped the run after an error (see its output)")
+                return
+            command.apply(worker)
+
+    def stop(self, worker: RankWorker, failed: bool = False) -> None:
+        """Rank 0: tell the other ranks the run is over."""
+        if self.distributed:
+            self.run_all(StopCommand(failed), worker)
+
+    def close(self) -> None:
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+__all__ = [
+    "TORCHRUN_VARIABLES",
+    "GatherCommand",
+    "LeaderFailed",
+    "RankGroup",
+    "RankWorker",
+    "SFTCommand",
+    "SaveCommand",
+    "StopCommand",
+    "TrainCommand",
+    "backend_for",
+    "sft_batches",
+    "share_samples",
+    "under_torchrun",
+]
