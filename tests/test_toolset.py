@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import v1
-from v1.tool_function import ToolFunction, render_tool_result
+from v1._tool_function import ToolFunction, render_tool_result
 from v1.toolset import merge_toolsets
 
 

@@ -20,15 +20,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1 import loop_scope
+from v1 import _loop_scope as loop_scope
+from v1._provenance import version_info
+from v1._scheduling import RolloutLimiter, Unit, plan_units, run_units
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
 from v1.errors import ConfigError, error_class
 from v1.harness import Harness
-from v1.provenance import version_info
 from v1.results import EvalSummary, ResultsWriter, RolloutKey
-from v1.scheduling import RolloutLimiter, Unit, plan_units, run_units
 from v1.state import State, upstream
 from v1.task import Task, thaw
 from v1.taskset import Taskset

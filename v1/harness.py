@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from v1._scoring import score_group, score_rollout
+from v1._toolbox import RolloutToolbox
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, HarnessConfig
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
@@ -25,11 +27,9 @@ from v1.programs import Program, resolve_program
 from v1.programs.spec import merge_program, merge_sandbox, program_sandbox
 from v1.sandbox.backend import EndpointTarget
 from v1.sandbox.scopes import RolloutSandboxes, SandboxScopes
-from v1.scoring import score_group, score_rollout
 from v1.state import State, upstream
 from v1.task import Task, thaw
 from v1.taskset import Taskset
-from v1.toolbox import RolloutToolbox
 from v1.toolset import Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
 from v1.user import User, resolve_user

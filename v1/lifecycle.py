@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from v1.calling import call_user_code
+from v1._calling import call_user_code
 from v1.config import HandlerConfig, resolve_callable
 from v1.errors import ConfigError
 

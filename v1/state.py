@@ -27,12 +27,12 @@ from v1.task import Task
 from v1.types import RolloutTiming
 
 if TYPE_CHECKING:
+    from v1._toolbox import RolloutToolbox
     from v1.clients.base import Client
     from v1.interception.sdk import EndpointPools
     from v1.interception.session import RolloutSession
     from v1.sandbox.backend import Sandbox
     from v1.sandbox.scopes import RolloutSandboxes
-    from v1.toolbox import RolloutToolbox
     from v1.toolset import Toolset
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})

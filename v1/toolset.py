@@ -1,8 +1,8 @@
 """`Toolset`: the tools of a task's action space, and what they privately depend on.
 
-A toolset holds Python callables (`ToolFunction`, v1/tool_function.py) and MCP servers
-(`MCPTool`). `bindings` (v1/bindings.py) fill hidden arguments the model never sees;
-`objects` are private factories built lazily once per scope (v1/scopes.py: `rollout`,
+A toolset holds Python callables (`ToolFunction`, v1/_tool_function.py) and MCP servers
+(`MCPTool`). `bindings` (v1/_bindings.py) fill hidden arguments the model never sees;
+`objects` are private factories built lazily once per scope (v1/_scopes.py: `rollout`,
 `group`, `global`) and closed exactly once when the scope ends. `BoundTool` is one tool
 bound to one rollout.
 """
@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from v1.bindings import Binding, BindingContext
-from v1.calling import call_user_code
-from v1.config import MCPToolConfig, SandboxConfig, ToolScope, ToolsetConfig, resolve_callable
-from v1.errors import ConfigError, NotSupportedError
-from v1.lifecycle import Handler, owned_handlers
-from v1.mcp import MCPConnection, MCPTool, ToolContent, mcp_result_content, mcp_result_value
-from v1.scopes import ScopedOwner, build_object_factories
-from v1.tool_function import (
+from v1._bindings import Binding, BindingContext
+from v1._calling import call_user_code
+from v1._scopes import ScopedOwner, build_object_factories
+from v1._tool_function import (
     ToolFunction,
     default_error_formatter,
     invalid_arguments_message,
     parse_tool_arguments,
     render_tool_result,
 )
+from v1.config import MCPToolConfig, SandboxConfig, ToolScope, ToolsetConfig, resolve_callable
+from v1.errors import ConfigError, NotSupportedError
+from v1.lifecycle import Handler, owned_handlers
+from v1.mcp import MCPConnection, MCPTool, ToolContent, mcp_result_content, mcp_result_value
 from v1.types import Tool
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1.bindings import Binding, BindingContext
-from v1.calling import call_user_code
+from v1._bindings import Binding, BindingContext
+from v1._calling import call_user_code
+from v1._scopes import ScopedOwner, build_object_factories
 from v1.config import ToolScope, UserConfig, resolve_callable
 from v1.errors import ConfigError
-from v1.scopes import ScopedOwner, build_object_factories
 from v1.toolset import rollout_sandbox, sandbox_setting
 
 if TYPE_CHECKING:

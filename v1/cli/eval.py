@@ -34,7 +34,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from rich.console import Console
 
-from v1 import loop_scope
+from v1 import _loop_scope as loop_scope
 from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.clients.endpoints import client_config_for, load_endpoints

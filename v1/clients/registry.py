@@ -7,7 +7,8 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from v1.calling import is_async_callable
+from v1._calling import is_async_callable
+from v1._loop_scope import loop_scope
 from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
 from v1.clients.http import is_async_openai
@@ -19,7 +20,6 @@ from v1.clients.openai_responses import OpenAIResponsesClient
 from v1.clients.renderer import RendererClient
 from v1.config import ClientConfig
 from v1.errors import ConfigError, NotSupportedError
-from v1.loop_scope import loop_scope
 from v1.types import Response, ResponseDelta
 
 CLIENT_TYPES: dict[str, type[Client[Any, Any, Any, Any]]] = {

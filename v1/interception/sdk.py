@@ -7,8 +7,8 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
+from v1._loop_scope import loop_scope
 from v1.clients.http import anthropic_async_client_class, async_client_class, async_http_client, http_library, sync_http_client
-from v1.loop_scope import loop_scope
 
 if TYPE_CHECKING:
     import anthropic

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from v1._loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import mcp_server, messages
@@ -32,7 +33,6 @@ from v1.interception.exchange import Answer, BodyTooLarge, Exchange
 from v1.interception.in_process import InProcessTransport, register, unregister
 from v1.interception.sdk import EndpointPools, in_process_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
-from v1.loop_scope import loop_scope
 from v1.state import EndpointAccess, upstream
 from v1.types import Response
 

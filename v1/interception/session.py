@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.calling import endpoint_calls
+from v1._calling import endpoint_calls
+from v1._single_flight import SingleFlight
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.single_flight import SingleFlight
 from v1.state import upstream
 from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from v1.bindings import Binding, BindingContext
+from v1._bindings import Binding, BindingContext
 from v1.config import ProgramConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
 from v1.programs.artifacts import collect_artifacts, declared_artifacts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.calling import call_user_code
+from v1._calling import call_user_code
 
 if TYPE_CHECKING:
     from v1.state import State

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from v1.calling import call_user_code
+from v1._calling import call_user_code
 from v1.errors import ConfigError, ToolError
 
 if TYPE_CHECKING:
-    from v1.scopes import Scope
+    from v1._scopes import Scope
     from v1.state import State
     from v1.task import Task
     from v1.toolset import BoundTool

@@ -18,7 +18,7 @@ from typing import Any
 import docstring_parser
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from v1.calling import call_user_code
+from v1._calling import call_user_code
 from v1.errors import ConfigError
 from v1.types import Tool
 

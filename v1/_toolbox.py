@@ -13,14 +13,14 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1.bindings import BindingContext
-from v1.calling import call_user_code
+from v1._bindings import BindingContext
+from v1._calling import call_user_code
+from v1._scopes import Scope, ScopedOwner
+from v1._tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result
 from v1.errors import ConfigError, NotSupportedError, RolloutStopped
 from v1.interception.server import get_endpoint
 from v1.mcp import ToolContent
-from v1.scopes import Scope, ScopedOwner
 from v1.state import State, upstream
-from v1.tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result
 from v1.toolset import BoundTool, Toolset, check_mcp_bindings
 from v1.user import User
 
