@@ -21,6 +21,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from v1._loop_scope import loop_scope
@@ -203,6 +204,18 @@ def _web_response(answer: Answer) -> web.Response:
     return web.Response(status=answer.status, text=answer.text, content_type="application/json", headers=answer.headers)
 
 
+def _with_rollout(
+    handle: Callable[[str, Exchange], Awaitable[Answer | None]],
+) -> Callable[[Exchange], Awaitable[Answer | None]]:
+    """An exchange handler for a `/r/{rollout}/...` route: the rollout id from aiohttp's match."""
+
+    async def handler(exchange: Exchange) -> Answer | None:
+        assert isinstance(exchange, _AiohttpExchange)
+        return await handle(exchange.request.match_info["rollout"], exchange)
+
+    return handler
+
+
 def _over_aiohttp(
     handle: Callable[[Exchange], Awaitable[Answer | None]],
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -241,10 +254,13 @@ class EndpointServer:
 
         app = web.Application(client_max_size=self.max_body_bytes)
         for dialect in DIALECTS.values():
-            app.router.add_route("*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(self._handler(dialect)))
-        app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(self._models))
-        app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", _over_aiohttp(self._count_tokens))
-        app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", _over_aiohttp(self._mcp))
+            app.router.add_route(
+                "*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(_with_rollout(partial(self._handle, dialect)))
+            )
+        app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(_with_rollout(self._models_of)))
+        count_tokens = _over_aiohttp(_with_rollout(self._count_tokens_of))
+        app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", count_tokens)
+        app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", _over_aiohttp(_with_rollout(self._mcp_of)))
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self._unknown_route))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -345,14 +361,8 @@ class EndpointServer:
             return error_response(400, f"request body is not valid JSON: {exc}", code="invalid_json", dialect=dialect)
         return body, raw
 
-    def _handler(self, dialect: Dialect) -> Callable[[Exchange], Awaitable[Answer | None]]:
-        async def handle(exchange: Exchange) -> Answer | None:
-            assert isinstance(exchange, _AiohttpExchange)
-            return await self._handle(dialect, exchange.request.match_info["rollout"], exchange)
-
-        return handle
-
-    async def _handle(self, dialect: Dialect, rollout: str, exchange: Exchange) -> Answer | None:
+    async def _admit(self, rollout: str, exchange: Exchange, dialect: Dialect) -> tuple[RolloutSession, Any, bytes] | Answer:
+        """A POST for a known rollout with the right key and a JSON body: the session and the body; else the refusal."""
         if exchange.method != "POST":
             return _method_not_allowed(exchange, dialect, "POST")
         session = self._authorize(rollout, exchange, dialect)
@@ -361,7 +371,13 @@ class EndpointServer:
         read = await self._read_json(exchange, dialect)
         if isinstance(read, Answer):
             return read
-        body, raw = read
+        return session, *read
+
+    async def _handle(self, dialect: Dialect, rollout: str, exchange: Exchange) -> Answer | None:
+        admitted = await self._admit(rollout, exchange, dialect)
+        if isinstance(admitted, Answer):
+            return admitted
+        session, body, raw = admitted
         try:
             parsed = dialect.parse_request(body)
             dialect.before_call(session, parsed)
@@ -478,10 +494,6 @@ class EndpointServer:
                     await pending
             await items.aclose()
 
-    async def _models(self, exchange: Exchange) -> Answer:
-        assert isinstance(exchange, _AiohttpExchange)
-        return await self._models_of(exchange.request.match_info["rollout"], exchange)
-
     async def _models_of(self, rollout: str, exchange: Exchange) -> Answer:
         if exchange.method not in ("GET", "HEAD"):
             return _method_not_allowed(exchange, DEFAULT_DIALECT, "GET")
@@ -491,42 +503,26 @@ class EndpointServer:
         model = session.state.runtime.model or "unknown"
         return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
 
-    async def _count_tokens(self, exchange: Exchange) -> Answer:
-        assert isinstance(exchange, _AiohttpExchange)
-        return await self._count_tokens_of(exchange.request.match_info["rollout"], exchange)
-
     async def _count_tokens_of(self, rollout: str, exchange: Exchange) -> Answer:
         dialect = DIALECTS["messages"]
-        if exchange.method != "POST":
-            return _method_not_allowed(exchange, dialect, "POST")
-        session = self._authorize(rollout, exchange, dialect)
-        if isinstance(session, Answer):
-            return session
-        read = await self._read_json(exchange, dialect)
-        if isinstance(read, Answer):
-            return read
+        admitted = await self._admit(rollout, exchange, dialect)
+        if isinstance(admitted, Answer):
+            return admitted
         try:
-            return Answer(200, _dumps(messages.count_tokens(read[0])))
+            return Answer(200, _dumps(messages.count_tokens(admitted[1])))
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param, dialect=dialect)
         except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             return error_response(400, f"malformed request: {type(exc).__name__}", dialect=dialect)
 
-    async def _mcp(self, exchange: Exchange) -> Answer:
-        assert isinstance(exchange, _AiohttpExchange)
-        return await self._mcp_of(exchange.request.match_info["rollout"], exchange)
-
     async def _mcp_of(self, rollout: str, exchange: Exchange) -> Answer:
         """The rollout's tools over MCP (see `mcp_server`)."""
-        if exchange.method != "POST":
-            return _method_not_allowed(exchange, DEFAULT_DIALECT, "POST")
-        session = self._authorize(rollout, exchange, DEFAULT_DIALECT)
-        if isinstance(session, Answer):
-            return session
-        read = await self._read_json(exchange, DEFAULT_DIALECT)
-        if isinstance(read, Answer):
-            return Answer(read.status, _dumps(mcp_server.parse_error(read.text or "unreadable body")))
-        body = read[0]
+        admitted = await self._admit(rollout, exchange, DEFAULT_DIALECT)
+        if isinstance(admitted, Answer):
+            if admitted.status in (400, 413):  # an unreadable body is a JSON-RPC parse error
+                return Answer(admitted.status, _dumps(mcp_server.parse_error(admitted.text or "unreadable body")))
+            return admitted
+        session, body, _ = admitted
         if isinstance(body, list):
             answers = [answer for message in body if (answer := await mcp_server.answer(session, message)) is not None]
             return Answer(200, _dumps(answers)) if answers else Answer(202, "")
