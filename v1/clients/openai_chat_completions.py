@@ -28,13 +28,12 @@ def create_params() -> frozenset[str]:
 
 
 @functools.cache
-def _request_options() -> tuple[Callable[..., Any] | None, frozenset[str]]:
-    """The SDK's `make_request_options` and its parameters; None for an SDK laid out differently."""
-    try:
-        from openai._base_client import make_request_options
-    except ImportError:  # pragma: no cover - the resources' own `create` is used then
-        return None, frozenset()
-    return make_request_options, frozenset(inspect.signature(make_request_options).parameters)
+def _request_option_keys() -> frozenset[str]:
+    """The keys of the SDK's public `openai.RequestOptions` (empty for an SDK without it: `create()` is used then)."""
+    import openai
+
+    options_type = getattr(openai, "RequestOptions", None)
+    return frozenset(getattr(options_type, "__annotations__", {}))
 
 
 OVERLONG_MARKERS = (
@@ -60,7 +59,7 @@ def split_sampling_args(sampling_args: SamplingArgs) -> tuple[dict[str, Any], di
 
 def sdk_posts(client: Any) -> bool:
     """Whether `client` is an `AsyncOpenAI` whose `post` `post_options` can feed (the installed SDK's layout is known)."""
-    return is_async_openai(client) and _request_options()[0] is not None
+    return is_async_openai(client) and {"headers", "extra_json"} <= _request_option_keys()
 
 
 def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -69,13 +68,15 @@ def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     The body is JSON already (v1 builds it from canonical messages), so the SDK's per-call
     transform of `create()`'s typed parameters (a fifth of a call's CPU) has nothing to do.
     """
-    make_request_options, parameters = _request_options()
-    assert make_request_options is not None
     body = {key: value for key, value in request.items() if key not in ("extra_body", "extra_headers")}
-    options: dict[str, Any] = {"extra_headers": request.get("extra_headers"), "extra_body": request.get("extra_body")}
-    if "security" in parameters:
+    options: dict[str, Any] = {}
+    if request.get("extra_headers") is not None:
+        options["headers"] = request["extra_headers"]
+    if request.get("extra_body") is not None:
+        options["extra_json"] = request["extra_body"]
+    if "security" in _request_option_keys():
         options["security"] = {"bearer_auth": True}
-    return body, make_request_options(**options)
+    return body, options
 
 
 def is_request_refusal(status: int) -> bool:
