@@ -52,7 +52,8 @@ async def run(url: str, n: int, concurrency: int) -> float:
 
     await asyncio.gather(*(one() for _ in range(32)))  # warm pools and the endpoint
     started = time.perf_counter()
-    states = await asyncio.gather(*(one() for _ in range(n)))
+    with v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts
+        states = await asyncio.gather(*(one() for _ in range(n)))
     wall = time.perf_counter() - started
     errors = sum(1 for state in states if state.get("error"))
     if errors:
@@ -66,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
+    parser.add_argument("--dump", metavar="FILE", help="also write the raw profile (for pstats / snakeviz)")
     args = parser.parse_args(argv)
     with mock_server_process() as url:
         profiler = cProfile.Profile()
         profiler.enable()
         wall = asyncio.run(run(url, args.n, args.concurrency))
         profiler.disable()
+    if args.dump:
+        profiler.dump_stats(args.dump)
     stats = pstats.Stats(profiler)
     by_part: dict[str, float] = defaultdict(float)
     total = 0.0

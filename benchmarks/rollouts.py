@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -214,7 +215,7 @@ async def measure_latency(url: str, calls: int) -> dict[str, float]:
     }
 
 
-async def measure_throughput(url: str, n: int, concurrency: int) -> tuple[dict[str, float], list[Any]]:
+async def measure_throughput(url: str, n: int, concurrency: int, tune_gc: bool = True) -> tuple[dict[str, float], list[Any]]:
     harness = v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL)
     semaphore = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
@@ -229,7 +230,8 @@ async def measure_throughput(url: str, n: int, concurrency: int) -> tuple[dict[s
     # Warm the upstream connection pool a little; not counted.
     await asyncio.gather(*(harness.run({"prompt": "hello"}) for _ in range(min(THROUGHPUT_WARMUP, concurrency))))
     start, cpu_start = time.perf_counter(), time.process_time()
-    states = await asyncio.gather(*(one() for _ in range(n)))
+    with v1.batch_gc() if tune_gc else contextlib.nullcontext():  # as Env.generate (v1 eval) runs its rollouts
+        states = await asyncio.gather(*(one() for _ in range(n)))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     errors = [state["error"] for state in states if state["error"] is not None]
     figures = {
@@ -308,7 +310,7 @@ async def one_repeat(url: str, args: argparse.Namespace) -> tuple[dict[str, floa
     if args.dialect_calls:
         figures.update(await measure_dialects(url, args.dialect_calls))
     gc.collect()
-    throughput, errors = await measure_throughput(url, args.n, args.concurrency)
+    throughput, errors = await measure_throughput(url, args.n, args.concurrency, tune_gc=not args.default_gc)
     figures.update(throughput)
     figures["peak_rss_mib"] = peak_rss_mib()
     return figures, errors
@@ -350,7 +352,8 @@ def print_report(args: argparse.Namespace, runs: list[dict[str, float]], summary
     title = "v1 rollouts benchmark"
     caption = (
         f"latency: {args.direct_calls} sequential calls each way; throughput: {args.n} rollouts "
-        f"at concurrency {args.concurrency}; median of {len(runs)} repeat(s), then each run"
+        f"at concurrency {args.concurrency}, {'default GC' if args.default_gc else 'in v1.batch_gc()'}; "
+        f"median of {len(runs)} repeat(s), then each run"
     )
     try:
         from rich.console import Console
@@ -388,6 +391,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3, help="repeat everything; report medians (default 3)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="run the throughput rollouts with Python's default GC thresholds, not inside v1.batch_gc() as v1 eval does",
+    )
     args = parser.parse_args(argv)
     for name in ("n", "concurrency", "direct_calls", "repeats"):
         if getattr(args, name) < 1:

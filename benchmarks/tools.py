@@ -97,7 +97,8 @@ async def throughput(url: str, toolset: v1.Toolset, n: int, concurrency: int) ->
 
     await asyncio.gather(*(one(i) for i in range(min(32, n))))  # warm-up: pools, server start
     start = time.perf_counter()
-    results = await asyncio.gather(*(one(i) for i in range(n)))
+    with v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts
+        results = await asyncio.gather(*(one(i) for i in range(n)))
     elapsed = time.perf_counter() - start
     await harness.teardown()
     return n / elapsed, results.count(False)

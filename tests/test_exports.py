@@ -85,6 +85,7 @@ EXPECTED = {
     "UserConfig",
     "__version__",
     "advantage",
+    "batch_gc",
     "cleanup",
     "metric",
     "reward",

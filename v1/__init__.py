@@ -5,6 +5,7 @@ import v1 as vf
 
 from importlib import metadata as _metadata
 
+from v1._gc_tuning import batch_gc
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
@@ -153,6 +154,7 @@ __all__ = [
     "XMLParser",
     "__version__",
     "advantage",
+    "batch_gc",
     "cleanup",
     "ensure_keys",
     "extract_boxed_answer",

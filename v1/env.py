@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from v1 import _loop_scope as loop_scope
+from v1._gc_tuning import batch_gc
 from v1._provenance import version_info
 from v1._scheduling import RolloutLimiter, Unit, plan_units, run_units
 from v1.clients.base import Client
@@ -451,7 +452,8 @@ class Env:
         limiter = RolloutLimiter(max_concurrent if max_concurrent > 0 else self.concurrency)
         await record.open()
         try:
-            await run_units([unit for uid, unit in plan.units.items() if uid not in done], limiter, run_unit)
+            with batch_gc():
+                await run_units([unit for uid, unit in plan.units.items() if uid not in done], limiter, run_unit)
         finally:
             await record.close()
         return GenerateOutputs(outputs=record.outputs_in_order(plan.example_order), metadata=record.current_metadata())

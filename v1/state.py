@@ -347,7 +347,12 @@ class State(dict):  # type: ignore[type-arg]
             return self
         timing = self.runtime.timing
         dict.__setitem__(self, "timing", timing.model_dump())
-        for key in list(self):
+        try:
+            json.dumps(self)  # one pass when every field is JSON, as nearly always
+            fields: list[str] = []
+        except (TypeError, ValueError):
+            fields = list(self)
+        for key in fields:
             try:
                 json.dumps(self[key])
             except (TypeError, ValueError) as exc:

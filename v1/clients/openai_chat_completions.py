@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients.credentials import resolve_api_key
 from v1.clients.http import async_http_client, http_library, is_async_openai, sdk_timeout
+from v1.clients.openai_wire import OpenAIWire, sdk_headers
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
 from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
@@ -77,6 +78,14 @@ def post_options(request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if "security" in _request_option_keys():
         options["security"] = {"bearer_auth": True}
     return body, options
+
+
+def wire_request(request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """A `create()` request dict as the JSON body (`extra_body` merged in, as the SDK merges it) and extra headers."""
+    body = {key: value for key, value in request.items() if key not in ("extra_body", "extra_headers")}
+    if request.get("extra_body"):
+        body.update(request["extra_body"])
+    return body, request.get("extra_headers")
 
 
 def is_request_refusal(status: int) -> bool:
@@ -238,10 +247,13 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
 
     client_type = "openai_chat_completions"
 
+    wire: OpenAIWire | None = None
+    """Where requests go when this client built its SDK client from a `ClientConfig` (see `v1.clients.openai_wire`)."""
+
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
         from openai import AsyncOpenAI
 
-        return AsyncOpenAI(
+        client = AsyncOpenAI(
             base_url=config.api_base_url,
             api_key=resolve_api_key(config.api_key_var),
             max_retries=0,  # v1 retries, so a retry is one decision in one place
@@ -254,6 +266,14 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
                 max_keepalive_connections=config.max_keepalive_connections,
             ),
         )
+        self.wire = OpenAIWire(
+            str(client.base_url),
+            sdk_headers(client, client.api_key),
+            timeout=config.timeout,
+            connect_timeout=config.connect_timeout,
+            max_connections=config.max_connections,
+        )
+        return client
 
     def to_native_prompt(self, messages: Messages) -> tuple[list[NativeMessage], dict[str, Any]]:
         if isinstance(messages, str):
@@ -277,17 +297,27 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
         return await self._create_json(self.client.chat.completions, request, "/chat/completions")
 
-    def _lean(self) -> bool:
-        return sdk_posts(self.client)
+    async def post_json(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> NativeResponse:
+        """POST `body` to `path` under the upstream's base URL; the answer as JSON (over the wire, else the SDK's `post`)."""
+        if self.wire is not None:
+            return await self.wire.post(path, body, headers)  # type: ignore[no-any-return]
+        answer = await self.client.post(
+            path, body=body, cast_to=http_library().Response, options={"headers": headers} if headers else {}
+        )
+        return answer.json()  # type: ignore[no-any-return]
 
     async def _create_json(self, resource: Any, request: dict[str, Any], path: str | None = None) -> NativeResponse:
         """`resource.create(**request)`'s answer as JSON.
 
-        On an `AsyncOpenAI` the SDK's pydantic parse is skipped (we translate from the JSON directly),
-        and with `path` its parameter transform too: the request is posted to `path` with the SDK's
-        own `post` (same headers, auth, timeouts and errors). Any other client's result is dumped.
+        Built from a config, the request is posted to `path` over `wire`. On an `AsyncOpenAI` the
+        SDK's pydantic parse is skipped (we translate from the JSON directly), and with `path` its
+        parameter transform too: the request goes through the SDK's own `post` (same headers, auth,
+        timeouts and errors). Any other client's result is dumped.
         """
-        if path is not None and self._lean():
+        if path is not None and self.wire is not None:
+            body, headers = wire_request(request)
+            return await self.wire.post(path, body, headers)  # type: ignore[no-any-return]
+        if path is not None and sdk_posts(self.client):
             body, options = post_options(request)
             answer = await self.client.post(path, body=body, options=options, cast_to=http_library().Response)
             return answer.json()  # type: ignore[no-any-return]
@@ -321,7 +351,11 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
         request["stream"] = True
         request["stream_options"] = {"include_usage": True}
-        if self._lean():
+        if self.wire is not None:
+            body, headers = wire_request(request)
+            wire = self.wire
+            return lambda: wire.stream("/chat/completions", body, headers)
+        if sdk_posts(self.client):
             from openai import AsyncStream
 
             body, options = post_options(request)
@@ -391,6 +425,8 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
         )
 
     async def close(self) -> None:
+        if self.wire is not None:
+            await self.wire.close()
         if self._owns_client:
             await self.client.close()
 
@@ -402,4 +438,5 @@ __all__ = [
     "raise_for_upstream_error",
     "sdk_posts",
     "split_sampling_args",
+    "wire_request",
 ]

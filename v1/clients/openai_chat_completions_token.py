@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from v1.clients.http import http_library, is_async_openai
+from v1.clients.http import is_async_openai
 from v1.clients.openai_chat_completions import (
     NativeMessage,
     NativeResponse,
@@ -44,12 +44,9 @@ class OpenAIChatCompletionsTokenClient(OpenAIChatCompletionsClient):
         if tools:
             body["tools"] = tools
         headers = self.headers_from_state(kwargs.get("state"))
-        if not is_async_openai(self.client):
+        if self.wire is None and not is_async_openai(self.client):
             raise InvalidModelResponseError("openai_chat_completions_token needs an AsyncOpenAI client")
-        raw = await self.client.post(
-            TOKEN_ROUTE, body=body, cast_to=http_library().Response, options={"headers": headers} if headers else {}
-        )
-        return raw.json()  # type: ignore[no-any-return]
+        return await self.post_json(TOKEN_ROUTE, body, headers or None)
 
     def raise_from_native_response(self, response: NativeResponse) -> None:
         super().raise_from_native_response(response)

@@ -15,8 +15,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.http import http_library
 from v1.clients.openai_chat_completions import post_options, sdk_posts
+from v1.clients.openai_wire import encode_json, status_error
 from v1.interception.in_process import post_json
 from v1.types import TimeSpan
 
@@ -49,34 +49,27 @@ def _without_none(value: Any) -> Any:
     return value
 
 
-async def _call_model(
-    state: State, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-) -> dict[str, Any]:
+async def _call_model(state: State, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """One Chat Completions call through the rollout's endpoint; the answer's assistant message as JSON.
 
     What `client.chat.completions.create(model=..., messages=..., tools=...)` sends, the endpoint
     gets; the message is what the SDK's `message.model_dump(exclude_none=True, exclude_unset=True)`
     gives, with `content` always present; a failure raises the SDK's own `APIStatusError` for it. The
     request goes straight into the endpoint's handler when it runs in this process (no SDK request
-    building, no HTTP), else through the SDK client.
+    building, no HTTP, no SDK client built), else through the rollout's SDK client.
     """
     config = state.get_endpoint_config()
     request: dict[str, Any] = {"model": config["model"], "messages": messages}
     if tools is not None:
         request["tools"] = tools
-    direct = sdk_posts(client) and hasattr(client, "_make_status_error_from_response")
-    if direct:
-        body = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        answered = await post_json(config["base_url"], config["api_key"], "/chat/completions", body)
-        if answered is not None:
-            status, headers, content = answered
-            if status >= 400:
-                httpx = http_library()
-                url = config["base_url"] + "/chat/completions"
-                response = httpx.Response(status, headers=headers, content=content, request=httpx.Request("POST", url))
-                raise client._make_status_error_from_response(response)
-            message = json.loads(content)["choices"][0]["message"]
-            return _without_none(message) | {"role": "assistant", "content": message.get("content")}  # type: ignore[no-any-return]
+    answered = await post_json(config["base_url"], config["api_key"], "/chat/completions", encode_json(request))
+    if answered is not None:
+        status, headers, content = answered
+        if status >= 400:
+            raise status_error(status, headers, content, config["base_url"] + "/chat/completions")
+        message = json.loads(content)["choices"][0]["message"]
+        return _without_none(message) | {"role": "assistant", "content": message.get("content")}  # type: ignore[no-any-return]
+    client = state.get_client()
     if sdk_posts(client):
         from openai.types.chat import ChatCompletion
 
@@ -96,7 +89,6 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
     """
     from openai import APIStatusError
 
-    client = state.get_client()
     messages: list[dict[str, Any]] = [dict(m) for m in state["prompt"]]
     initial = len(messages)
     max_turns = state.get_max_turns(context.default_max_turns)
@@ -109,7 +101,7 @@ async def base_loop(task: Task, state: State, context: RolloutContext) -> None:
                 break
             tools = _tool_param(state)
             try:
-                message = await _call_model(state, client, messages, tools)
+                message = await _call_model(state, messages, tools)
             except APIStatusError:
                 if state["is_completed"]:  # the endpoint stopped the rollout and said why
                     break
