@@ -6,7 +6,9 @@
 server in its own process, streaming outputs to a run folder (`ResultsWriter`, as `v1 eval
 --save` does) with `keep_outputs=False`, so nothing keeps finished results in memory. The
 current RSS (not the peak) is printed `--points` times along the way: a flat curve means
-memory is O(rollouts in flight), a rising one means something keeps per-rollout data. Then,
+memory is O(rollouts in flight), a rising one means something keeps per-rollout data. First,
+the plan's own cost per row is measured with tracemalloc (ids and positions for ordering and
+resume; the tasks are built when their group is scheduled). Then,
 to price a rollout in flight, `--concurrency` rollouts are held open at once (each program
 waits on an event after its model call) and the RSS grown is divided by their number.
 """
@@ -94,6 +96,24 @@ async def in_flight_cost(url: str, concurrency: int) -> float:
     return (held - before) / concurrency
 
 
+def plan_cost(n: int) -> tuple[float, float]:
+    """Bytes per row held by `Env.generate`'s plan of `n` rows (tracemalloc), beyond the rows themselves; and for a generator."""
+    import tracemalloc
+
+    from v1._scheduling import plan_units
+
+    rows = [{"prompt": f"question {i}", "answer": str(i)} for i in range(n)]
+    figures = []
+    for inputs in (lambda: rows, lambda: iter(rows)):
+        tracemalloc.start()
+        plan = plan_units(inputs(), v1.Task, 1, False)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        figures.append(held / n)
+        del plan
+    return figures[0], figures[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
@@ -103,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.n, args.concurrency, args.points) < 1:
         parser.error("--n, --concurrency and --points must be at least 1")
+    indexed, generated = plan_cost(args.n)
+    print(
+        f"plan of {args.n} rows: {indexed:.0f} bytes per row from a list or Dataset, {generated:.0f} from a generator (tasks kept)"
+    )
     with mock_server_process() as url, tempfile.TemporaryDirectory() as tmp:
         per_rollout = asyncio.run(in_flight_cost(url, args.concurrency))
         print(f"memory per rollout in flight (program waiting after its call): {per_rollout * 1024:.1f} KiB", flush=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,26 +39,38 @@ class RolloutLimiter:
             self._changed.notify_all()
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
-    """What is scored together: one example's group, or one rollout under independent scoring."""
+    """What is scored together: one example's group, or one rollout under independent scoring.
 
-    task: Task
+    The unit holds the example's id and the position of its first input row, not its `Task`:
+    `Plan.task` builds the task when the unit is scheduled, so a plan of 100k rows holds ids,
+    not 100k tasks.
+    """
+
+    example_id: Any
     indices: list[int]
+    source: int
 
     def keys(self) -> list[RolloutKey]:
-        return [(self.task.get("example_id"), index) for index in self.indices]
+        return [(self.example_id, index) for index in self.indices]
 
 
 @dataclass
 class Plan:
-    """The units of a `generate` call, keyed by unit id, and the example ids in input order."""
+    """The units of a `generate` call, keyed by unit id, the example ids in input order, and how to get a unit's task."""
 
     units: dict[Any, Unit]
     example_order: list[Any]
+    task_at: Callable[[int], Task]
+    """The task of the input row at a position (validated once already, when the plan was made)."""
 
     def keys(self) -> dict[Any, list[RolloutKey]]:
         return {uid: unit.keys() for uid, unit in self.units.items()}
+
+    def task(self, unit: Unit) -> Task:
+        """The unit's task, built from its input row now."""
+        return self.task_at(unit.source)
 
 
 def plan_units(
@@ -69,22 +81,41 @@ def plan_units(
 ) -> Plan:
     """Group inputs into units; rows without an `example_id` get their position as one.
 
-    Inputs sharing an `example_id` form one group (so `[row] * 4` is a group of four).
+    Inputs sharing an `example_id` form one group (so `[row] * 4` is a group of four). Every
+    row is turned into a task here, so a bad row fails the call before anything runs; inputs
+    that can be indexed (a list, a `datasets.Dataset`) are read again when a unit is
+    scheduled instead of keeping every task for the whole run, others are kept as tasks.
     """
-    groups: dict[Any, tuple[Task, int]] = {}
+    rows: Any = tasks if isinstance(tasks, Sequence) or _indexable(tasks) else None
+    kept: list[Task] = []
+
+    def task_at(position: int) -> Task:
+        row = rows[position]
+        if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
+            row = {**row, "example_id": position}
+        return to_task(row)
+
+    groups: dict[Any, tuple[int, int]] = {}
     for position, row in enumerate(tasks):
         if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
             row = {**row, "example_id": position}
         task = to_task(row)
-        first, count = groups.get(task.get("example_id"), (task, 0))
+        if rows is None:
+            kept.append(task)
+        first, count = groups.get(task.get("example_id"), (position, 0))
         groups[task.get("example_id")] = (first, count + rollouts_per_example)
     units: dict[Any, Unit] = {}
-    for example_id, (task, count) in groups.items():
+    for example_id, (first, count) in groups.items():
         if independent_scoring:
-            units.update({(example_id, index): Unit(task, [index]) for index in range(count)})
+            units.update({(example_id, index): Unit(example_id, [index], first) for index in range(count)})
         else:
-            units[example_id] = Unit(task, list(range(count)))
-    return Plan(units, list(groups))
+            units[example_id] = Unit(example_id, list(range(count)), first)
+    return Plan(units, list(groups), task_at if rows is not None else kept.__getitem__)
+
+
+def _indexable(inputs: Any) -> bool:
+    """A `datasets.Dataset` (or the like): rows by position and a length, without being a `Sequence`."""
+    return hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__") and not isinstance(inputs, (str, bytes, Mapping))
 
 
 RunUnit = Callable[[Unit, int, int], Coroutine[Any, Any, None]]

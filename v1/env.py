@@ -443,7 +443,14 @@ class Env:
         async def run_unit(unit: Unit, position: int, slots: int) -> None:
             try:
                 outputs = await self._run_unit(
-                    unit, clients[position % len(clients)], model_name, merged_args, max_retries, record, on_retry
+                    unit,
+                    plan.task(unit),
+                    clients[position % len(clients)],
+                    model_name,
+                    merged_args,
+                    max_retries,
+                    record,
+                    on_retry,
                 )
             finally:
                 await limiter.release(slots)
@@ -461,6 +468,7 @@ class Env:
     async def _run_unit(
         self,
         unit: Unit,
+        task: Task,
         client: Client[Any, Any, Any, Any],
         model: str,
         sampling_args: SamplingArgs,
@@ -472,20 +480,20 @@ class Env:
         attempts = 0
         while True:
             attempts += 1
-            states = await self._run_states([unit.task] * len(unit.indices), client, model, sampling_args)
+            states = await self._run_states([task] * len(unit.indices), client, model, sampling_args)
             if attempts > max_retries or not any(is_retryable(state["error"]) for state in states):
                 break
             if on_retry is not None:
                 on_retry(unit.keys(), [state["error"] for state in states if state["error"]])
             logger.info(
                 "example %s: retrying its group (attempt %d of %d) after %s",
-                unit.task.get("example_id"),
+                unit.example_id,
                 attempts + 1,
                 max_retries + 1,
                 next(state["error"] for state in states if is_retryable(state["error"])),
             )
         columns = record.metadata["state_columns"]
-        return [state_to_output(state, unit.task, index, attempts, columns) for state, index in zip(states, unit.indices)]
+        return [state_to_output(state, task, index, attempts, columns) for state, index in zip(states, unit.indices)]
 
     async def evaluate(
         self,
