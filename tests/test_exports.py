@@ -138,6 +138,7 @@ SUBMODULES = {
     "train",
     "types",
     "user",
+    "view",
 }
 
 
