@@ -228,6 +228,10 @@ def test_bad_requests_get_a_json_error(site: Site) -> None:
     status, body = site.get(f"/api/rollout?id={run}&n=99")
     assert status == 404 and "8 readable rollout(s)" in body["error"]
     assert site.get("/api/nothing")[0] == 404
+    rebound = urllib.request.Request(site.url + "/api/runs", headers={"Host": "attacker.example:80"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(rebound, timeout=30)
+    assert refused.value.code == 403 and "refused" in json.loads(refused.value.read())["error"]
 
 
 def test_a_run_being_written_shows_its_new_lines(site: Site) -> None:

@@ -480,10 +480,32 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         return json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
 
 
-def build_app(roots: list[Path]) -> web.Application:
-    """The viewer's aiohttp application over the run folders at or under `roots`."""
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def host_check(allowed: frozenset[str]) -> Any:
+    """Refuse requests whose `Host` is not one of `allowed`: a web page elsewhere cannot read the runs by DNS rebinding."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        name = (request.host or "").rsplit(":", 1)[0] if not (request.host or "").endswith("]") else request.host
+        if name not in allowed:
+            return json_response({"error": f"Host {request.host!r} refused: open the viewer at the address it printed"}, 403)
+        return await handler(request)
+
+    return check
+
+
+def build_app(roots: list[Path], loopback_only: bool = True) -> web.Application:
+    """The viewer's aiohttp application over the run folders at or under `roots`.
+
+    Args:
+        roots: folders that are runs or hold runs below them.
+        loopback_only: answer only requests addressed to a loopback name (`Host` header).
+    """
     viewer = Viewer(roots)
-    app = web.Application(middlewares=[errors_as_json])
+    middlewares = [host_check(LOOPBACK_NAMES)] if loopback_only else []
+    app = web.Application(middlewares=[*middlewares, errors_as_json])
 
     async def page(request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
@@ -506,7 +528,7 @@ async def serve(roots: list[Path], host: str, port: int, on_ready: Callable[[str
     Raises:
         OSError: the address cannot be bound.
     """
-    runner = web.AppRunner(build_app(roots), access_log=None)
+    runner = web.AppRunner(build_app(roots, loopback_only=host in LOOPBACK_NAMES), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -352,7 +352,16 @@ async function viewRun(params, token) {
   title.appendChild(el("div", { class: "muted", style: "font-size:12px;font-weight:400" }, detail.path));
   replace(summaryBox, ...runSummary(detail));
   state.detail = detail;
-  if (!detail.results) return;
+  if (!detail.results) {
+    if (detail.training && !detail.training.summary) {
+      every(3000, async () => {
+        let fresh;
+        try { fresh = await api("/api/run?id=" + encodeURIComponent(id)); } catch (error) { return; }
+        if (token === routeToken) replace(summaryBox, ...runSummary(fresh));
+      });
+    }
+    return;
+  }
 
   const search = el("input", { type: "search", placeholder: "search rollouts (any text in the saved JSON)…", value: state.q, size: 40, "aria-label": "search rollouts" });
   search.addEventListener("input", debounce(() => { state.q = search.value; state.offset = 0; loadList(); }, 350));
@@ -402,7 +411,7 @@ async function viewRun(params, token) {
   }
   await loadList();
   const following = (d) => d.results && (d.results.status === "running" || d.results.indexing);
-  if (following(detail) || (detail.training && !detail.training.summary)) {
+  if (following(detail)) {
     every(detail.results.indexing ? 1000 : 3000, async () => {
       let fresh;
       try { fresh = await api("/api/run?id=" + encodeURIComponent(id)); } catch (error) { return; }
