@@ -139,6 +139,7 @@ SUBMODULES = {
     "train",
     "types",
     "user",
+    "view",
 }
 
 

@@ -20,8 +20,9 @@ from v1.cli import init as init_command
 from v1.cli import sandbox as sandbox_command
 from v1.cli import serve as serve_command
 from v1.cli import train as train_command
+from v1.cli import view as view_command
 
-COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command)
+COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command, view_command)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
