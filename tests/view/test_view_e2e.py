@@ -1,7 +1,8 @@
 """End to end: runs made by the real `v1 eval` against the mock model server, served by `v1 view` as a
 subprocess, read over its JSON API and opened in a headless Chromium (Debian's `chromium`, driven by Playwright).
 
-The browser tests save the screenshots docs/viewer.md shows (docs/images/viewer-*.png).
+The browser tests save the screenshots docs/viewer.md shows (docs/images/viewer-*.png) when run with
+`V1_UPDATE_SCREENSHOTS=1`; otherwise they go to a temp folder, so a test run leaves the tree clean.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +30,7 @@ from v1.testing import MockModelServer, MockRequest, Reply
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "wiki_search.toml")
 IMAGES = ROOT / "docs" / "images"
+SHOTS = Path(tempfile.gettempdir()) / f"v1-viewer-shots-{os.getpid()}"
 HOSTILE = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
 ANSWER = "It flows into the Caspian Sea. " + HOSTILE
 TRAINING_STEPS = 12
@@ -282,8 +285,12 @@ def page(browser: Browser) -> Iterator[tuple[Page, list[str]]]:
 
 
 def shoot(page: Page, name: str, *, full_page: bool = False) -> None:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"viewer-{name}.png"), full_page=full_page)
+    """Save a screenshot: into docs/images when `V1_UPDATE_SCREENSHOTS=1` (how docs/viewer.md's are made), else a temp folder."""
+    folder = IMAGES if os.environ.get("V1_UPDATE_SCREENSHOTS") == "1" else SHOTS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"viewer-{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
 
 
 def test_click_from_the_runs_list_into_a_rollout_with_tool_calls(site: Site, page: tuple[Page, list[str]]) -> None:
