@@ -19,6 +19,7 @@ and the exit status stays in `state["program_result"]`.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
@@ -27,6 +28,7 @@ import v1 as vf
 from harnesses.npm import MOUNT_POINT, NpmPackage, cache_root
 from v1.config import ArtifactConfig, HarnessConfig, ProgramConfig, SandboxConfig
 from v1.errors import ProgramError
+from v1.programs import Program
 from v1.programs.command import CommandProgram
 
 if TYPE_CHECKING:
@@ -144,7 +146,15 @@ class AgentHarness(vf.Harness):
             artifacts=config_.artifacts,
         )
         self.config = config_.model_copy(update={"program": program, "sandbox": sandbox})
-        self.program = AgentProgram(CommandProgram(program), package if host_install else None, config_.install_timeout)
+        self.host_package = package if host_install else None
+        self.program = AgentProgram(CommandProgram(program), self.host_package, config_.install_timeout)
+
+    def build_program(self, spec: Any, task_sandbox: Mapping[str, Any] | None = None) -> Program:
+        """A task's override of the agent's command keeps the install step and the lenient exit."""
+        program = super().build_program(spec, task_sandbox)
+        if isinstance(program, CommandProgram):
+            return AgentProgram(program, self.host_package, self.agent_config.install_timeout)
+        return program
 
     @property
     def agent_config(self) -> AgentConfig:
