@@ -6,6 +6,7 @@ from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
+from harnesses.terminus import TerminusConfig, TerminusHarness
 
 __all__ = [
     "AgentConfig",
@@ -18,4 +19,6 @@ __all__ = [
     "CommandAgentHarness",
     "OpenCodeHarness",
     "PiHarness",
+    "TerminusConfig",
+    "TerminusHarness",
 ]

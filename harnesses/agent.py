@@ -140,7 +140,7 @@ class AgentHarness(vf.Harness):
         script = f'export PATH="{bin_dir}:$PATH"\n' if bin_dir else ""
         program = ProgramConfig(
             command=["sh", SCRIPT_FILE],
-            files={**config_.files, SCRIPT_FILE: script + self.script()},
+            files={**config_.files, **self.agent_files(), SCRIPT_FILE: script + self.script()},
             env=env,
             bindings={f"files.{PROMPT_FILE}": _prompt_binding, f"files.{SYSTEM_FILE}": _system_binding},
             artifacts=config_.artifacts,
@@ -166,6 +166,10 @@ class AgentHarness(vf.Harness):
         if not self.package_name:
             return None
         return NpmPackage(self.package_name, self.agent_config.version or self.default_version, self.executable)
+
+    def agent_files(self) -> dict[str, str]:
+        """Files the agent itself needs in the workspace (`{"path": "content"}`); none by default."""
+        return {}
 
     def script(self) -> str:
         """The shell script that runs the agent once, non-interactively, on `$V1_PROMPT_FILE`."""
