@@ -6,6 +6,7 @@ from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
+from harnesses.replay import ReplayConfig, ReplayHarness
 from harnesses.terminus import TerminusConfig, TerminusHarness
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "CommandAgentHarness",
     "OpenCodeHarness",
     "PiHarness",
+    "ReplayConfig",
+    "ReplayHarness",
     "TerminusConfig",
     "TerminusHarness",
 ]
