@@ -7,6 +7,7 @@ from harnesses.command import CommandAgentConfig, CommandAgentHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
 from harnesses.replay import ReplayConfig, ReplayHarness
+from harnesses.rlm import RLMConfig, RLMHarness
 from harnesses.terminus import TerminusConfig, TerminusHarness
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "CommandAgentHarness",
     "OpenCodeHarness",
     "PiHarness",
+    "RLMConfig",
+    "RLMHarness",
     "ReplayConfig",
     "ReplayHarness",
     "TerminusConfig",
