@@ -91,7 +91,7 @@ class Terminal:
 
     def run(self, command: dict[str, Any], max_duration: float) -> None:
         """Type one command's keystrokes (or press its keys) and wait up to its duration."""
-        duration = min(max(float(command.get("duration", 1.0)), 0.0), max_duration)
+        duration = min(max(command["duration"], 0.0), max_duration)
         seen = self.prompt_count()
         keys = command.get("keys")
         if keys is not None:
@@ -155,9 +155,10 @@ class Tools:
 
     def call(self, call: Any) -> str:
         """One tool call's result, labelled, as the model sees it next turn."""
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        arguments = (call.get("arguments") or {}) if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(arguments, dict):
             return "Error: a tool call needs a string 'name' and an object 'arguments'"
-        result = self.rpc("tools/call", {"name": call["name"], "arguments": call.get("arguments") or {}})
+        result = self.rpc("tools/call", {"name": call["name"], "arguments": arguments})
         text = "\n".join(str(block.get("text", block)) for block in result.get("content", []))
         return f"Tool {call['name']!r} returned:\n" + ("Error: " if result.get("isError") else "") + text
 
@@ -173,6 +174,8 @@ def parse_reply(content: str) -> dict[str, Any]:
     commands = reply.get("commands", [])
     if not isinstance(commands, list) or not all(isinstance(command, dict) for command in commands):
         raise ValueError("'commands' must be a list of objects")
+    for command in commands:
+        command["duration"] = float(command.get("duration", 1.0))  # ValueError/TypeError: not a number
     return reply
 
 
@@ -203,7 +206,7 @@ def main() -> int:
             messages.append({"role": "assistant", "content": content})
             try:
                 reply = parse_reply(content)
-            except ValueError as exc:
+            except (ValueError, TypeError) as exc:
                 messages.append(
                     {"role": "user", "content": f"Your reply was not usable ({exc}). Reply with only the JSON object."}
                 )

@@ -13,6 +13,7 @@ import pytest
 import v1 as vf
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
 from harnesses.terminus import TerminusHarness
+from harnesses.terminus_agent import parse_reply
 from toolsets.mcp_example import units_toolset
 from v1.testing import MockModelServer, Reply
 
@@ -81,3 +82,18 @@ def test_terminus_config_is_checked() -> None:
     assert harness.config.program is not None
     assert "TERMINUS_MAX_DURATION=5.0" in harness.config.program.files[".v1-agent/run.sh"]
     assert "class Terminal" in harness.config.program.files[".v1-agent/terminus.py"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        ("no json here", "no JSON object"),
+        ("[1, 2]", "no JSON object"),
+        ('{"commands": {"keystrokes": "ls"}}', "must be a list"),
+        ('{"commands": [{"keystrokes": "ls", "duration": "long"}]}', "could not convert"),
+    ],
+)
+def test_unusable_replies_are_told_apart(reply: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        parse_reply(reply)
+    assert parse_reply('Sure:\n```json\n{"commands": [{"keystrokes": "ls\\n"}]}\n```')["commands"][0]["duration"] == 1.0
