@@ -6,6 +6,9 @@ from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
+from harnesses.replay import ReplayConfig, ReplayHarness
+from harnesses.rlm import RLMConfig, RLMHarness
+from harnesses.terminus import TerminusConfig, TerminusHarness
 
 __all__ = [
     "AgentConfig",
@@ -18,4 +21,10 @@ __all__ = [
     "CommandAgentHarness",
     "OpenCodeHarness",
     "PiHarness",
+    "RLMConfig",
+    "RLMHarness",
+    "ReplayConfig",
+    "ReplayHarness",
+    "TerminusConfig",
+    "TerminusHarness",
 ]

@@ -19,6 +19,7 @@ and the exit status stays in `state["program_result"]`.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
@@ -27,6 +28,7 @@ import v1 as vf
 from harnesses.npm import MOUNT_POINT, NpmPackage, cache_root
 from v1.config import ArtifactConfig, HarnessConfig, ProgramConfig, SandboxConfig
 from v1.errors import ProgramError
+from v1.programs import Program
 from v1.programs.command import CommandProgram
 
 if TYPE_CHECKING:
@@ -138,13 +140,21 @@ class AgentHarness(vf.Harness):
         script = f'export PATH="{bin_dir}:$PATH"\n' if bin_dir else ""
         program = ProgramConfig(
             command=["sh", SCRIPT_FILE],
-            files={**config_.files, SCRIPT_FILE: script + self.script()},
+            files={**config_.files, **self.agent_files(), SCRIPT_FILE: script + self.script()},
             env=env,
             bindings={f"files.{PROMPT_FILE}": _prompt_binding, f"files.{SYSTEM_FILE}": _system_binding},
             artifacts=config_.artifacts,
         )
         self.config = config_.model_copy(update={"program": program, "sandbox": sandbox})
-        self.program = AgentProgram(CommandProgram(program), package if host_install else None, config_.install_timeout)
+        self.host_package = package if host_install else None
+        self.program = AgentProgram(CommandProgram(program), self.host_package, config_.install_timeout)
+
+    def build_program(self, spec: Any, task_sandbox: Mapping[str, Any] | None = None) -> Program:
+        """A task's override of the agent's command keeps the install step and the lenient exit."""
+        program = super().build_program(spec, task_sandbox)
+        if isinstance(program, CommandProgram):
+            return AgentProgram(program, self.host_package, self.agent_config.install_timeout)
+        return program
 
     @property
     def agent_config(self) -> AgentConfig:
@@ -156,6 +166,10 @@ class AgentHarness(vf.Harness):
         if not self.package_name:
             return None
         return NpmPackage(self.package_name, self.agent_config.version or self.default_version, self.executable)
+
+    def agent_files(self) -> dict[str, str]:
+        """Files the agent itself needs in the workspace (`{"path": "content"}`); none by default."""
+        return {}
 
     def script(self) -> str:
         """The shell script that runs the agent once, non-interactively, on `$V1_PROMPT_FILE`."""

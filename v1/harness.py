@@ -284,6 +284,14 @@ class Harness:
         runtime.max_turns = self.config.max_turns
         state["model"] = runtime.model
 
+    def build_program(self, spec: Any, task_sandbox: Mapping[str, Any] | None = None) -> Program:
+        """The program for a task whose `program`/`sandbox` fields change the harness's (`spec`: the merged config).
+
+        Subclasses that wrap their program (the agent harnesses) override this, so a task's
+        override keeps the wrapper.
+        """
+        return resolve_program(spec, self.config.sandbox, task_sandbox)
+
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:
         """This rollout's program and its sandbox: the harness's, overridden by the task's fields."""
         spec = self.config.program
@@ -291,7 +299,7 @@ class Harness:
             program, config = self.program, spec if not callable(spec) else None
         else:
             config = merge_program(spec if not callable(spec) else None, task.get("program"))
-            program = resolve_program(config if config is not None else spec, self.config.sandbox, task.get("sandbox"))
+            program = self.build_program(config if config is not None else spec, task.get("sandbox"))
         sandbox = merge_sandbox(program_sandbox(config, self.config.sandbox), task.get("sandbox"))
         borrowed = state.runtime.borrowed.get("sandbox")
         state.runtime.sandboxes = borrowed or RolloutSandboxes(

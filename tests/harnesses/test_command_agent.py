@@ -74,6 +74,15 @@ async def test_a_retried_stream_is_one_turn_and_a_nonzero_exit_after_answering_i
     assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["second answer"]
 
 
+async def test_a_task_that_overrides_the_program_keeps_the_agent_wrapper() -> None:
+    with MockModelServer() as mock:
+        mock.script(Reply.text("abandoned", stream_delay=0.2), Reply.text("answered"))
+        agent = harness(mock, agent_env={"EXIT_STATUS": "0"}, files={"agent.py": RETRYING_AGENT})
+        state = await agent.run({"prompt": "say something", "program": {"env": {"EXIT_STATUS": "4"}}})
+    assert state["program_result"]["exit_code"] == 4  # the task's env reached the agent
+    assert state["error"] is None  # and its non-zero exit after answering is still forgiven by the agent wrapper
+
+
 async def test_a_nonzero_exit_without_an_answer_is_an_error() -> None:
     with MockModelServer() as mock:
         mock.script(Reply.text("abandoned", stream_delay=0.2), Reply.tool("nothing", {}))

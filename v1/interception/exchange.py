@@ -42,6 +42,11 @@ class Exchange(Protocol):
         """Case-insensitive request headers."""
         ...
 
+    @property
+    def gone(self) -> bool:
+        """True once the program stopped waiting for the answer (closed its connection)."""
+        ...
+
     async def read(self) -> bytes:
         """The whole body. Raises: BodyTooLarge over the limit; any other exception when it cannot be read."""
         ...

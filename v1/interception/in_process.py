@@ -180,7 +180,11 @@ class InProcessTransport:
             return await self._fallback.handle_async_request(request)
         body = await request.aread()
         exchange, handler = _start(endpoint, request.method, url.path, request.headers, body)
-        await exchange.ready
+        try:
+            await exchange.ready
+        except BaseException:  # the SDK stopped waiting (its timeout): the answer will not be delivered
+            exchange.gone = True
+            raise
         if exchange.stream_headers is not None:
             return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
         status, headers, content = _whole_answer(handler)

@@ -175,6 +175,10 @@ class _AiohttpExchange:
     def headers(self) -> Mapping[str, str]:
         return self.request.headers
 
+    @property
+    def gone(self) -> bool:
+        return self.request.transport is None
+
     async def read(self) -> bytes:
         from aiohttp import web
 
@@ -399,15 +403,21 @@ class EndpointServer:
             if parsed.stream:
                 await self._answer_stream(exchange, session, dialect, parsed, key, retry)
                 return None
-            return await self._answer(session, dialect, parsed, key, retry)
+            return await self._answer(exchange, session, dialect, parsed, key, retry)
         except Exception as exc:
             return _failure_response(describe_failure(session, exc), dialect)
 
     async def _answer(
-        self, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
+        self, exchange: Exchange, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
     ) -> Answer:
         response = await session.complete(
-            parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
+            parsed.messages,
+            parsed.tools,
+            parsed.sampling_args,
+            dedupe_key=key,
+            retry=retry,
+            extras=step_extras(dialect, parsed),
+            caller_gone=lambda: exchange.gone,
         )
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)

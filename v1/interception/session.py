@@ -86,6 +86,8 @@ class RolloutSession:
         self.response_ids: dict[int, tuple[Response, str]] = {}
         self._flights: SingleFlight[bytes, Response] = SingleFlight()
         self._last_answer: tuple[bytes, Response] | None = None
+        self._callers: dict[bytes, Callable[[], bool]] = {}  # per call in flight: has its caller gone away?
+        self._undelivered: bytes | None = None  # the last answer's key, when its caller had gone before it came
         self._max_seq_len: int | None = None
 
     def end_program_phase(self) -> None:
@@ -115,6 +117,7 @@ class RolloutSession:
         dedupe_key: bytes | None = None,
         retry: bool = False,
         extras: dict[str, Any] | None = None,
+        caller_gone: Callable[[], bool] | None = None,
     ) -> Response:
         """Forward one model call upstream and record it.
 
@@ -123,23 +126,46 @@ class RolloutSession:
         once answered. A `retry` (the SDK's `x-stainless-retry-count` > 0, or
         a repeated `Idempotency-Key`) identical to the call in flight or to the
         last answered one gets that same `Response` and records no new step:
-        an agent's own retry does not fork the trajectory. Identical calls that
-        are not retries (sampling the same prompt twice) are separate turns.
+        an agent's own retry does not fork the trajectory. So does, without any
+        header, an identical call re-sent after its caller went away
+        (`caller_gone()`, the HTTP client's timeout): while that call is in
+        flight, or when its answer came after its caller had gone. Identical
+        calls that are not retries (sampling the same prompt twice, each caller
+        waiting for its answer) are separate turns.
         `extras` (the program's dialect, what the endpoint dropped from its request) go on the step.
 
         Raises:
             RolloutStopped: the rollout already ended (turn limit, stop condition, error).
             OverlongPromptError, ModelError: the upstream call failed; recorded on the state first.
         """
-        replayed = await self._replayed(dedupe_key, retry)
+        replayed = await self._replayed(dedupe_key, retry or self._abandoned(dedupe_key))
         if replayed is not None:
+            if self._undelivered == dedupe_key and not (caller_gone is not None and caller_gone()):
+                self._undelivered = None  # delivered now: a later identical call is a new sample
             return replayed
         if dedupe_key is None:
             return await self._complete(prompt, tools, requested, extras)
-        # identical calls that are not retries (sampling one prompt twice) overlap as separate turns
-        response = await self._flights.run(dedupe_key, lambda: self._complete(prompt, tools, requested, extras), join=False)
+        if self._undelivered == dedupe_key:
+            self._undelivered = None
+        if caller_gone is not None:
+            self._callers[dedupe_key] = caller_gone
+        try:
+            # identical calls that are not retries (sampling one prompt twice) overlap as separate turns
+            work = lambda: self._complete(prompt, tools, requested, extras)  # noqa: E731
+            response = await self._flights.run(dedupe_key, work, join=False)
+        finally:
+            if self._callers.get(dedupe_key) is caller_gone:
+                del self._callers[dedupe_key]
         self._last_answer = (dedupe_key, response)
+        self._undelivered = dedupe_key if caller_gone is not None and caller_gone() else None
         return response
+
+    def _abandoned(self, dedupe_key: bytes | None) -> bool:
+        """Whether an identical call's caller went away before its answer: re-sending it is a retry."""
+        if dedupe_key is None:
+            return False
+        gone = self._callers.get(dedupe_key)
+        return (gone is not None and gone()) or self._undelivered == dedupe_key
 
     async def _replayed(self, dedupe_key: bytes | None, retry: bool) -> Response | None:
         """For a retry: the answer of the identical call in flight, or of the last one answered."""
