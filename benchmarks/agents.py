@@ -53,7 +53,7 @@ async def bench(name: str, rollouts: int, concurrency: int, cold: bool) -> bool:
             model="mock-model",
             timeout_seconds=300,
         )
-        package = harness.npm_package()
+        package = harness.agent_package()
         assert package is not None
         if cold:
             start = time.perf_counter()

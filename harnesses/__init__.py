@@ -4,6 +4,8 @@ from harnesses.agent import AgentConfig, AgentHarness
 from harnesses.claude_code import ClaudeCodeConfig, ClaudeCodeHarness
 from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
+from harnesses.mini_swe_agent import MiniSweAgentHarness
+from harnesses.openai_agents import OpenAIAgentsConfig, OpenAIAgentsHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
 
@@ -16,6 +18,9 @@ __all__ = [
     "CodexHarness",
     "CommandAgentConfig",
     "CommandAgentHarness",
+    "MiniSweAgentHarness",
+    "OpenAIAgentsConfig",
+    "OpenAIAgentsHarness",
     "OpenCodeHarness",
     "PiHarness",
 ]

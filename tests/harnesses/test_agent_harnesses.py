@@ -125,11 +125,12 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
     listed = next(request.tools for request in mock.requests if request.tools)
     tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in listed]
     assert {call["name"] for call in tool_call.tool_calls} <= set(tools)
-    package = harness.npm_package()  # type: ignore[attr-defined]
+    package = harness.agent_package()  # type: ignore[attr-defined]
     record(
         AgentFinding(
             agent=agent,
             package=package.name,
+            registry=package.registry,
             version=package.version,
             dialect=extras["dialect"],
             streaming=extras["stream"],
