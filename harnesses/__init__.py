@@ -4,6 +4,7 @@ from harnesses.agent import AgentConfig, AgentHarness
 from harnesses.claude_code import ClaudeCodeConfig, ClaudeCodeHarness
 from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
+from harnesses.gemini_cli import GeminiCliHarness
 from harnesses.mini_swe_agent import MiniSweAgentHarness
 from harnesses.openai_agents import OpenAIAgentsConfig, OpenAIAgentsHarness
 from harnesses.opencode import OpenCodeHarness
@@ -18,6 +19,7 @@ __all__ = [
     "CodexHarness",
     "CommandAgentConfig",
     "CommandAgentHarness",
+    "GeminiCliHarness",
     "MiniSweAgentHarness",
     "OpenAIAgentsConfig",
     "OpenAIAgentsHarness",
