@@ -12,7 +12,7 @@ import pytest
 
 import v1 as vf
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
-from harnesses.mini_swe_agent import TRAJECTORY_FILE, MiniSweAgentHarness
+from harnesses.mini_swe_agent import LITELLM, TRAJECTORY_FILE, MiniSweAgentHarness
 from harnesses.pypi import PypiPackage
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -87,3 +87,21 @@ async def test_mini_swe_agent_solves_a_scripted_task_in_a_sandbox() -> None:
             mcp=False,  # mini-SWE-agent has no MCP client
         )
     )
+
+
+def test_other_backends_install_the_agent_with_the_sandboxs_pip() -> None:
+    agent = MiniSweAgentHarness(model="m", sandbox={"backend": "prime", "scope": "group"})
+    sandbox, program = agent.config.sandbox, agent.config.program
+    assert sandbox is not None and sandbox.mounts == {} and sandbox.packages == ["mini-swe-agent==2.4.6", LITELLM]
+    assert program is not None and program.env["V1_AGENT_PYTHON"] == "python"
+    local = MiniSweAgentHarness(model="m", config={"version": "2.4.5"})
+    assert local.config.program is not None
+    assert local.config.program.env["V1_AGENT_PYTHON"].startswith("/opt/v1-npm/pypi/mini-swe-agent@2.4.5-py")
+
+
+async def test_a_failed_install_is_one_error_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("V1_AGENT_CACHE", str(tmp_path / "cache"))
+    package = PypiPackage("mini-swe-agent", "2.4.6", pins=("not a requirement ((",))  # pip refuses it before any download
+    with pytest.raises(vf.ProgramError, match=r"pip install mini-swe-agent==2\.4\.6 .* exited \d+: .*requirement"):
+        await package.install(timeout=120)
+    assert not package.installed() and not Path(package.directory(tmp_path / "cache")).exists()
