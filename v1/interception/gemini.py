@@ -12,8 +12,9 @@ string). A call without an `id` gets one from its turn and position, and a
 A response object that holds one string (`{"output": "..."}`) becomes that string
 (`{"error": "..."}` also marks the result an error); any other, its JSON text.
 `tools[].functionDeclarations` (`parameters` in the API's schema subset, its
-upper-case type names lowered, or `parametersJsonSchema`) become tools; Google's
-hosted tools (`googleSearch`, `codeExecution`, ...) are dropped with a warning,
+upper-case type names lowered, or `parametersJsonSchema`) become tools; every other
+tool kind is one of Google's hosted tools (`googleSearch`, `codeExecution`, ...),
+dropped with a warning,
 as are `safetySettings` and `thinkingConfig`, which a generic upstream cannot
 honour. `generationConfig` maps to Chat Completions names (`maxOutputTokens` ->
 `max_tokens`, `stopSequences` -> `stop`, `topP`, `topK`, a JSON
@@ -47,9 +48,6 @@ PREFIX = "/v1beta"
 ROUTE = "/models/{model}:{method}"
 METHODS = {"generateContent": False, "streamGenerateContent": True}
 """The methods served, and whether each streams."""
-HOSTED_TOOLS = frozenset(
-    {"googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "retrieval", "computerUse", "fileSearch"}
-)
 FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
 DROPPED_FIELDS = {
     "safetySettings": "safety settings apply at Google's servers only",
@@ -225,11 +223,8 @@ def _tools(raw: Any, warnings: list[str]) -> list[Tool] | None:
         entry = _object(entry, f"tools[{i}]")
         declarations = _field(entry, "functionDeclarations")
         for key in entry:
-            camel = key if key in HOSTED_TOOLS else next((h for h in HOSTED_TOOLS if _snake(h) == key), None)
-            if camel is not None:
-                warnings.append(f"tools[{i}]: hosted tool '{camel}' dropped: only Google's servers can run it")
-            elif key not in ("functionDeclarations", "function_declarations"):
-                raise BadRequest(f"tools[{i}]: tool kind {key!r} is not supported", f"tools[{i}].{key}")
+            if key not in ("functionDeclarations", "function_declarations"):
+                warnings.append(f"tools[{i}]: hosted tool '{key}' dropped: only Google's servers can run it")
         if declarations is None:
             continue
         if not isinstance(declarations, list):
