@@ -1,11 +1,11 @@
-"""Benchmark the agent harnesses: npm install time (cold and cached) and rollouts/s at concurrency 8.
+"""Benchmark the agent harnesses: install time (npm or PyPI, cold and cached) and rollouts/s at concurrency 8.
 
     python benchmarks/agents.py [--rollouts 16] [--concurrency 8] [--agents codex claude_code] [--cold]
 
 For each agent, against the mock model server (in a thread of this process):
 
-1. install: with `--cold`, into an empty temporary cache (npm's own download cache may still be
-   warm: say which when you quote it), then again from the cache;
+1. install: with `--cold`, into an empty temporary cache (npm's and pip's own download caches may
+   still be warm: say which when you quote it), then again from the cache;
 2. `--rollouts` rollouts at `--concurrency`, each a fresh local sandbox in which the real agent
    makes two model calls (a shell tool call the mock asks for, then the answer) and runs the
    command: rollouts/s and p50 seconds per rollout.
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import v1 as vf
-from harnesses import AgentHarness, ClaudeCodeHarness, CodexHarness, PiHarness
+from harnesses import AgentHarness, ClaudeCodeHarness, CodexHarness, GeminiCliHarness, MiniSweAgentHarness, PiHarness
 from harnesses.npm import CACHE_ENV
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -33,13 +33,19 @@ AGENTS: dict[str, tuple[type[AgentHarness], str, str, dict[str, str]]] = {
     "codex": (CodexHarness, "openai_chat_completions", "exec_command", {"cmd": "echo hi > out.txt"}),
     "claude_code": (ClaudeCodeHarness, "anthropic_messages", "Bash", {"command": "echo hi > out.txt", "description": "x"}),
     "pi": (PiHarness, "openai_chat_completions", "bash", {"command": "echo hi > out.txt"}),
+    "gemini_cli": (GeminiCliHarness, "openai_chat_completions", "run_shell_command", {"command": "echo hi > out.txt"}),
+    "mini_swe_agent": (MiniSweAgentHarness, "openai_chat_completions", "bash", {"command": "echo hi > out.txt"}),
 }
+DONE: dict[str, Reply] = {"mini_swe_agent": Reply.tool("bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})}
+"""How an agent ends when it is not by answering (mini-SWE-agent submits with a command)."""
 
 
-def responder(tool: str, arguments: dict[str, str]) -> Callable[[MockRequest], Reply]:
+def responder(tool: str, arguments: dict[str, str], done: Reply) -> Callable[[MockRequest], Reply]:
     def reply(request: MockRequest) -> Reply:
+        if not request.tools:
+            return Reply.text("A title")  # a side call (session titles, checks)
         if any(message.get("role") == "tool" for message in request.messages):
-            return Reply.text("done")
+            return done
         return Reply.tool(tool, arguments)
 
     return reply
@@ -47,13 +53,13 @@ def responder(tool: str, arguments: dict[str, str]) -> Callable[[MockRequest], R
 
 async def bench(name: str, rollouts: int, concurrency: int, cold: bool) -> bool:
     harness_class, client_type, tool, arguments = AGENTS[name]
-    with MockModelServer(responder(tool, arguments)) as mock:
+    with MockModelServer(responder(tool, arguments, DONE.get(name, Reply.text("done")))) as mock:
         harness = harness_class(
             client=vf.ClientConfig(client_type=client_type, api_base_url=mock.url, max_retries=0),
             model="mock-model",
             timeout_seconds=300,
         )
-        package = harness.npm_package()
+        package = harness.agent_package()
         assert package is not None
         if cold:
             start = time.perf_counter()
@@ -72,7 +78,7 @@ async def bench(name: str, rollouts: int, concurrency: int, cold: bool) -> bool:
                 begin = time.perf_counter()
                 state = await harness.run("write hi to out.txt")
                 durations.append(time.perf_counter() - begin)
-                if state["error"] is not None or len(state["trajectory"]) != 2:
+                if state["error"] is not None or len(state["trajectory"]) < 2:  # side calls add steps
                     failed += 1
                     print(f"  failed rollout: {state['error']} ({len(state['trajectory'])} steps)", file=sys.stderr)
 

@@ -4,6 +4,9 @@ from harnesses.agent import AgentConfig, AgentHarness
 from harnesses.claude_code import ClaudeCodeConfig, ClaudeCodeHarness
 from harnesses.codex import CodexConfig, CodexHarness
 from harnesses.command import CommandAgentConfig, CommandAgentHarness
+from harnesses.gemini_cli import GeminiCliHarness
+from harnesses.mini_swe_agent import MiniSweAgentHarness
+from harnesses.openai_agents import OpenAIAgentsConfig, OpenAIAgentsHarness
 from harnesses.opencode import OpenCodeHarness
 from harnesses.pi import PiHarness
 from harnesses.replay import ReplayConfig, ReplayHarness
@@ -19,6 +22,10 @@ __all__ = [
     "CodexHarness",
     "CommandAgentConfig",
     "CommandAgentHarness",
+    "GeminiCliHarness",
+    "MiniSweAgentHarness",
+    "OpenAIAgentsConfig",
+    "OpenAIAgentsHarness",
     "OpenCodeHarness",
     "PiHarness",
     "RLMConfig",

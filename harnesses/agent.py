@@ -8,10 +8,10 @@ rollout's own key as `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, `V1_MODEL`) plus:
 - `V1_PROMPT_FILE`: the task's prompt as text (user turns), `V1_SYSTEM_FILE`: its system prompt;
 - `PATH` starting with the agent's executable directory.
 
-The agent's npm package is installed once per machine (`harnesses.npm`) and
-shown read-only to local sandboxes; other backends install it into each
-sandbox through `SandboxConfig.packages` (use `scope = "group"` or an image that
-has it). An agent that exits non-zero after it answered (its last model call
+The agent's package (npm: `harnesses.npm`, PyPI: `harnesses.pypi`) is installed
+once per machine and shown read-only to local sandboxes; other backends install
+it into each sandbox through `SandboxConfig.packages` (use `scope = "group"` or an
+image that has it). An agent that exits non-zero after it answered (its last model call
 returned an answer without tool calls) is not an error: its trajectory is scored,
 and the exit status stays in `state["program_result"]`.
 """
@@ -26,6 +26,7 @@ from pydantic import Field
 
 import v1 as vf
 from harnesses.npm import MOUNT_POINT, NpmPackage, cache_root
+from harnesses.packages import AgentInstall, AgentPackage
 from v1.config import ArtifactConfig, HarnessConfig, ProgramConfig, SandboxConfig
 from v1.errors import ProgramError
 from v1.programs import Program
@@ -47,7 +48,7 @@ class AgentConfig(HarnessConfig):
     """
 
     version: str = ""
-    """The npm version to install; empty: the harness's pinned version."""
+    """The package version to install; empty: the harness's pinned version."""
     extra_args: list[str] = Field(default_factory=list)
     """Appended to the agent's command line."""
     agent_env: dict[str, str] = Field(default_factory=dict)
@@ -57,7 +58,7 @@ class AgentConfig(HarnessConfig):
     artifacts: list[ArtifactConfig] = Field(default_factory=list)
     """Files collected from the workspace after the agent ran (see docs/sandbox.md)."""
     install_timeout: float = Field(600.0, gt=0)
-    """Seconds the one npm install on this machine may take."""
+    """Seconds the one install of the agent's package on this machine may take."""
 
 
 def _text(content: Any) -> str:
@@ -94,7 +95,7 @@ class AgentProgram:
 
     handles_timeout = True
 
-    def __init__(self, command: CommandProgram, package: NpmPackage | None, install_timeout: float) -> None:
+    def __init__(self, command: CommandProgram, package: AgentPackage | None, install_timeout: float) -> None:
         self.command = command
         self.package = package
         self.install_timeout = install_timeout
@@ -124,19 +125,20 @@ class AgentHarness(vf.Harness):
         config_ = self.agent_config
         if config_.program is not None:
             raise vf.ConfigError(f"{type(self).__name__} builds its own program; leave 'program' unset")
-        package = self.npm_package()
+        package = self.agent_package()
         sandbox = config_.sandbox or SandboxConfig()
         host_install = package is not None and sandbox.backend == "local"
         if package is None:
-            bin_dir = ""
+            where = AgentInstall()
         elif host_install:
             cache_root().mkdir(parents=True, exist_ok=True)
             sandbox = sandbox.model_copy(update={"mounts": {**sandbox.mounts, MOUNT_POINT: str(cache_root())}})
-            bin_dir = package.bin_dir(MOUNT_POINT)
+            where = package.mounted(MOUNT_POINT)
         else:
-            sandbox = sandbox.model_copy(update={"packages": [*sandbox.packages, f"npm:{package.spec}"]})
-            bin_dir = f"{sandbox.workdir}/.v1/node/node_modules/.bin"
-        env = {**self.default_env, **config_.agent_env, "V1_PROMPT_FILE": PROMPT_FILE, "V1_SYSTEM_FILE": SYSTEM_FILE}
+            packages, where = package.in_sandbox(sandbox.workdir)
+            sandbox = sandbox.model_copy(update={"packages": [*sandbox.packages, *packages]})
+        bin_dir = where.bin_dir
+        env = {**self.default_env, **where.env, **config_.agent_env, "V1_PROMPT_FILE": PROMPT_FILE, "V1_SYSTEM_FILE": SYSTEM_FILE}
         script = f'export PATH="{bin_dir}:$PATH"\n' if bin_dir else ""
         program = ProgramConfig(
             command=["sh", SCRIPT_FILE],
@@ -161,8 +163,8 @@ class AgentHarness(vf.Harness):
         assert isinstance(self.config, AgentConfig)
         return self.config
 
-    def npm_package(self) -> NpmPackage | None:
-        """The agent's pinned npm package (None: nothing to install)."""
+    def agent_package(self) -> AgentPackage | None:
+        """The agent's pinned package (None: nothing to install); an npm package named by the class by default."""
         if not self.package_name:
             return None
         return NpmPackage(self.package_name, self.agent_config.version or self.default_version, self.executable)

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from harnesses.agent import AgentConfig, AgentHarness
 from harnesses.npm import NpmPackage
+from harnesses.packages import AgentPackage
 
 EndpointValue = Literal["openai_base_url", "anthropic_base_url", "api_key", "model"]
 SOURCES: dict[str, str] = {
@@ -53,7 +54,7 @@ class CommandAgentHarness(AgentHarness):
 
     config_type = CommandAgentConfig
 
-    def npm_package(self) -> NpmPackage | None:
+    def agent_package(self) -> AgentPackage | None:
         config = self.config
         assert isinstance(config, CommandAgentConfig)
         if config.npm_package is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -24,6 +25,8 @@ class AgentFinding(BaseModel):
 
     agent: str
     package: str
+    registry: Literal["npm", "pypi", "repo"]
+    """Where the package comes from: `npm`, `pypi`, or this repository (`repo`)."""
     version: str
     dialect: str
     streaming: bool
@@ -49,7 +52,7 @@ def update_finding(finding: AgentFinding, path: Path = COMPAT_JSON) -> None:
 def render_table(findings: dict[str, AgentFinding]) -> str:
     """The markdown table: agent x version x dialect x streaming x tools x MCP."""
     rows = [
-        "| agent | npm package | version | dialect | streaming | tool calls | hosted tools dropped | MCP tools |",
+        "| agent | package | version | dialect | streaming | tool calls | hosted tools dropped | MCP tools |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     yes = {True: "yes", False: "no"}
@@ -57,7 +60,7 @@ def render_table(findings: dict[str, AgentFinding]) -> str:
         f = findings[name]
         dropped = ", ".join(f"`{tool}`" for tool in f.dropped) or "none"
         rows.append(
-            f"| `{name}` | `{f.package}` | {f.version} | {f.dialect} | {yes[f.streaming]} | {yes[f.tool_calls]} | "
+            f"| `{name}` | `{f.package}` ({f.registry}) | {f.version} | {f.dialect} | {yes[f.streaming]} | {yes[f.tool_calls]} | "
             f"{dropped} | {yes[f.mcp]} |"
         )
     return "\n".join(rows)

@@ -19,7 +19,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from harnesses.packages import AgentInstall
 from v1.errors import ProgramError
 
 CACHE_ENV = "V1_AGENT_CACHE"
@@ -38,6 +40,7 @@ def cache_root() -> Path:
 class NpmPackage:
     """An npm package pinned to one version, and the executable it provides."""
 
+    registry: ClassVar[str] = "npm"
     name: str
     version: str
     executable: str
@@ -54,6 +57,12 @@ class NpmPackage:
     def bin_dir(self, root: str | Path) -> str:
         """Where the executable lies when the cache is at `root` (the host path or `MOUNT_POINT`)."""
         return f"{root}/{self.key}/node_modules/.bin"
+
+    def mounted(self, root: str) -> AgentInstall:
+        return AgentInstall(bin_dir=self.bin_dir(root))
+
+    def in_sandbox(self, workdir: str) -> tuple[list[str], AgentInstall]:
+        return [f"npm:{self.spec}"], AgentInstall(bin_dir=f"{workdir}/.v1/node/node_modules/.bin")
 
     def installed(self) -> bool:
         return (cache_root() / self.key / "node_modules" / ".bin" / self.executable).exists()

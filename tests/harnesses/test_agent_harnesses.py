@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from harnesses import ClaudeCodeHarness, CodexHarness, OpenCodeHarness, PiHarness
+from harnesses import ClaudeCodeHarness, CodexHarness, GeminiCliHarness, OpenCodeHarness, PiHarness
 from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
 from toolsets import files_toolset
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -99,6 +99,11 @@ AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {
         Reply.tool("exec_command", {"cmd": WRITE}).and_tool("mcp__v1__write_file", MCP_WRITE),
         "openai_chat_completions",
     ),
+    "gemini_cli": (
+        GeminiCliHarness,
+        Reply.tool("run_shell_command", {"command": WRITE}).and_tool("mcp_v1_write_file", MCP_WRITE),
+        "openai_chat_completions",
+    ),
     "claude_code": (
         ClaudeCodeHarness,
         Reply.tool("Bash", {"command": WRITE, "description": "write the file"}).and_tool("mcp__v1__write_file", MCP_WRITE),
@@ -125,11 +130,12 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
     listed = next(request.tools for request in mock.requests if request.tools)
     tools = [tool["function"]["name"] if "function" in tool else tool["name"] for tool in listed]
     assert {call["name"] for call in tool_call.tool_calls} <= set(tools)
-    package = harness.npm_package()  # type: ignore[attr-defined]
+    package = harness.agent_package()  # type: ignore[attr-defined]
     record(
         AgentFinding(
             agent=agent,
             package=package.name,
+            registry=package.registry,
             version=package.version,
             dialect=extras["dialect"],
             streaming=extras["stream"],
@@ -146,6 +152,7 @@ async def test_toml_configs_build_the_harnesses() -> None:
         ("claude_code", ClaudeCodeHarness),
         ("opencode", OpenCodeHarness),
         ("pi", PiHarness),
+        ("gemini_cli", GeminiCliHarness),
     ):
         env = vf.load_environment(f"configs/{name}.toml")
         assert type(env.harness) is harness_class

@@ -62,6 +62,7 @@ async def test_terminus_types_commands_reads_the_screen_and_calls_mcp_tools() ->
     finding = AgentFinding(
         agent="terminus",
         package="harnesses/terminus_agent.py",
+        registry="repo",
         version="in repo",
         dialect=state["trajectory"][0]["extras"]["dialect"],
         streaming=state["trajectory"][0]["extras"]["stream"],

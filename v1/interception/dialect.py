@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from v1.types import Messages, Response, ResponseDelta, Tool
@@ -162,25 +163,35 @@ class Dialect:
 
     Attributes:
         name: the API name programs ask for (`state.get_client(api)`).
-        route: the path under ``/v1``.
-        parse_request: a body -> `EndpointRequest` (raises `BadRequest`).
+        route: the path under `prefix`; ``{field}`` segments (Gemini's ``/models/{model}:{method}``) are
+            passed to `parse_request` as keyword arguments.
+        parse_request: a body (and the route's fields) -> `EndpointRequest` (raises `BadRequest`).
         render: a whole answer as the dialect's JSON body.
         render_stream: a whole answer as the dialect's stream of frames (the mock server replays with it).
         stream_writer: `(model, request, response_id)` -> the writer that relays one streamed answer.
         error_body: `(status, message, type, code, param)` -> the dialect's error JSON.
         before_call: resolves what the request refers to in the rollout (Responses' `previous_response_id`).
         after_call: remembers an answer before it is rendered (Responses' ids and history).
+        prefix: the API root the route lies under, after the rollout's ``/r/<id>``.
     """
 
     name: str
     route: str
-    parse_request: Callable[[Any], EndpointRequest]
+    parse_request: Callable[..., EndpointRequest]
     render: Callable[[Response, str, EndpointRequest], dict[str, Any]]
     render_stream: Callable[[Response, str, EndpointRequest], Iterator[bytes]]
     stream_writer: Callable[[str, EndpointRequest, str | None], EndpointStreamWriter]
     error_body: Callable[[int, str, str, str | None, str | None], dict[str, Any]]
     before_call: Callable[[RolloutSession, EndpointRequest], None] = _nothing_before
     after_call: Callable[[RolloutSession, EndpointRequest, Response], None] = _nothing_after
+    prefix: str = "/v1"
+
+    @cached_property
+    def path_pattern(self) -> re.Pattern[str]:
+        """The route's full path under ``/r/<id>`` as a regex, its ``{field}`` segments as named groups."""
+        parts = re.split(r"\{(\w+)\}", self.prefix + self.route)
+        pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^{{}}/]+)" for i, part in enumerate(parts))
+        return re.compile(pattern)
 
 
 def replay(writer: StreamWriter, response: Response) -> Iterator[bytes]:

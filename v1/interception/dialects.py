@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from v1.interception import chat_completions, completions, messages, responses
+from v1.interception import chat_completions, completions, gemini, messages, responses
 from v1.interception.dialect import Dialect
 
 DIALECTS: dict[str, Dialect] = {
-    dialect.name: dialect for dialect in (chat_completions.DIALECT, completions.DIALECT, responses.DIALECT, messages.DIALECT)
+    dialect.name: dialect
+    for dialect in (chat_completions.DIALECT, completions.DIALECT, responses.DIALECT, messages.DIALECT, gemini.DIALECT)
 }
 """Every dialect the endpoint speaks, by `Dialect.name`."""
 
@@ -14,9 +15,14 @@ DEFAULT_DIALECT = DIALECTS["chat_completions"]
 
 
 def dialect_for_path(path: str) -> Dialect:
-    """The dialect whose route `path` ends with (Chat Completions, the OpenAI error shape, when none does)."""
+    """The dialect whose route `path` ends with, else the one whose own API root it is under (Gemini's
+    ``/v1beta``); Chat Completions (the OpenAI error shape) when none is."""
     for dialect in DIALECTS.values():
-        if path.endswith("/v1" + dialect.route):
+        match = dialect.path_pattern.search(path)
+        if match is not None and match.end() == len(path):
+            return dialect
+    for dialect in DIALECTS.values():
+        if dialect.prefix != DEFAULT_DIALECT.prefix and f"{dialect.prefix}/" in path:
             return dialect
     return DEFAULT_DIALECT
 

@@ -55,6 +55,7 @@ UNAUTHORIZED = "invalid or missing API key for this rollout"
 # JSON escapes of UTF-16 surrogates, or surrogates encoded as UTF-8: only then can a body hold a lone surrogate.
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 _ROUTE = re.compile(r"/r/([^{}/]+)/v1(/.*)")
+_ROLLOUT_ROUTE = re.compile(r"/r/([^{}/]+)(/.*)")
 _MCP_ROUTE = re.compile(r"/r/([^{}/]+)" + re.escape(mcp_server.ROUTE))
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -247,7 +248,9 @@ class EndpointServer:
         self.pools: EndpointPools | None = None
         self._runner: web.AppRunner | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
-        self._routes = {dialect.route: dialect for dialect in DIALECTS.values()}
+        plain = [d for d in DIALECTS.values() if d.prefix == "/v1" and "{" not in d.route]
+        self._routes = {dialect.route: dialect for dialect in plain}
+        self._field_routes = [dialect for dialect in DIALECTS.values() if dialect not in plain]
 
     @property
     def url(self) -> str:
@@ -258,9 +261,8 @@ class EndpointServer:
 
         app = web.Application(client_max_size=self.max_body_bytes)
         for dialect in DIALECTS.values():
-            app.router.add_route(
-                "*", f"/r/{{rollout}}/v1{dialect.route}", _over_aiohttp(_with_rollout(partial(self._handle, dialect)))
-            )
+            path = f"/r/{{rollout}}{dialect.prefix}{dialect.route}"
+            app.router.add_route("*", path, _over_aiohttp(partial(self._handle_routed, dialect)))
         app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(_with_rollout(self._models_of)))
         count_tokens = _over_aiohttp(_with_rollout(self._count_tokens_of))
         app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", count_tokens)
@@ -324,12 +326,17 @@ class EndpointServer:
         match = _MCP_ROUTE.fullmatch(exchange.path)
         if match is not None:
             return await self._mcp_of(match[1], exchange)
+        match = _ROLLOUT_ROUTE.fullmatch(exchange.path)
+        for dialect in self._field_routes if match is not None else ():
+            fields = dialect.path_pattern.fullmatch(match[2])  # type: ignore[index]
+            if fields is not None:
+                return await self._handle(dialect, match[1], exchange, fields.groupdict())  # type: ignore[index]
         return await self._unknown_route(exchange)
 
     def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
         session = self.sessions.get(rollout)
         headers = exchange.headers
-        presented = headers.get("x-api-key")
+        presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
         authorization = headers.get("Authorization", "")
         if presented is None and authorization[:7].lower() == "bearer ":
             presented = authorization[7:].strip()
@@ -377,13 +384,21 @@ class EndpointServer:
             return read
         return session, *read
 
-    async def _handle(self, dialect: Dialect, rollout: str, exchange: Exchange) -> Answer | None:
+    async def _handle_routed(self, dialect: Dialect, exchange: Exchange) -> Answer | None:
+        """`_handle` for a request aiohttp routed: the rollout and the route's fields from its match."""
+        assert isinstance(exchange, _AiohttpExchange)
+        fields = dict(exchange.request.match_info)
+        return await self._handle(dialect, fields.pop("rollout"), exchange, fields)
+
+    async def _handle(
+        self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str] | None = None
+    ) -> Answer | None:
         admitted = await self._admit(rollout, exchange, dialect)
         if isinstance(admitted, Answer):
             return admitted
         session, body, raw = admitted
         try:
-            parsed = dialect.parse_request(body)
+            parsed = dialect.parse_request(body, **(fields or {}))
             dialect.before_call(session, parsed)
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param, dialect=dialect)
@@ -397,7 +412,7 @@ class EndpointServer:
         if idempotency_key:
             key, retry = b"idempotency:" + idempotency_key.encode("utf-8", "replace"), True
         else:
-            key = hashlib.blake2b(raw, digest_size=16).digest() + dialect.route.encode()
+            key = hashlib.blake2b(raw, digest_size=16).digest() + exchange.path.encode()
             retry = headers.get("x-stainless-retry-count", "0") not in ("0", "")
         try:
             if parsed.stream:
