@@ -118,6 +118,7 @@ SUBMODULES = {
     "env",
     "env_group",
     "errors",
+    "executors",
     "harness",
     "inference",
     "interception",
