@@ -15,6 +15,7 @@ imported only when a `RayExecutor` first runs (`pip install 'v1[distributed]'`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import socket
 import time
@@ -303,18 +304,18 @@ class RayExecutor:
         ray = _import_ray()
         queue: deque[tuple[int, Any, Unit]] = deque((position, uid, unit) for position, (uid, unit) in enumerate(job.units))
         delivered: set[Any] = set()
-        in_flight: dict[asyncio.Future[Any], tuple[_Actor, tuple[int, Any, Unit]]] = {}
+        in_flight: dict[asyncio.Future[Any], tuple[_Actor, tuple[int, Any, Unit], Any]] = {}
         args = (job.model, dict(job.sampling_args), job.max_retries, list(job.state_columns))
         try:
             while len(delivered) < len(job.units):
                 while queue and (actor := self._pick(len(queue[0][2].indices))) is not None:
                     item = queue.popleft()
                     actor.in_flight += len(item[2].indices)
-                    call = asyncio.ensure_future(actor.handle.run_unit.remote(item[0], item[2], *args))
-                    in_flight[call] = (actor, item)
+                    ref = actor.handle.run_unit.remote(item[0], item[2], *args)
+                    in_flight[asyncio.ensure_future(ref)] = (actor, item, ref)
                 finished, _ = await asyncio.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
                 for call in finished:
-                    actor, item = in_flight.pop(call)
+                    actor, item, _ = in_flight.pop(call)
                     actor.in_flight -= len(item[2].indices)
                     error = call.exception()
                     if isinstance(error, ray.exceptions.RayActorError):
@@ -333,12 +334,12 @@ class RayExecutor:
                             job.on_retry([tuple(key) for key in keys], errors)
                     await job.finished(outputs)
         finally:
-            for call in in_flight:
+            for call, (actor, _, ref) in in_flight.items():  # stopped early: the actors drop those groups too
                 call.cancel()
-            if in_flight:
-                for actor, _ in in_flight.values():
-                    actor.in_flight = 0
-                await asyncio.gather(*in_flight, return_exceptions=True)
+                actor.in_flight = 0
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+            await asyncio.gather(*in_flight, return_exceptions=True)
 
     # -- training ---------------------------------------------------------------------------
 
