@@ -417,8 +417,8 @@ class Env:
                 (the rollouts in flight are cancelled, the metadata is written) and propagates.
             executor: where the groups run: this event loop when None (`LocalExecutor`), or
                 e.g. `v1.executors.RayExecutor` for Ray actors; outputs come back here and are
-                written by this process alone. A non-default executor is recorded as `executor`
-                in the metadata.
+                written by this process alone. A non-default executor's `describe()` is recorded
+                as `executor` in the metadata when the run ends.
         """
         if rollouts_per_example < 1:
             raise ConfigError(f"rollouts_per_example must be at least 1, got {rollouts_per_example}")
@@ -449,8 +449,6 @@ class Env:
             }
         )
 
-        if executor is not None:
-            record.metadata["executor"] = executor.describe()
         job = UnitJob(
             env=self,
             units=[(uid, unit) for uid, unit in plan.units.items() if uid not in done],

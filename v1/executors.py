@@ -192,6 +192,7 @@ class RayExecutor:
         }
 
     def describe(self) -> dict[str, Any]:
+        """Where the last run ran (`address`, `actors`, `nodes`, `actor_startup_s`) and what it lost (`actors_lost`, `rerun_groups`)."""
         return {**self.stats, "actor_startup_s": [round(s, 3) for s in self.stats["actor_startup_s"]]}
 
     # -- the actor pool ---------------------------------------------------------------------
@@ -298,6 +299,7 @@ class RayExecutor:
     async def run(self, job: UnitJob) -> None:
         """Run `job`'s units on the actors; each unit's outputs go to `job.finished` once, in the order they finish."""
         per_actor = self.actor_concurrency or (math.ceil(job.max_concurrent / self.actors) if job.max_concurrent > 0 else 0)
+        self.stats["rerun_groups"] = self.stats["actors_lost"] = 0  # counted per run
         if not job.units:
             return
         await self._start(job.env, job.client_sources, per_actor)
