@@ -236,7 +236,7 @@ def second_node(cluster: str) -> Iterator[subprocess.Popen[str]]:
     )
     try:
         deadline = time.monotonic() + 120
-        while sum(n["Alive"] for n in ray.nodes()) < 2:
+        while ray.cluster_resources().get("CPU", 0) < 3:  # the node joined and its CPU is schedulable
             assert node.poll() is None, node.stderr.read() if node.stderr else ""
             assert time.monotonic() < deadline, "the second Ray node did not join"
             time.sleep(0.2)
@@ -250,9 +250,12 @@ def second_node(cluster: str) -> Iterator[subprocess.Popen[str]]:
             node.wait()
 
 
-def test_actors_spread_over_a_second_node(second_node: subprocess.Popen[str], upstream: vf.ClientConfig) -> None:
+def test_actors_spread_over_a_second_node(
+    shared: RayExecutor, second_node: subprocess.Popen[str], upstream: vf.ClientConfig
+) -> None:
+    """Each actor reserves a whole CPU: the head has one free (the shared actors hold the other), the new node one."""
     env = vf.load_environment(CONFIG)
-    with RayExecutor(actors=2, num_cpus=0.5) as executor:
+    with RayExecutor(actors=2, num_cpus=1) as executor:
         result = evaluate(env, upstream, executor, num_examples=4)
     assert result["metadata"]["executor"]["nodes"] == 2  # type: ignore[typeddict-item]
     assert keys(result["outputs"]) == [(e, i) for e in range(4) for i in range(2)]
