@@ -119,6 +119,7 @@ SUBMODULES = {
     "env",
     "env_group",
     "errors",
+    "executors",
     "harness",
     "inference",
     "interception",

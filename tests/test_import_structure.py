@@ -107,7 +107,7 @@ def test_the_checker_sees_a_cycle() -> None:
 def test_import_v1_loads_no_sdk_or_server_library() -> None:
     """`import v1` stays light: the SDKs, aiohttp, mcp and rich load when first used."""
     probe = "import sys, v1; print(' '.join(m for m in HEAVY if m in sys.modules))"
-    heavy = ("openai", "anthropic", "aiohttp", "httpx", "httpx2", "mcp", "rich", "torch")
+    heavy = ("openai", "anthropic", "aiohttp", "httpx", "httpx2", "mcp", "rich", "torch", "ray")
     env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
     out = subprocess.run([sys.executable, "-c", f"HEAVY = {heavy!r}\n{probe}"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -7,7 +7,7 @@ with `gc.callbacks`, see benchmarks/README.md). Inside `batch_gc()` the young ge
 holds `YOUNG_THRESHOLD` net allocations (default 700) and each older generation waits
 for `OLDER_THRESHOLD` collections of the one below (default 10); reference counting
 still frees everything that is not in a cycle at once, and a collector that is off
-(`gc.disable()`, threshold 0) stays off. `Env.generate` (so `v1 eval` and the trainer) runs inside it; a program
+(`gc.disable()`, threshold 0) stays off. `Env.generate`'s units run inside it (on this loop or a Ray actor, so `v1 eval` too); a program
 that runs many `harness.run` calls concurrently itself can use it too. Entering is
 cheap; nesting and overlapping uses (several runs on one loop, several threads) keep
 the tuned thresholds until the last one leaves, then restore what was set before.

@@ -4,15 +4,20 @@ A *unit* is what is scored together: one example's group of rollouts, or one rol
 independent scoring. `plan_units` groups the inputs into units; `run_units` runs them with a
 `RolloutLimiter` bounding the rollouts in flight across units, and stops at the first unit
 that raises (cancelling the others).
+
+An `Executor` is where the units of a `generate` call run, given as a `UnitJob`: the
+`LocalExecutor` (the default) runs them on this event loop with `run_units`; other
+executors (`v1.executors.RayExecutor`) run them elsewhere and hand each finished unit's
+outputs to `UnitJob.finished`, which stays the one writer of results.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from v1.results import RolloutKey
 from v1.task import Task
@@ -156,4 +161,80 @@ async def run_units(units: list[Unit], limiter: RolloutLimiter, run_unit: RunUni
         raise
 
 
-__all__ = ["Plan", "RolloutLimiter", "RunUnit", "Unit", "plan_units", "run_units"]
+@dataclass
+class UnitJob:
+    """What an executor needs to run the units of one `generate` call.
+
+    `env` runs a unit with `env.run_unit(...)`; `clients` are the resolved clients (used
+    round-robin by unit position) and `client_sources` what they were resolved from (the
+    `client` argument of `generate`: what a remote executor ships to its workers).
+    `finished` takes each unit's outputs exactly once; `on_retry` is the caller's retry callback.
+    """
+
+    env: Any
+    units: list[tuple[Any, Unit]]
+    task_of: Callable[[Unit], Task]
+    """A unit's task, built when the unit is handed out (`Plan.task`)."""
+    clients: list[Any]
+    client_sources: Any
+    model: str
+    sampling_args: Mapping[str, Any]
+    max_retries: int
+    state_columns: list[str]
+    max_concurrent: int
+    finished: Callable[[list[Any]], Awaitable[None]]
+    on_retry: Callable[[list[RolloutKey], list[Mapping[str, Any]]], None] | None = None
+
+
+class Executor(Protocol):
+    """Where the units of a `generate` call run."""
+
+    async def run(self, job: UnitJob) -> None:
+        """Run every unit of `job`, passing each unit's outputs to `job.finished` once; the first error stops the run."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What ran the units (recorded as `executor` in the run's metadata)."""
+        ...
+
+    async def run_group(
+        self, env: Any, rows: Sequence[Any], client: Any, model: str, sampling_args: Mapping[str, Any] | None = None
+    ) -> Sequence[Mapping[str, Any]]:
+        """One scored group, as `Env.run_group` returns it (the trainer's rollouts)."""
+        ...
+
+
+class LocalExecutor:
+    """Runs the units on the current event loop, at most `job.max_concurrent` rollouts in flight (the default executor)."""
+
+    async def run(self, job: UnitJob) -> None:
+        limiter = RolloutLimiter(job.max_concurrent)
+
+        async def run_unit(unit: Unit, position: int, slots: int) -> None:
+            try:
+                outputs = await job.env.run_unit(
+                    unit,
+                    job.task_of(unit),
+                    job.clients[position % len(job.clients)],
+                    job.model,
+                    job.sampling_args,
+                    job.max_retries,
+                    job.state_columns,
+                    job.on_retry,
+                )
+            finally:
+                await limiter.release(slots)
+            await job.finished(outputs)
+
+        await run_units([unit for _, unit in job.units], limiter, run_unit)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "local"}
+
+    async def run_group(
+        self, env: Any, rows: Sequence[Any], client: Any, model: str, sampling_args: Mapping[str, Any] | None = None
+    ) -> Sequence[Mapping[str, Any]]:
+        return await env.run_group(rows, client, model, dict(sampling_args or {}))
+
+
+__all__ = ["Executor", "LocalExecutor", "Plan", "RolloutLimiter", "RunUnit", "Unit", "UnitJob", "plan_units", "run_units"]

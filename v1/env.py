@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from v1 import _loop_scope as loop_scope
 from v1._gc_tuning import batch_gc
 from v1._provenance import version_info
-from v1._scheduling import RolloutLimiter, Unit, plan_units, run_units
+from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
@@ -42,6 +42,8 @@ else:  # pragma: no cover
 
 if TYPE_CHECKING:
     from datasets import Dataset
+
+    from v1.loading import EnvSource
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +200,8 @@ class Env:
         self.pass_threshold = pass_threshold
         self.concurrency = -1
         self.module: str | None = type(taskset).__module__ if type(taskset) is not Taskset else None
+        self.source: EnvSource | None = None
+        """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
 
     @property
     def config(self) -> EnvConfig:
@@ -238,7 +242,8 @@ class Env:
 
     # -- running --------------------------------------------------------------------------
 
-    async def _clients(self, client: Any) -> list[Client[Any, Any, Any, Any]]:
+    async def resolve_clients(self, client: Any) -> list[Client[Any, Any, Any, Any]]:
+        """The clients `client` names (as `generate` takes it; None: the harness's), one per endpoint variant."""
         if client is None:
             client = self.harness.client if self.harness.client is not None else self.harness.config.client
         if client is None:
@@ -286,7 +291,7 @@ class Env:
         what a training worker consumes.
         """
         tasks = [self.taskset.to_task(row) for row in group_inputs]
-        clients = await self._clients(client)
+        clients = await self.resolve_clients(client)
         return await self._run_states(tasks, clients[0], self._model(model), self._sampling_args(sampling_args))
 
     # -- the worker interface of the seed's Environment ---------------------------------------
@@ -302,7 +307,7 @@ class Env:
         task = self.taskset.to_task(input)
         state = State.for_task(task)
         handles = upstream(state)
-        handles.client = (await self._clients(client))[0]
+        handles.client = (await self.resolve_clients(client))[0]
         handles.sampling_args = dict(self._sampling_args(sampling_args))
         state.runtime.model = self._model(model)
         return state
@@ -385,6 +390,7 @@ class Env:
         keep_outputs: bool = True,
         on_progress: ProgressCallback | None = None,
         on_retry: RetryCallback | None = None,
+        executor: Executor | None = None,
     ) -> GenerateOutputs:
         """Run `rollouts_per_example` rollouts of every input and return their outputs and metadata.
 
@@ -410,11 +416,15 @@ class Env:
             on_retry: called before a group is re-run, with its rollout keys and the failed
                 attempt's errors. An exception raised by either callback aborts the run
                 (the rollouts in flight are cancelled, the metadata is written) and propagates.
+            executor: where the groups run: this event loop when None (`LocalExecutor`), or
+                e.g. `v1.executors.RayExecutor` for Ray actors; outputs come back here and are
+                written by this process alone. A non-default executor's `describe()` is recorded
+                as `executor` in the metadata when the run ends.
         """
         if rollouts_per_example < 1:
             raise ConfigError(f"rollouts_per_example must be at least 1, got {rollouts_per_example}")
         plan = plan_units(inputs, self.taskset.to_task, rollouts_per_example, independent_scoring)
-        clients = await self._clients(None if client is None else client)
+        clients = await self.resolve_clients(None if client is None else client)
         model_name = self._model(model)
         merged_args = self._sampling_args(sampling_args)
         record = _RunRecord(self.pass_threshold, results, keep_outputs, on_progress)
@@ -440,32 +450,30 @@ class Env:
             }
         )
 
-        async def run_unit(unit: Unit, position: int, slots: int) -> None:
-            try:
-                outputs = await self._run_unit(
-                    unit,
-                    plan.task(unit),
-                    clients[position % len(clients)],
-                    model_name,
-                    merged_args,
-                    max_retries,
-                    record,
-                    on_retry,
-                )
-            finally:
-                await limiter.release(slots)
-            await record.finished(outputs)
-
-        limiter = RolloutLimiter(max_concurrent if max_concurrent > 0 else self.concurrency)
+        job = UnitJob(
+            env=self,
+            units=[(uid, unit) for uid, unit in plan.units.items() if uid not in done],
+            task_of=plan.task,
+            clients=clients,
+            client_sources=client,
+            model=model_name,
+            sampling_args=merged_args,
+            max_retries=max_retries,
+            state_columns=record.metadata["state_columns"],
+            max_concurrent=max_concurrent if max_concurrent > 0 else self.concurrency,
+            finished=record.finished,
+            on_retry=on_retry,
+        )
         await record.open()
         try:
-            with batch_gc():
-                await run_units([unit for uid, unit in plan.units.items() if uid not in done], limiter, run_unit)
+            await (executor or LocalExecutor()).run(job)
         finally:
+            if executor is not None:
+                record.metadata["executor"] = executor.describe()
             await record.close()
         return GenerateOutputs(outputs=record.outputs_in_order(plan.example_order), metadata=record.current_metadata())
 
-    async def _run_unit(
+    async def run_unit(
         self,
         unit: Unit,
         task: Task,
@@ -473,14 +481,20 @@ class Env:
         model: str,
         sampling_args: SamplingArgs,
         max_retries: int,
-        record: _RunRecord,
-        on_retry: RetryCallback | None,
+        state_columns: list[str],
+        on_retry: RetryCallback | None = None,
     ) -> list[RolloutOutput]:
-        """Run one unit, re-running it while a rollout failed retryably and attempts remain."""
+        """Run one unit of `generate` (a group, or one rollout under independent scoring) and return its outputs.
+
+        `task` is the unit's task (`Plan.task`). The unit is re-run while a rollout failed retryably
+        and attempts remain (`max_retries`); executors call this wherever they run the unit, and its
+        rollouts run inside `batch_gc()`.
+        """
         attempts = 0
         while True:
             attempts += 1
-            states = await self._run_states([task] * len(unit.indices), client, model, sampling_args)
+            with batch_gc():  # wherever units run (this loop, a Ray actor), many are in flight at once
+                states = await self._run_states([task] * len(unit.indices), client, model, sampling_args)
             if attempts > max_retries or not any(is_retryable(state["error"]) for state in states):
                 break
             if on_retry is not None:
@@ -492,8 +506,7 @@ class Env:
                 max_retries + 1,
                 next(state["error"] for state in states if is_retryable(state["error"])),
             )
-        columns = record.metadata["state_columns"]
-        return [state_to_output(state, task, index, attempts, columns) for state, index in zip(states, unit.indices)]
+        return [state_to_output(state, task, index, attempts, state_columns) for state, index in zip(states, unit.indices)]
 
     async def evaluate(
         self,

@@ -18,6 +18,9 @@ first, then the folder of the TOML file, then the current directory (both are
 appended to `sys.path`, so a local file never shadows an installed module). An
 environment given as a folder (``v1 eval ./my_env``) is the package of that name,
 imported from the folder's parent.
+
+Every loaded `Env` records its `EnvSource` (what it was loaded from, and the overrides), so
+that a remote executor's workers can load the same environment on their own machines.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +47,25 @@ if TYPE_CHECKING:
 
 ENV_KEYS = ("id", "name", "pass_threshold", "taskset", "harness")
 TOP_LEVEL_KEYS = ("env", "eval")
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """What an `Env` was loaded from: an environment id/module or an absolute TOML path, and the overrides.
+
+    Args:
+        env: what `load_environment` takes: a module name or id, or a ``.toml`` path.
+        taskset: fields overriding the environment's ``[env.taskset]``.
+        harness: fields overriding the environment's ``[env.harness]``.
+    """
+
+    env: str
+    taskset: Mapping[str, Any] = dataclass_field(default_factory=dict)
+    harness: Mapping[str, Any] = dataclass_field(default_factory=dict)
+
+    def load(self) -> Env:
+        """Load the environment again (e.g. on a Ray worker)."""
+        return load_environment(self.env, taskset=dict(self.taskset), harness=dict(self.harness))
 
 
 def add_import_roots(*folders: str | Path) -> None:
@@ -202,6 +226,7 @@ def load_module_environment(module: Any, taskset: Any = None, harness: Any = Non
         )
         env = Env(built_taskset, built_harness)
     env.module = module.__name__
+    env.source = EnvSource(module.__name__, dict(taskset or {}), dict(harness or {}))
     return env
 
 
@@ -252,6 +277,7 @@ def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = 
     env.pass_threshold = float(threshold)
     if name or env_id:
         env.env_id = name or env_id.split("/")[-1]  # type: ignore[union-attr]
+    env.source = EnvSource(str(Path(path).resolve()), dict(taskset or {}), dict(harness or {}))
     return env
 
 
@@ -304,6 +330,7 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Env:
 
 
 __all__ = [
+    "EnvSource",
     "add_import_roots",
     "config_type_of",
     "import_env_module",

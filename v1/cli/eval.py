@@ -41,6 +41,7 @@ from v1.clients.endpoints import client_config_for, load_endpoints
 from v1.config import ClientConfig
 from v1.env import Env
 from v1.errors import ConfigError, Error
+from v1.executors import RayActorsLost, RayExecutor
 from v1.loading import import_env_module, load_module_environment, load_toml_environment, read_toml
 from v1.results import ResultsWriter, RolloutKey, create_run_folder
 from v1.types import GenerateMetadata
@@ -66,7 +67,7 @@ class ExitCode(enum.IntEnum):
 RESUME_MUST_MATCH = ("env_id", "model", "num_examples", "rollouts_per_example", "sampling_args", "independent_scoring")
 SAVED_SETTINGS_FIELD = "eval_settings"
 """The `metadata.json` field holding what `v1 eval` was given, so that `--resume PATH` alone can run the rest."""
-NOT_SAVED = frozenset({"resume", "save_to_hf_hub", "fail_on_error"})
+NOT_SAVED = frozenset({"resume", "save_to_hf_hub", "fail_on_error", "ray", "ray_actors", "ray_actor_concurrency"})
 
 _file_settings: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("v1_eval_file_settings", default=None)
 
@@ -92,6 +93,9 @@ class EvalSettings(BaseSettings):
     resume: str | None = None
     save_to_hf_hub: str | None = None
     fail_on_error: float | None = Field(None, ge=0, le=1)
+    ray: str | None = None
+    ray_actors: int = Field(2, ge=1)
+    ray_actor_concurrency: int | None = Field(None, ge=1)
 
     @field_validator("num_examples")
     @classmethod
@@ -121,7 +125,12 @@ FLAGS = {
     "rollouts_per_example": "-r/--rollouts-per-example",
     "max_concurrent": "-c/--max-concurrent",
     "sampling_args": "-s/--sampling-args",
+    "ray": "--ray",
+    "ray_actors": "--ray-actors",
+    "ray_actor_concurrency": "--ray-actor-concurrency",
 }
+LOCAL_RAY = "local"
+"""`--ray` without an address: a Ray instance started by this process."""
 
 
 def add_parser(commands: Any) -> None:
@@ -165,6 +174,21 @@ def add_parser(commands: Any) -> None:
         default=s,
         metavar="RATE",
         help="exit 1 when the share of failed rollouts is above RATE (0 to 1; alone: any error)",
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const=LOCAL_RAY,
+        default=s,
+        metavar="ADDRESS",
+        help="run the groups on Ray actors: at ADDRESS (host:6379, ray://host:10001, auto), or a local Ray instance",
+    )
+    parser.add_argument("--ray-actors", type=int, default=s, help="Ray actors to start (default 2; with --ray)")
+    parser.add_argument(
+        "--ray-actor-concurrency",
+        type=int,
+        default=s,
+        help="most rollouts in flight per actor (default: -c divided among the actors; with --ray)",
     )
     parser.set_defaults(run=run, accepts_extra_args=True)
 
@@ -354,6 +378,7 @@ class EvalPlan:
     rows: list[dict[str, Any]]
     writer: ResultsWriter | None
     warnings: list[str]
+    executor: RayExecutor | None = None
 
 
 def plan_run(args: argparse.Namespace) -> EvalPlan:
@@ -393,6 +418,8 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         raise ConfigError("--save-to-hf-hub needs --save (it uploads the saved results.jsonl)")
     if settings.resume and not settings.save:
         raise ConfigError("--resume needs --save (it completes a saved run)")
+    if settings.ray is None and ({"ray_actors", "ray_actor_concurrency"} & settings.model_fields_set):
+        raise ConfigError("--ray-actors and --ray-actor-concurrency need --ray [ADDRESS]")
     env = load_env(target, taskset_overrides, harness_overrides)
     client, model = resolve_client(settings, env)
     rows = env.eval_rows(settings.num_examples)
@@ -413,6 +440,14 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
     if 0 < settings.num_examples and len(rows) < settings.num_examples:
         warnings.append(f"-n {settings.num_examples}: {env.env_id} has {len(rows)} evaluation rows; evaluating all {len(rows)}")
+    executor = None
+    if settings.ray is not None:
+        executor = RayExecutor(
+            None if settings.ray == LOCAL_RAY else settings.ray,
+            actors=settings.ray_actors,
+            actor_concurrency=settings.ray_actor_concurrency,
+        )
+        executor.connect()
     writer = resumed
     if resumed is None and settings.save:
         writer = ResultsWriter(
@@ -420,7 +455,7 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
             {SAVED_SETTINGS_FIELD: saved_invocation(target, taskset_overrides, harness_overrides, settings)},
             redo=stopped_the_run,
         )
-    return EvalPlan(env, settings, client, model, rows, writer, warnings)
+    return EvalPlan(env, settings, client, model, rows, writer, warnings, executor)
 
 
 def stopped_the_run(output: Mapping[str, Any]) -> bool:
@@ -477,6 +512,7 @@ async def run_eval(plan: EvalPlan) -> tuple[GenerateMetadata, int, float]:
                 keep_outputs=False,
                 on_progress=on_progress,
                 on_retry=on_retry,
+                executor=plan.executor,
             )
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -546,7 +582,7 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         say(f"v1 eval: interrupted{resume_hint}")
         return ExitCode.INTERRUPTED
-    except RunAborted as exc:
+    except (RunAborted, RayActorsLost) as exc:
         say(f"v1 eval: error: {exc}; stopped the run{resume_hint}")
         return ExitCode.ABORTED
     except Error as exc:  # found only once running (a bad task row, an unsupported client type)
@@ -556,6 +592,9 @@ def run(args: argparse.Namespace) -> int:
         traceback.print_exc()
         say(f"v1 eval: error: the run broke: {_first_line(exc)}{resume_hint}")
         return ExitCode.ABORTED
+    finally:
+        if plan.executor is not None:
+            plan.executor.close()
     console.print(summary_table(metadata, wall, new))
     status, reason = exit_status(metadata, settings.fail_on_error)
     if writer is not None:

@@ -13,6 +13,10 @@ kept or hidden. Groups with a rollout that errored are filtered and counted too.
 With `max_groups_per_step`, a step whose collection has seen that many groups finish
 trains on the accepted groups it has, so filtering can't stall it.
 
+Groups run where `executor` puts them: on this event loop by default, or on Ray actors
+across machines (`v1.executors.RayExecutor`), each group taking the next endpoint of the
+client's `endpoint_configs` round-robin.
+
 The data order is deterministic: epoch e visits the rows in the order
 `random.Random(seed + e)` shuffles them into; `checkpoint_state` records the next
 position and the positions started but not yet trained on, so a resumed run
@@ -28,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from v1._scheduling import Executor, LocalExecutor
 from v1.errors import Error
 from v1.train.config import RolloutsConfig
 
@@ -98,6 +103,7 @@ class Orchestrator:
         cursor: the next position in the data order (from `checkpoint_state`).
         pending: positions started before a checkpoint and not trained on: started first.
         max_zero_variance_in_a_row: give up (ZeroVarianceError) after this many filtered groups in a row.
+        executor: where groups run (`LocalExecutor` by default; `RayExecutor` for Ray actors).
     """
 
     def __init__(
@@ -111,8 +117,10 @@ class Orchestrator:
         cursor: int = 0,
         pending: Sequence[int] = (),
         max_zero_variance_in_a_row: int = 2000,
+        executor: Executor | None = None,
     ) -> None:
         self.env = env
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
         self.client = client
         self.model = model
         self.config = config
@@ -208,8 +216,8 @@ class Orchestrator:
     async def _run_group(self, position: int, version: int) -> None:
         row = self.row_at(position)
         try:
-            states = await self.env.run_group(
-                [row] * self.config.rollouts_per_example, self.client, self.model, dict(self.config.sampling_args)
+            states = await self.executor.run_group(
+                self.env, [row] * self.config.rollouts_per_example, self.client, self.model, dict(self.config.sampling_args)
             )
         except asyncio.CancelledError:
             raise
