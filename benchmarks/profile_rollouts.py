@@ -1,6 +1,7 @@
 """Where a single-turn rollout's CPU time goes: a cProfile table of the throughput run.
 
-    python benchmarks/profile_rollouts.py [--n 1000] [--concurrency 256] [--top 30] [--sort tottime]
+    python benchmarks/profile_rollouts.py [--n 1000] [--concurrency 256] [--top 30] [--sort tottime] [--dump FILE]
+    python benchmarks/profile_rollouts.py --stream-calls 400    # streamed chat calls of one in-process program
 
 Runs `--n` single-turn base-loop rollouts at `--concurrency` against the mock model server (its own
 process, as in `rollouts.py`) under cProfile, and prints the functions with the most time, grouped
@@ -61,6 +62,29 @@ async def run(url: str, n: int, concurrency: int) -> float:
     return wall
 
 
+async def run_streamed_calls(url: str, calls: int) -> float:
+    """`calls` streamed Chat Completions calls by an in-process program through the endpoint; their wall time."""
+    elapsed = 0.0
+
+    async def program(task: v1.Task, state: v1.State) -> None:
+        nonlocal elapsed
+        client = state.get_client()
+        started = time.perf_counter()
+        for _ in range(calls):
+            stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+            async for _chunk in stream:
+                pass
+        elapsed = time.perf_counter() - started
+
+    harness = v1.Harness(
+        program=program, client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL, max_turns=calls + 1
+    )
+    state = await harness.run({"prompt": MESSAGES})
+    if state.get("error"):
+        raise SystemExit(f"the streamed calls failed: {state['error']}")
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000)
@@ -68,11 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
     parser.add_argument("--dump", metavar="FILE", help="also write the raw profile (for pstats / snakeviz)")
+    parser.add_argument(
+        "--stream-calls", type=int, default=0, metavar="N", help="profile N streamed chat calls of one program instead"
+    )
     args = parser.parse_args(argv)
     with mock_server_process() as url:
         profiler = cProfile.Profile()
         profiler.enable()
-        wall = asyncio.run(run(url, args.n, args.concurrency))
+        if args.stream_calls:
+            wall = asyncio.run(run_streamed_calls(url, args.stream_calls))
+        else:
+            wall = asyncio.run(run(url, args.n, args.concurrency))
         profiler.disable()
     if args.dump:
         profiler.dump_stats(args.dump)
@@ -82,12 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
         by_part[part_of(filename)] += tottime
         total += tottime
-    print(
-        f"{args.n} single-turn rollouts at concurrency {args.concurrency}: {wall:.2f} s under cProfile, {total:.2f} s of CPU profiled"
+    what = (
+        f"{args.stream_calls} streamed chat calls"
+        if args.stream_calls
+        else f"{args.n} single-turn rollouts at concurrency {args.concurrency}"
     )
-    print(f"{'part':<32} {'CPU s':>8} {'share':>7} {'ms/rollout':>11}")
+    count = args.stream_calls or args.n
+    print(f"{what}: {wall:.2f} s under cProfile, {total:.2f} s of CPU profiled")
+    print(f"{'part':<32} {'CPU s':>8} {'share':>7} {'ms/call' if args.stream_calls else 'ms/rollout':>11}")
     for part, seconds in sorted(by_part.items(), key=lambda item: -item[1]):
-        print(f"{part:<32} {seconds:8.2f} {seconds / total:7.1%} {1000 * seconds / args.n:11.3f}")
+        print(f"{part:<32} {seconds:8.2f} {seconds / total:7.1%} {1000 * seconds / count:11.3f}")
     print()
     stats.sort_stats(args.sort).print_stats(args.top)
     return 0
