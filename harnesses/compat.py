@@ -8,6 +8,7 @@ markers in docs/agents.md, and a test checks the page matches the JSON.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,27 @@ def update_finding(finding: AgentFinding, path: Path = COMPAT_JSON) -> None:
     findings[finding.agent] = finding
     agents = {name: findings[name].model_dump() for name in sorted(findings)}
     path.write_text(json.dumps({"agents": agents}, indent=2) + "\n")
+
+
+UPDATE_ENV = "V1_UPDATE_AGENT_TABLE"
+
+
+def check_finding(finding: AgentFinding, path: Path = COMPAT_JSON) -> str | None:
+    """An agent test's finding against the recorded one: why they differ, or None.
+
+    With ``V1_UPDATE_AGENT_TABLE=1`` the finding is recorded instead (then rerun
+    ``python -m harnesses.compat`` to redraw the table).
+    """
+    if os.environ.get(UPDATE_ENV):
+        update_finding(finding, path)
+        return None
+    recorded = load_findings(path).get(finding.agent)
+    if recorded == finding:
+        return None
+    return (
+        f"{path} is out of date for {finding.agent} (recorded {recorded}, found {finding}): "
+        f"rerun its test with {UPDATE_ENV}=1, then python -m harnesses.compat"
+    )
 
 
 def render_table(findings: dict[str, AgentFinding]) -> str:

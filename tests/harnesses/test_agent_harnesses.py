@@ -7,7 +7,6 @@ the compatibility table in docs/agents.md); `V1_UPDATE_AGENT_TABLE=1` rewrites t
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 import v1 as vf
 from harnesses import ClaudeCodeHarness, CodexHarness, GeminiCliHarness, OpenCodeHarness, PiHarness
-from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
+from harnesses.compat import AgentFinding, check_finding
 from toolsets import files_toolset
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -77,14 +76,8 @@ def script_agent(tool_call: Reply) -> Callable[[MockRequest], Reply]:
 
 
 def record(finding: AgentFinding) -> None:
-    if os.environ.get("V1_UPDATE_AGENT_TABLE"):
-        update_finding(finding)
-        return
-    recorded = json.loads(COMPAT_JSON.read_text())["agents"]
-    assert recorded.get(finding.agent) == finding.model_dump(), (
-        f"docs/agents.json is out of date for {finding.agent}: rerun with V1_UPDATE_AGENT_TABLE=1, then "
-        "python -m harnesses.compat"
-    )
+    problem = check_finding(finding)
+    assert problem is None, problem
 
 
 AGENTS: dict[str, tuple[Callable[..., vf.Harness], Reply, str]] = {

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 import v1 as vf
-from harnesses.compat import COMPAT_JSON, AgentFinding, update_finding
+from harnesses.compat import AgentFinding, check_finding
 from harnesses.mini_swe_agent import LITELLM, TRAJECTORY_FILE, MiniSweAgentHarness
 from harnesses.pypi import PypiPackage
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -29,14 +28,8 @@ def private_sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def record(finding: AgentFinding) -> None:
-    if os.environ.get("V1_UPDATE_AGENT_TABLE"):
-        update_finding(finding)
-        return
-    recorded = json.loads(COMPAT_JSON.read_text())["agents"]
-    assert recorded.get(finding.agent) == finding.model_dump(), (
-        f"docs/agents.json is out of date for {finding.agent}: rerun with V1_UPDATE_AGENT_TABLE=1, then "
-        "python -m harnesses.compat"
-    )
+    problem = check_finding(finding)
+    assert problem is None, problem
 
 
 def mini_actions(request: MockRequest) -> Reply:
