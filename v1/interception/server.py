@@ -460,44 +460,43 @@ class EndpointServer:
             parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
         )
         writer: EndpointStreamWriter | None = None
-        relayed = False
         model = session.state.get_model()
-        pending: asyncio.Future[Any] | None = None
+        frames_lock = asyncio.Lock()  # the relay's frames and the keepalives never interleave
 
-        async def open_stream() -> EndpointStreamWriter:
-            await exchange.open_stream(_STREAM_HEADERS)
-            opened_writer = dialect.stream_writer(model, parsed, None)
-            for frame in opened_writer.start():
-                await exchange.write(frame)
-            return opened_writer
+        async def opened() -> EndpointStreamWriter:
+            nonlocal writer
+            if writer is None:
+                await exchange.open_stream(_STREAM_HEADERS)
+                writer = dialect.stream_writer(model, parsed, None)
+                for frame in writer.start():
+                    await exchange.write(frame)
+            return writer
 
-        try:
-            while True:
-                pending = asyncio.ensure_future(items.__anext__())
-                while not (await asyncio.wait({pending}, timeout=KEEPALIVE_S))[0]:
-                    if writer is None:
-                        writer = await open_stream()
-                    await exchange.write(writer.keepalive)
-                try:
-                    item = pending.result()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    pending = None
+        async def relay() -> None:
+            relayed = False
+            async for item in items:
                 if isinstance(item, Response):
                     dialect.after_call(session, parsed, item)
-                if writer is None:
-                    writer = await open_stream()
-                if isinstance(item, Response):
-                    for delta in [] if relayed else list(deltas_of(item)):
-                        for frame in writer.delta(delta):
+                async with frames_lock:
+                    stream = await opened()
+                    if isinstance(item, Response):
+                        for delta in [] if relayed else list(deltas_of(item)):
+                            for frame in stream.delta(delta):
+                                await exchange.write(frame)
+                        for frame in stream.finish(item):
                             await exchange.write(frame)
-                    for frame in writer.finish(item):
-                        await exchange.write(frame)
-                else:
-                    relayed = True
-                    for frame in writer.delta(item):
-                        await exchange.write(frame)
+                    else:
+                        relayed = True
+                        for frame in stream.delta(item):
+                            await exchange.write(frame)
+
+        # One task relays the whole stream; this one only wakes every KEEPALIVE_S of silence (not per delta).
+        relaying = asyncio.ensure_future(relay())
+        try:
+            while not (await asyncio.wait({relaying}, timeout=KEEPALIVE_S))[0]:
+                async with frames_lock:
+                    await exchange.write((await opened()).keepalive)
+            relaying.result()
             assert writer is not None, "a session stream always ends with its Response"
             await exchange.write_eof()
         except ConnectionError:  # the program went away mid-stream
@@ -513,10 +512,10 @@ class EndpointServer:
             except ConnectionError:
                 pass
         finally:
-            if pending is not None:  # the program left (or we failed) while waiting for the upstream
-                pending.cancel()
+            if not relaying.done():  # the program left (or we failed) while waiting for the upstream
+                relaying.cancel()
                 with contextlib.suppress(BaseException):
-                    await pending
+                    await relaying
             await items.aclose()
 
     async def _models_of(self, rollout: str, exchange: Exchange) -> Answer:
