@@ -151,3 +151,46 @@ async def test_toml_configs_build_the_harnesses() -> None:
         assert type(env.harness) is harness_class
         assert env.harness.config.sandbox is not None and env.harness.config.sandbox.mounts
         assert env.harness.config.program is not None and env.harness.config.program.command == ["sh", ".v1-agent/run.sh"]
+
+
+TOML_HARNESSES: dict[str, tuple[str, str, Any]] = {
+    # loader: (the [env.harness] line, the config field it sets, the value expected there)
+    "harnesses.mini_swe_agent:MiniSweAgentHarness": ('version = "2.4.6"', "version", "2.4.6"),
+    "harnesses.terminus:TerminusHarness": ("width = 100", "width", 100),
+    "harnesses.rlm:RLMHarness": ("max_depth = 1", "max_depth", 1),
+    "harnesses.replay:ReplayHarness": ('results = "{results}"', "results", "{results}"),
+    "harnesses.openai_agents:OpenAIAgentsHarness": (
+        'agent = "tests.harnesses.test_openai_agents_harness:AGENT"\napi = "chat_completions"',
+        "api",
+        "chat_completions",
+    ),
+    "harnesses.command:CommandAgentHarness": ('command = ["sh", "-c", "echo hi"]', "command", ["sh", "-c", "echo hi"]),
+}
+
+
+@pytest.mark.parametrize("loader", sorted(TOML_HARNESSES))
+def test_every_harness_loads_from_toml(tmp_path: Path, loader: str) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("")
+    line, field, expected = TOML_HARNESSES[loader]
+    if isinstance(expected, str):
+        line, expected = line.format(results=results), expected.format(results=results)
+    config = tmp_path / "env.toml"
+    config.write_text(
+        f"""
+[env]
+name = "toml_{loader.split(":")[1].lower()}"
+
+[env.taskset]
+taskset_id = "reverse_text"
+source = "tasksets.reverse_text:load_rows"
+
+[env.harness]
+loader = "{loader}"
+{line}
+"""
+    )
+    env = vf.load_environment(str(config))
+    module, name = loader.split(":")
+    assert (type(env.harness).__module__, type(env.harness).__name__) == (module, name)
+    assert getattr(env.harness.config, field) == expected
