@@ -50,8 +50,8 @@ import v1
 import v1._loop_scope
 from v1.clients.http import async_http_client
 
-# v1's loop runner (uvloop when installed, unless V1_UVLOOP=0); plain asyncio.run on older v1 trees.
-run_loop = getattr(v1._loop_scope, "run", asyncio.run) if hasattr(v1, "loop_scope") else asyncio.run
+# v1's loop runner: uvloop when installed, unless V1_UVLOOP=0 (as `v1 eval` runs).
+run_loop = v1._loop_scope.run
 MODEL = "m"
 MESSAGES = [{"role": "user", "content": "hello"}]
 WARMUP_CALLS = 30
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             all_errors += errors
             gc.collect()
     summary = medians(runs)
-    print(f"event loop: {'uvloop' if getattr(v1._loop_scope, 'uvloop_enabled', lambda: False)() else 'asyncio'}", file=sys.stderr)
+    print(f"event loop: {'uvloop' if v1._loop_scope.uvloop_enabled() else 'asyncio'}", file=sys.stderr)
     print_report(args, runs, summary)
     if all_errors:
         print(f"{len(all_errors)} rollout(s) failed; first error: {all_errors[0]}", file=sys.stderr)

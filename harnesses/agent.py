@@ -174,8 +174,8 @@ class AgentHarness(vf.Harness):
         return {}
 
     def script(self) -> str:
-        """The shell script that runs the agent once, non-interactively, on `$V1_PROMPT_FILE`."""
-        raise NotImplementedError
+        """The shell script that runs the agent once, non-interactively, on `$V1_PROMPT_FILE` (each agent defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define script()")
 
     def extra_args(self) -> str:
         """The config's `extra_args`, quoted for the script."""

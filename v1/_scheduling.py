@@ -95,16 +95,11 @@ def plan_units(
     kept: list[Task] = []
 
     def task_at(position: int) -> Task:
-        row = rows[position]
-        if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
-            row = {**row, "example_id": position}
-        return to_task(row)
+        return to_task(_with_example_id(rows[position], position))
 
     groups: dict[Any, tuple[int, int]] = {}
     for position, row in enumerate(tasks):
-        if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
-            row = {**row, "example_id": position}
-        task = to_task(row)
+        task = to_task(_with_example_id(row, position))
         if rows is None:
             kept.append(task)
         first, count = groups.get(task.get("example_id"), (position, 0))
@@ -116,6 +111,13 @@ def plan_units(
         else:
             units[example_id] = Unit(example_id, list(range(count)), first)
     return Plan(units, list(groups), task_at if rows is not None else kept.__getitem__)
+
+
+def _with_example_id(row: Any, position: int) -> Any:
+    """A row without an `example_id` gets its position as one (tasks and rows that have one pass as they are)."""
+    if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
+        return {**row, "example_id": position}
+    return row
 
 
 def _indexable(inputs: Any) -> bool:

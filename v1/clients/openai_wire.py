@@ -45,8 +45,7 @@ def status_error(status: int, headers: Mapping[str, str], content: bytes, url: s
     """
     import openai
 
-    httpx = http_library()
-    response = httpx.Response(status, headers=dict(headers), content=content, request=httpx.Request("POST", url))
+    response = http_library().Response(status, headers=dict(headers), content=content, request=_request(url))
     text = content.decode("utf-8", "replace").strip()
     message = f"Error code: {status}"
     body: Any = text or None
