@@ -357,6 +357,30 @@ async def test_keepalives_while_the_upstream_is_silent(
     assert state["trajectory"][0]["completion"][0]["content"] == "late answer"
 
 
+async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call(
+    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from v1.interception import server
+
+    monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
+    mock.script(Reply.hang(60))
+    _, state, _session = await open_rollout(mock)
+
+    def relaying() -> list[asyncio.Task[Any]]:
+        return [task for task in asyncio.all_tasks() if task.get_coro().__qualname__ == "EndpointServer.dispatch"]  # type: ignore[union-attr]
+
+    stream = await state.get_client().chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+    assert relaying()  # the first keepalive opened the stream; the upstream still has not answered
+    await stream.close()
+    for _ in range(100):  # the next keepalive finds the program gone and stops relaying (60 s otherwise)
+        if not relaying():
+            break
+        await asyncio.sleep(0.02)
+    assert not relaying()
+    assert state["trajectory"] == []
+    assert not state.get("error")
+
+
 async def test_streamed_tokens_are_captured(mock: MockModelServer) -> None:
     mock.script(Reply.text("four", completion_ids=[11, 12, 13], logprobs=[-0.5, -0.25, -0.125]))
     _, state, _session = await open_rollout(mock, sampling_args={"logprobs": True, "return_token_ids": True})

@@ -11,7 +11,6 @@ the route's dialect. The port is bound once (port 0, read back).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -32,10 +31,11 @@ from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, Endpoi
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTooLarge, Exchange
 from v1.interception.in_process import InProcessTransport, register, unregister
+from v1.interception.relay import StreamRelay
 from v1.interception.sdk import EndpointPools, in_process_http, shared_async_http
 from v1.interception.session import RolloutSession, StopCheck
 from v1.state import EndpointAccess, upstream
-from v1.types import Response
+from v1.types import Response, ResponseDelta
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -57,7 +57,6 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 _ROUTE = re.compile(r"/r/([^{}/]+)/v1(/.*)")
 _ROLLOUT_ROUTE = re.compile(r"/r/([^{}/]+)(/.*)")
 _MCP_ROUTE = re.compile(r"/r/([^{}/]+)" + re.escape(mcp_server.ROUTE))
-_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
 def _dumps(value: Any) -> str:
@@ -235,6 +234,17 @@ def _over_aiohttp(
         return exchange.response
 
     return handler
+
+
+def _delta_frames(delta: ResponseDelta, writer: EndpointStreamWriter) -> list[bytes]:
+    return writer.delta(delta)
+
+
+def _final_frames(response: Response, writer: EndpointStreamWriter, replay: bool) -> list[bytes]:
+    """The frames that end a stream; an answer that came whole (nothing relayed yet) first as its deltas."""
+    frames = [frame for delta in deltas_of(response) for frame in writer.delta(delta)] if replay else []
+    frames.extend(writer.finish(response))
+    return frames
 
 
 class EndpointServer:
@@ -459,49 +469,26 @@ class EndpointServer:
         items = session.stream(
             parsed.messages, parsed.tools, parsed.sampling_args, dedupe_key=key, retry=retry, extras=step_extras(dialect, parsed)
         )
-        writer: EndpointStreamWriter | None = None
         model = session.state.get_model()
-        frames_lock = asyncio.Lock()  # the relay's frames and the keepalives never interleave
-
-        async def opened() -> EndpointStreamWriter:
-            nonlocal writer
-            if writer is None:
-                await exchange.open_stream(_STREAM_HEADERS)
-                writer = dialect.stream_writer(model, parsed, None)
-                for frame in writer.start():
-                    await exchange.write(frame)
-            return writer
-
-        async def relay() -> None:
+        relay = StreamRelay(exchange, lambda: dialect.stream_writer(model, parsed, None), KEEPALIVE_S)
+        try:
             relayed = False
             async for item in items:
-                if isinstance(item, Response):
-                    dialect.after_call(session, parsed, item)
-                async with frames_lock:
-                    stream = await opened()
-                    if isinstance(item, Response):
-                        for delta in [] if relayed else list(deltas_of(item)):
-                            for frame in stream.delta(delta):
-                                await exchange.write(frame)
-                        for frame in stream.finish(item):
-                            await exchange.write(frame)
-                    else:
-                        relayed = True
-                        for frame in stream.delta(item):
-                            await exchange.write(frame)
-
-        # One task relays the whole stream; this one only wakes every KEEPALIVE_S of silence (not per delta).
-        relaying = asyncio.ensure_future(relay())
-        try:
-            while not (await asyncio.wait({relaying}, timeout=KEEPALIVE_S))[0]:
-                async with frames_lock:
-                    await exchange.write((await opened()).keepalive)
-            relaying.result()
-            assert writer is not None, "a session stream always ends with its Response"
+                if not isinstance(item, Response):
+                    relayed = True
+                    await relay.send(partial(_delta_frames, item))
+                    continue
+                dialect.after_call(session, parsed, item)
+                await relay.send(partial(_final_frames, item, replay=not relayed))
             await exchange.write_eof()
         except ConnectionError:  # the program went away mid-stream
             logger.debug("rollout %s closed its stream early", session.rollout_id)
+        except asyncio.CancelledError:
+            if not relay.settle():
+                raise
+            logger.debug("rollout %s left its stream while the upstream was silent", session.rollout_id)
         except Exception as exc:
+            writer = relay.writer
             if writer is None:
                 raise
             failure = describe_failure(session, exc)
@@ -512,10 +499,7 @@ class EndpointServer:
             except ConnectionError:
                 pass
         finally:
-            if not relaying.done():  # the program left (or we failed) while waiting for the upstream
-                relaying.cancel()
-                with contextlib.suppress(BaseException):
-                    await relaying
+            await relay.close()
             await items.aclose()
 
     async def _models_of(self, rollout: str, exchange: Exchange) -> Answer:
