@@ -48,6 +48,35 @@ def test_init_scaffolds_a_package_whose_test_passes_and_that_v1_eval_runs(tmp_pa
             assert json.loads((folder / "metadata.json").read_text())["avg_reward"] == 1.0
 
 
+def test_v1_eval_of_the_folder_runs_its_config_file_from_any_directory(tmp_path: Path) -> None:
+    (tmp_path / "envs").mkdir()
+    assert main(["init", "my_env", "--dir", str(tmp_path / "envs")]) == 0
+    config = tmp_path / "envs" / "my_env" / "my_env.toml"
+    config.write_text(
+        config.read_text().replace("num_examples = 10", "num_examples = 4").replace("max_operand = 50", "max_operand = 3")
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def adder(request: MockRequest) -> Reply:
+        a, b = map(int, request.last_user_text.removeprefix("What is ").removesuffix("?").split(" + "))
+        assert a <= 3 and b <= 3  # the config's [env.taskset] reached the taskset
+        return Reply.text(str(a + b))
+
+    with MockModelServer(adder, model="mock") as mock:
+        targets = ((f"{tmp_path}/envs/my_env", elsewhere), ("./my_env", tmp_path / "envs"), (str(config), elsewhere))
+        for number, (target, cwd) in enumerate(targets):
+            out = tmp_path / "out" / str(number)
+            evaluated = run([*V1, "eval", target, "-m", "mock", "-b", mock.url, "--output-dir", str(out)], cwd)
+            assert evaluated.returncode == 0, evaluated.stderr
+            (folder,) = out.iterdir()
+            metadata = json.loads((folder / "metadata.json").read_text())
+            # [eval] of the folder's config: 4 examples, 2 rollouts each (no -n/-r given)
+            assert (metadata["num_examples"], metadata["rollouts_per_example"]) == (4, 2), target
+            assert metadata["avg_reward"] == 1.0
+            assert len((folder / "results.jsonl").read_text().splitlines()) == 8
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [

@@ -83,6 +83,20 @@ def add_import_roots(*folders: str | Path) -> None:
         importlib.invalidate_caches()
 
 
+def environment_config_file(target: str) -> str:
+    """`target`, or the config file of the environment folder it names: ``./my_env`` -> ``my_env/my_env.toml`` when that exists.
+
+    So ``v1 eval ./my_env`` runs the folder's config (its ``[eval]`` and ``[env]`` settings), as
+    ``v1 eval my_env/my_env.toml`` does; a folder without one stays a package to import.
+    """
+    folder = Path(target)
+    if ("/" in target or target.startswith(".")) and folder.is_dir():
+        config = folder / f"{folder.resolve().name}.toml"
+        if config.is_file():
+            return str(config)
+    return target
+
+
 def import_env_module(env_id: str) -> Any:
     """The module of an environment id: ``name``, ``owner/name``, dashes for underscores, or ``tasksets.name``.
 
@@ -238,7 +252,10 @@ def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = 
     """
     where = str(path)
     document = read_toml(path)
-    add_import_roots(Path(path).parent, Path.cwd())
+    folder = Path(path).parent
+    # a config file inside its environment's package (as `v1 init` makes it): `id` names that package
+    package_parent = [folder.resolve().parent] if (folder / "__init__.py").is_file() else []
+    add_import_roots(folder, *package_parent, Path.cwd())
     unknown = sorted(set(document) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ConfigError(f"{where}: field '{unknown[0]}': unknown section; a config file has [env] and optionally [eval]")
@@ -332,6 +349,7 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Env:
 __all__ = [
     "EnvSource",
     "add_import_roots",
+    "environment_config_file",
     "config_type_of",
     "import_env_module",
     "load_environment",

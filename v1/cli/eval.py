@@ -42,7 +42,7 @@ from v1.config import ClientConfig
 from v1.env import Env
 from v1.errors import ConfigError, Error
 from v1.executors import RayActorsLost, RayExecutor
-from v1.loading import import_env_module, load_module_environment, load_toml_environment, read_toml
+from v1.loading import environment_config_file, import_env_module, load_module_environment, load_toml_environment, read_toml
 from v1.results import ResultsWriter, RolloutKey, create_run_folder
 from v1.types import GenerateMetadata
 
@@ -411,6 +411,7 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
             )
     if target is None:
         raise ConfigError("pass CONFIG_OR_ENV_ID (a TOML config or an environment id), or --resume PATH to finish a saved run")
+    target = environment_config_file(target)
     file, table = read_eval_table(target)
     # A resumed run's saved settings take the config file's place: V1_EVAL_* variables and flags still override them.
     settings = load_settings(flags, file, {**table, **saved_settings})
