@@ -187,6 +187,23 @@ async def test_round_robin_over_endpoint_configs(client_config: vf.ClientConfig)
         assert result["metadata"]["base_url"] == f"{one.url},{two.url}"
 
 
+async def test_groups_and_rollouts_outside_generate_take_turns_over_the_endpoints() -> None:
+    async with MockModelServer(reverser) as one, MockModelServer(reverser) as two:
+        client = vf.ClientConfig(
+            max_retries=0,
+            endpoint_configs=[vf.EndpointClientConfig(api_base_url=s.url, max_retries=0) for s in (one, two)],
+        )
+        env = make_env()
+        row = env.eval_rows(1)[0]
+        for expected in ((3, 0), (3, 3), (6, 3), (6, 6)):  # a training worker's groups: each on one server, in turn
+            states = await env.run_group([row] * 3, client, "m")
+            assert all(state["reward"] == 1.0 for state in states)
+            assert (len(one.requests), len(two.requests)) == expected
+        await env.rollout(row, client, "m")
+        await env.rollout(row, client, "m")
+        assert (len(one.requests), len(two.requests)) == (7, 7)
+
+
 def test_datasets_and_the_eval_split(caplog: pytest.LogCaptureFixture) -> None:
     env = make_env(eval_source=[{"question": "eval only", "answer": "ylno lave"}])
     assert env.get_eval_dataset()["question"] == ["eval only"]

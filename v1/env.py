@@ -202,6 +202,7 @@ class Env:
         self.module: str | None = type(taskset).__module__ if type(taskset) is not Taskset else None
         self.source: EnvSource | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
+        self._endpoint_turn = 0
 
     @property
     def config(self) -> EnvConfig:
@@ -254,6 +255,14 @@ class Env:
         ]
         return [await resolve_client(source) for source in configs]
 
+    async def _next_client(self, client: Any) -> Client[Any, Any, Any, Any]:
+        """The client of the next group or rollout outside `generate`: the endpoint variants take turns
+        (a training worker's `run_group` calls spread over every server, each group on one)."""
+        clients = await self.resolve_clients(client)
+        chosen = clients[self._endpoint_turn % len(clients)]
+        self._endpoint_turn += 1
+        return chosen
+
     def _model(self, model: str | None) -> str:
         model = model or self.harness.config.model
         if not model:
@@ -288,11 +297,13 @@ class Env:
 
         Returns the finalized states, each with `reward`, `advantage`, `metrics` and the
         `trajectory` (token ids and logprobs per step when the server returns them):
-        what a training worker consumes.
+        what a training worker consumes. With several endpoints (`endpoint_configs`),
+        successive groups take turns, each group on one endpoint.
         """
         tasks = [self.taskset.to_task(row) for row in group_inputs]
-        clients = await self.resolve_clients(client)
-        return await self._run_states(tasks, clients[0], self._model(model), self._sampling_args(sampling_args))
+        return await self._run_states(
+            tasks, await self._next_client(client), self._model(model), self._sampling_args(sampling_args)
+        )
 
     # -- the worker interface of the seed's Environment ---------------------------------------
 
@@ -307,7 +318,7 @@ class Env:
         task = self.taskset.to_task(input)
         state = State.for_task(task)
         handles = upstream(state)
-        handles.client = (await self.resolve_clients(client))[0]
+        handles.client = await self._next_client(client)
         handles.sampling_args = dict(self._sampling_args(sampling_args))
         state.runtime.model = self._model(model)
         return state
