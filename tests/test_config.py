@@ -42,6 +42,33 @@ def test_unknown_nested_field_names_the_path():
         v1.HarnessConfig(client={"endpoint_configs": [{"nope": 1}]})
 
 
+def test_endpoint_variants_inherit_what_an_endpoint_leaves_out():
+    config = v1.ClientConfig(
+        max_retries=0,
+        timeout=7.0,
+        extra_headers={"X-Team": "a"},
+        endpoint_configs=[
+            {"api_base_url": "http://one/v1"},
+            {"api_base_url": "http://two/v1", "max_retries": 3, "extra_headers": {"X-Node": "2"}},
+        ],
+    )
+    one, two = config.endpoint_variants()
+    assert (one.api_base_url, one.max_retries, one.timeout, one.extra_headers) == ("http://one/v1", 0, 7.0, {"X-Team": "a"})
+    assert (two.api_base_url, two.max_retries, two.timeout) == ("http://two/v1", 3, 7.0)
+    assert two.extra_headers == {"X-Team": "a", "X-Node": "2"}
+    assert one.endpoint_configs == two.endpoint_configs == []
+    assert v1.ClientConfig(max_retries=2).endpoint_variants() == [v1.ClientConfig(max_retries=2)]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("timeout", 0), ("timeout", -1.0), ("max_retries", -1), ("max_connections", 0), ("max_keepalive_connections", -5)],
+)
+def test_an_endpoints_limits_are_checked_like_the_clients(field, value):
+    with pytest.raises(v1.ConfigError, match=rf"field 'endpoint_configs\.0\.{field}'"):
+        v1.ClientConfig(endpoint_configs=[{"api_base_url": "http://one/v1", field: value}])
+
+
 def test_every_problem_gets_its_own_line():
     with pytest.raises(v1.ConfigError) as info:
         v1.HarnessConfig(bogus=1, max_turns="many")

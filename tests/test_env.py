@@ -204,6 +204,27 @@ async def test_groups_and_rollouts_outside_generate_take_turns_over_the_endpoint
         assert (len(one.requests), len(two.requests)) == (7, 7)
 
 
+async def test_an_endpoint_keeps_the_clients_retries_and_headers_it_does_not_set() -> None:
+    async with MockModelServer(reverser) as one, MockModelServer(reverser) as two:
+        client = vf.ClientConfig(
+            max_retries=0,
+            extra_headers={"X-Team": "a"},
+            endpoint_configs=[
+                vf.EndpointClientConfig(api_base_url=one.url),
+                vf.EndpointClientConfig(api_base_url=two.url, extra_headers={"X-Node": "2"}),
+            ],
+        )
+        one.script(Reply.fail(503))
+        env = make_env()
+        row = env.eval_rows(1)[0]
+        (failed,) = await env.run_group([row], client, "m")
+        assert failed["error"] is not None and len(one.requests) == 1  # the client's max_retries=0, not the endpoint default
+        (state,) = await env.run_group([row], client, "m")
+        assert state["reward"] == 1.0
+        headers = {name.lower(): value for name, value in two.requests[0].headers.items()}
+        assert headers["x-team"] == "a" and headers["x-node"] == "2"
+
+
 def test_datasets_and_the_eval_split(caplog: pytest.LogCaptureFixture) -> None:
     env = make_env(eval_source=[{"question": "eval only", "answer": "ylno lave"}])
     assert env.get_eval_dataset()["question"] == ["eval only"]

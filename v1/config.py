@@ -359,10 +359,10 @@ class EndpointClientConfig(Config):
     client_idx: int = 0
     api_key_var: str = "PRIME_API_KEY"
     api_base_url: str = "https://api.pinference.ai/api/v1"
-    timeout: float = 3600.0
-    max_connections: int = 28000
-    max_keepalive_connections: int = 28000
-    max_retries: int = 10
+    timeout: float = Field(3600.0, gt=0)
+    max_connections: int = Field(28000, ge=1)
+    max_keepalive_connections: int = Field(28000, ge=0)
+    max_retries: int = Field(10, ge=0)
     extra_headers: dict[str, str] = {}
 
 
@@ -384,6 +384,22 @@ class ClientConfig(Config):
     max_retries: int = Field(10, ge=0)
     extra_headers: dict[str, str] = {}
     extra_headers_from_state: dict[str, str] = {}
+
+    def endpoint_variants(self) -> list[ClientConfig]:
+        """One config per entry of `endpoint_configs` (just this one when there are none).
+
+        Each is this config with the fields that endpoint sets; the fields it leaves out (its
+        timeout, retries, limits, ...) are this config's, and its `extra_headers` add to these.
+        """
+        if not self.endpoint_configs:
+            return [self]
+        shared = self.model_dump(exclude={"endpoint_configs"})
+        variants = []
+        for endpoint in self.endpoint_configs:
+            own = endpoint.model_dump(include=endpoint.model_fields_set)
+            own["extra_headers"] = {**self.extra_headers, **endpoint.extra_headers}
+            variants.append(ClientConfig({**shared, **own}))
+        return variants
 
 
 class MCPToolConfig(Config):

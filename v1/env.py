@@ -83,13 +83,6 @@ def is_retryable(error: Mapping[str, Any] | None) -> bool:
     return cls is not None and cls.retryable
 
 
-def _expand_client_configs(config: ClientConfig) -> list[ClientConfig]:
-    if not config.endpoint_configs:
-        return [config]
-    shared = config.model_dump(exclude={"endpoint_configs"})
-    return [ClientConfig({**shared, **endpoint.model_dump()}) for endpoint in config.endpoint_configs]
-
-
 def _base_url(client: Any) -> str:
     if isinstance(client, ClientConfig):
         return client.api_base_url
@@ -251,7 +244,7 @@ class Env:
             raise ConfigError("no model client: pass client=ClientConfig(...) (or a v1 Client), or set [env.harness.client]")
         sources = list(client) if isinstance(client, (list, tuple)) else [client]
         configs = [
-            c for source in sources for c in (_expand_client_configs(source) if isinstance(source, ClientConfig) else [source])
+            c for source in sources for c in (source.endpoint_variants() if isinstance(source, ClientConfig) else [source])
         ]
         return [await resolve_client(source) for source in configs]
 

@@ -30,14 +30,6 @@ class ServerUnusable(Error):
     """The model server cannot serve this run (unreachable, key refused, wrong URL, no such model)."""
 
 
-def client_configs(client: ClientConfig) -> list[ClientConfig]:
-    """One config per upstream endpoint (`endpoint_configs` expanded)."""
-    if not client.endpoint_configs:
-        return [client]
-    shared = client.model_dump(exclude={"endpoint_configs"})
-    return [ClientConfig({**shared, **endpoint.model_dump()}) for endpoint in client.endpoint_configs]
-
-
 def _models_request(config: ClientConfig, base_url: str) -> tuple[str, dict[str, str]]:
     key = resolve_api_key(config.api_key_var)
     if config.client_type == "anthropic_messages":
@@ -112,7 +104,7 @@ def check_server(client: ClientConfig, model: str | None) -> tuple[str | None, l
             list exactly one.
     """
     warnings = []
-    for config in client_configs(client):
+    for config in client.endpoint_variants():
         listed = probe_server(config)
         if model is None:
             if not listed or len(listed) != 1:
@@ -144,4 +136,4 @@ def fatal_upstream_error(error: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-__all__ = ["ServerUnusable", "check_server", "client_configs", "fatal_upstream_error", "probe_server"]
+__all__ = ["ServerUnusable", "check_server", "fatal_upstream_error", "probe_server"]

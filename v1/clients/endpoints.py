@@ -74,8 +74,6 @@ def client_config_for(endpoint_id: str, variants: list[Endpoint], base: ClientCo
                 api_base_url=variant.url,
                 api_key_var=variant.key,
                 extra_headers=dict(variant.extra_headers),
-                timeout=fields["timeout"],
-                max_retries=fields["max_retries"],
             )
             for index, variant in enumerate(variants)
         ]

@@ -44,30 +44,13 @@ class RoundRobinClient:
     """`ClientConfig.endpoint_configs`: each call goes to the next upstream in turn.
 
     Every endpoint gets its own client of the config's `client_type` (its own
-    pool, key, headers and retries); the rest of the config is shared.
+    pool, key, headers and retries): `ClientConfig.endpoint_variants`.
     """
 
     def __init__(self, config: ClientConfig) -> None:
         cls = client_class(config.client_type)
         self.config = config
-        self.clients = [
-            cls(
-                config.model_copy(
-                    update={
-                        "endpoint_configs": [],
-                        "client_idx": endpoint.client_idx,
-                        "api_key_var": endpoint.api_key_var,
-                        "api_base_url": endpoint.api_base_url,
-                        "timeout": endpoint.timeout,
-                        "max_connections": endpoint.max_connections,
-                        "max_keepalive_connections": endpoint.max_keepalive_connections,
-                        "max_retries": endpoint.max_retries,
-                        "extra_headers": {**config.extra_headers, **endpoint.extra_headers},
-                    }
-                )
-            )
-            for endpoint in config.endpoint_configs
-        ]
+        self.clients = [cls(variant) for variant in config.endpoint_variants()]
         self._turn = itertools.cycle(range(len(self.clients)))
 
     def upstream_locations(self) -> list[str]:
