@@ -357,26 +357,51 @@ async def test_keepalives_while_the_upstream_is_silent(
     assert state["trajectory"][0]["completion"][0]["content"] == "late answer"
 
 
+def _relaying_streams() -> list[asyncio.Task[Any]]:
+    """The tasks relaying a streamed answer right now: the endpoint's `_answer_stream` is in their chain of awaits."""
+
+    def awaits(task: asyncio.Task[Any]) -> Iterator[str]:
+        awaited: Any = task.get_coro()
+        while awaited is not None and hasattr(awaited, "cr_code"):
+            yield awaited.cr_code.co_name
+            awaited = awaited.cr_await
+
+    return [task for task in asyncio.all_tasks() if "_answer_stream" in awaits(task)]
+
+
+@pytest.mark.parametrize("carrier", ["in_process", "http"])
 async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call(
-    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch
+    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch, carrier: str
 ) -> None:
     from v1.interception import server
 
     monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
     mock.script(Reply.hang(60))
-    _, state, _session = await open_rollout(mock)
-
-    def relaying() -> list[asyncio.Task[Any]]:
-        return [task for task in asyncio.all_tasks() if task.get_coro().__qualname__ == "EndpointServer.dispatch"]  # type: ignore[union-attr]
-
-    stream = await state.get_client().chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
-    assert relaying()  # the first keepalive opened the stream; the upstream still has not answered
-    await stream.close()
+    _, state, session = await open_rollout(mock)
+    if carrier == "in_process":
+        stream = await state.get_client().chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+        assert _relaying_streams()  # the first keepalive opened the stream; the upstream still has not answered
+        await stream.close()
+    else:
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream(
+                "POST",
+                f"{session.base_url}/chat/completions",
+                headers={"Authorization": f"Bearer {session.api_key}"},
+                json={"model": "m", "messages": USER, "stream": True},
+            ) as response,
+        ):
+            async for line in response.aiter_lines():  # the opening chunk, then the keepalive that opened the stream
+                if line == ": keepalive":
+                    break
+            assert _relaying_streams()
+        # leaving the block closed the connection
     for _ in range(100):  # the next keepalive finds the program gone and stops relaying (60 s otherwise)
-        if not relaying():
+        if not _relaying_streams():
             break
         await asyncio.sleep(0.02)
-    assert not relaying()
+    assert not _relaying_streams()
     assert state["trajectory"] == []
     assert not state.get("error")
 
