@@ -202,7 +202,7 @@ async def test_hostile_requests_get_googles_error_shape() -> None:
                 await http.get(f"{root}:generateContent", headers=good),
                 await http.post(f"{root}:generateContent", content=b"{not json", headers=good),
                 await http.post(f"{root}:generateContent", json={"contents": [{"parts": [{"bad": 1}]}]}, headers=good),
-                await http.post(f"{root}:countTokens", json=body, headers=good),
+                await http.post(f"{root}:embedContent", json=body, headers=good),
                 await http.post(f"{root}:generateContent", json=body, headers=good),
             ]
         state["answers"] = [(answer.status_code, answer.json()) for answer in answers]
@@ -218,3 +218,36 @@ async def test_hostile_requests_get_googles_error_shape() -> None:
         )
     assert ok_status == 200 and ok_body["candidates"][0]["content"]["parts"] == [{"text": "hello"}]
     assert len(state["trajectory"]) == 1
+
+
+async def test_count_tokens_estimates_without_a_model_call() -> None:
+    async def program(task: vf.Task, state: vf.State) -> None:
+        endpoint = state.get_endpoint_config()
+        client = genai.Client(
+            api_key=endpoint["api_key"],
+            http_options=types.HttpOptions(base_url=endpoint["base_url"].removesuffix("/v1"), api_version="v1beta"),
+        )
+        counted = await client.aio.models.count_tokens(model="gemini-test", contents="x" * 400)
+        state["sdk"] = counted.total_tokens
+        url = endpoint["base_url"].removesuffix("/v1") + "/v1beta/models/gemini-test:countTokens"
+        body = {"contents": [{"parts": [{"text": "y" * 800}]}]}
+        good = {"x-goog-api-key": endpoint["api_key"]}
+        async with httpx.AsyncClient() as http:
+            answers = [
+                await http.post(url, json={"generateContentRequest": {"model": "models/gemini-test", **body}}, headers=good),
+                await http.post(url, json=body, headers={"x-goog-api-key": "wrong"}),
+                await http.post(url, json={"contents": []}, headers=good),
+                await http.get(url, headers=good),
+            ]
+        state["answers"] = [(answer.status_code, answer.json()) for answer in answers]
+
+    with MockModelServer(lambda request: Reply.text("never asked")) as mock:
+        state = await vf.Harness(program=program, client=vf.ClientConfig(api_base_url=mock.url), model="m").run("x")
+        assert mock.requests == []
+    assert state["error"] is None, state["error"]
+    assert 100 <= state["sdk"] <= 130
+    (whole, whole_body), (wrong_key, _), (empty, empty_body), (get, _) = state["answers"]
+    assert whole == 200 and 200 <= whole_body["totalTokens"] <= 230
+    assert (wrong_key, empty, get) == (401, 400, 405)
+    assert empty_body["error"]["status"] == "INVALID_ARGUMENT" and "contents" in empty_body["error"]["message"]
+    assert state["trajectory"] == []

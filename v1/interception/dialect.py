@@ -157,6 +157,35 @@ def _nothing_after(session: RolloutSession, request: EndpointRequest, response: 
     return None
 
 
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(request: EndpointRequest) -> int:
+    """A request's input size in tokens, estimated at `CHARS_PER_TOKEN` characters a token (no tokenizer is called)."""
+    tools = [tool.model_dump() for tool in request.tools or ()]
+    size = len(json.dumps([request.messages, tools], ensure_ascii=False))
+    return max(1, -(-size // CHARS_PER_TOKEN))
+
+
+def route_pattern(path: str) -> re.Pattern[str]:
+    """A route's path as a regex, its ``{field}`` segments as named groups."""
+    parts = re.split(r"\{(\w+)\}", path)
+    return re.compile("".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^{{}}/]+)" for i, part in enumerate(parts)))
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """A dialect's token-counting route (under its `prefix`): `count(body, **route fields)` -> the dialect's answer.
+
+    The upstream may have no tokenizer route, so counting never calls it: agents use the figure
+    to plan context compaction, where an estimate (`estimate_tokens`) is enough. `count` raises
+    `BadRequest` for a body its dialect's calls would refuse.
+    """
+
+    route: str
+    count: Callable[..., dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class Dialect:
     """One wire format the endpoint speaks; the server treats every dialect alike through these.
@@ -173,6 +202,7 @@ class Dialect:
         before_call: resolves what the request refers to in the rollout (Responses' `previous_response_id`).
         after_call: remembers an answer before it is rendered (Responses' ids and history).
         prefix: the API root the route lies under, after the rollout's ``/r/<id>``.
+        token_counter: the dialect's token-counting route, if it has one.
     """
 
     name: str
@@ -185,13 +215,12 @@ class Dialect:
     before_call: Callable[[RolloutSession, EndpointRequest], None] = _nothing_before
     after_call: Callable[[RolloutSession, EndpointRequest, Response], None] = _nothing_after
     prefix: str = "/v1"
+    token_counter: TokenCounter | None = None
 
     @cached_property
     def path_pattern(self) -> re.Pattern[str]:
         """The route's full path under ``/r/<id>`` as a regex, its ``{field}`` segments as named groups."""
-        parts = re.split(r"\{(\w+)\}", self.prefix + self.route)
-        pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^{{}}/]+)" for i, part in enumerate(parts))
-        return re.compile(pattern)
+        return route_pattern(self.prefix + self.route)
 
 
 def replay(writer: StreamWriter, response: Response) -> Iterator[bytes]:
@@ -281,6 +310,7 @@ def arguments_object(arguments: str) -> Any:
 
 __all__ = [
     "SAMPLING_PARAMS",
+    "CHARS_PER_TOKEN",
     "BadRequest",
     "Dialect",
     "EndpointRequest",
@@ -291,10 +321,13 @@ __all__ = [
     "check_tool_results",
     "deltas_of",
     "dumps",
+    "estimate_tokens",
     "openai_completion_body",
     "openai_error_body",
     "openai_usage",
     "parse_tool_list",
     "replay",
+    "route_pattern",
     "sse",
+    "TokenCounter",
 ]

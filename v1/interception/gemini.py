@@ -1,5 +1,5 @@
 """The Google Gemini dialect at the endpoint: `POST /v1beta/models/{model}:generateContent` and
-`:streamGenerateContent` (server-sent events, as with `alt=sse`).
+`:streamGenerateContent` (server-sent events, as with `alt=sse`), and `:countTokens` (an estimate).
 
 Translation to the canonical OpenAI-chat messages: `systemInstruction` becomes a
 system message; `contents` turns of role `user` become user messages (`text`
@@ -36,8 +36,10 @@ from v1.interception.dialect import (
     BadRequest,
     Dialect,
     EndpointRequest,
+    TokenCounter,
     arguments_object,
     check_tool_results,
+    estimate_tokens,
     image_part,
     replay,
     sse,
@@ -46,6 +48,7 @@ from v1.types import Response, ResponseDelta, Tool
 
 PREFIX = "/v1beta"
 ROUTE = "/models/{model}:{method}"
+COUNT_TOKENS_ROUTE = "/models/{model}:countTokens"
 METHODS = {"generateContent": False, "streamGenerateContent": True}
 """The methods served, and whether each streams."""
 FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
@@ -290,7 +293,7 @@ def _sampling_args(raw: Any, warnings: list[str]) -> dict[str, Any]:
 def parse_request(body: Any, model: str = "", method: str = "generateContent") -> EndpointRequest:
     """Validate a `generateContent` body (`model` and `method` come from the path); raises `BadRequest`."""
     if method not in METHODS:
-        raise BadRequest(f"unknown method {method!r}: use generateContent or streamGenerateContent")
+        raise BadRequest(f"unknown method {method!r}: use generateContent, streamGenerateContent or countTokens")
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
     contents = body.get("contents")
@@ -436,6 +439,14 @@ def error_body(status: int, message: str, type_: str, code: str | None, param: s
     return {"error": {"code": status, "message": message, "status": STATUS_NAMES.get(status, "UNKNOWN")}}
 
 
+def count_tokens(body: Any, model: str = "") -> dict[str, int]:
+    """`:countTokens`: the contents (or the whole `generateContentRequest`) checked like a `generateContent`
+    call, their size estimated (`estimate_tokens`) as `totalTokens`. Raises `BadRequest` like `parse_request`."""
+    if isinstance(body, Mapping) and isinstance(_field(body, "generateContentRequest"), Mapping):
+        body = _field(body, "generateContentRequest")
+    return {"totalTokens": estimate_tokens(parse_request(body, model))}
+
+
 DIALECT = Dialect(
     name="gemini",
     route=ROUTE,
@@ -445,13 +456,16 @@ DIALECT = Dialect(
     render_stream=render_stream,
     stream_writer=StreamWriter,
     error_body=error_body,
+    token_counter=TokenCounter(COUNT_TOKENS_ROUTE, count_tokens),
 )
 
 __all__ = [
+    "COUNT_TOKENS_ROUTE",
     "DIALECT",
     "PREFIX",
     "ROUTE",
     "StreamWriter",
+    "count_tokens",
     "content_parts",
     "error_body",
     "parse_request",

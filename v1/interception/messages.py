@@ -26,8 +26,10 @@ from v1.interception.dialect import (
     BadRequest,
     Dialect,
     EndpointRequest,
+    TokenCounter,
     arguments_object,
     check_tool_results,
+    estimate_tokens,
     image_part,
     pick_sampling_args,
     replay,
@@ -347,21 +349,16 @@ def render_stream(response: Response, model: str, request: EndpointRequest) -> I
 
 
 COUNT_TOKENS_ROUTE = "/messages/count_tokens"
-CHARS_PER_TOKEN = 4
 
 
 def count_tokens(body: Any) -> dict[str, int]:
-    """`/v1/messages/count_tokens`: the request checked like a `messages` call, its size estimated (4 chars a token).
+    """`/v1/messages/count_tokens`: the request checked like a `messages` call, its size estimated (`estimate_tokens`).
 
-    The upstream may have no tokenizer route, so this never calls it: agents use the figure
-    to plan context compaction, where an estimate is enough. Raises `BadRequest` like `parse_request`.
+    Raises `BadRequest` like `parse_request`.
     """
     if isinstance(body, Mapping) and "max_tokens" not in body:
         body = {**body, "max_tokens": 1}
-    request = parse_request(body)
-    tools = [tool.model_dump() for tool in request.tools or ()]
-    size = len(json.dumps([request.messages, tools], ensure_ascii=False))
-    return {"input_tokens": max(1, -(-size // CHARS_PER_TOKEN))}
+    return {"input_tokens": estimate_tokens(parse_request(body))}
 
 
 ERROR_TYPES = {
@@ -387,6 +384,7 @@ DIALECT = Dialect(
     render_stream=render_stream,
     stream_writer=StreamWriter,
     error_body=error_body,
+    token_counter=TokenCounter(COUNT_TOKENS_ROUTE, count_tokens),
 )
 
 __all__ = [

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from v1._loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.interception import mcp_server, messages
-from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
+from v1.interception import mcp_server
+from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of, route_pattern
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTooLarge, Exchange
 from v1.interception.in_process import InProcessTransport, register, unregister
@@ -261,6 +261,11 @@ class EndpointServer:
         plain = [d for d in DIALECTS.values() if d.prefix == "/v1" and "{" not in d.route]
         self._routes = {dialect.route: dialect for dialect in plain}
         self._field_routes = [dialect for dialect in DIALECTS.values() if dialect not in plain]
+        self._counters = [
+            (dialect, route_pattern(dialect.prefix + dialect.token_counter.route))
+            for dialect in DIALECTS.values()
+            if dialect.token_counter is not None
+        ]
 
     @property
     def url(self) -> str:
@@ -270,12 +275,13 @@ class EndpointServer:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body_bytes)
+        for dialect, _ in self._counters:  # before the dialects' routes: Gemini's would match ``:countTokens``
+            path = f"/r/{{rollout}}{dialect.prefix}{dialect.token_counter.route}"  # type: ignore[union-attr]
+            app.router.add_route("*", path, _over_aiohttp(partial(self._count_tokens_routed, dialect)))
         for dialect in DIALECTS.values():
             path = f"/r/{{rollout}}{dialect.prefix}{dialect.route}"
             app.router.add_route("*", path, _over_aiohttp(partial(self._handle_routed, dialect)))
         app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(_with_rollout(self._models_of)))
-        count_tokens = _over_aiohttp(_with_rollout(self._count_tokens_of))
-        app.router.add_route("*", f"/r/{{rollout}}/v1{messages.COUNT_TOKENS_ROUTE}", count_tokens)
         app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", _over_aiohttp(_with_rollout(self._mcp_of)))
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self._unknown_route))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -331,12 +337,14 @@ class EndpointServer:
                 return await self._handle(dialect, match[1], exchange)
             if match[2] == "/models":
                 return await self._models_of(match[1], exchange)
-            if match[2] == messages.COUNT_TOKENS_ROUTE:
-                return await self._count_tokens_of(match[1], exchange)
         match = _MCP_ROUTE.fullmatch(exchange.path)
         if match is not None:
             return await self._mcp_of(match[1], exchange)
         match = _ROLLOUT_ROUTE.fullmatch(exchange.path)
+        for dialect, pattern in self._counters if match is not None else ():
+            fields = pattern.fullmatch(match[2])  # type: ignore[index]
+            if fields is not None:
+                return await self._count_tokens_of(dialect, match[1], exchange, fields.groupdict())  # type: ignore[index]
         for dialect in self._field_routes if match is not None else ():
             fields = dialect.path_pattern.fullmatch(match[2])  # type: ignore[index]
             if fields is not None:
@@ -511,13 +519,20 @@ class EndpointServer:
         model = session.state.runtime.model or "unknown"
         return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
 
-    async def _count_tokens_of(self, rollout: str, exchange: Exchange) -> Answer:
-        dialect = DIALECTS["messages"]
+    async def _count_tokens_routed(self, dialect: Dialect, exchange: Exchange) -> Answer:
+        """`_count_tokens_of` for a request aiohttp routed: the rollout and the route's fields from its match."""
+        assert isinstance(exchange, _AiohttpExchange)
+        fields = dict(exchange.request.match_info)
+        return await self._count_tokens_of(dialect, fields.pop("rollout"), exchange, fields)
+
+    async def _count_tokens_of(self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer:
+        """A dialect's token count of a request (`TokenCounter`): authorized and checked like a call, never sent upstream."""
+        assert dialect.token_counter is not None
         admitted = await self._admit(rollout, exchange, dialect)
         if isinstance(admitted, Answer):
             return admitted
         try:
-            return Answer(200, _dumps(messages.count_tokens(admitted[1])))
+            return Answer(200, _dumps(dialect.token_counter.count(admitted[1], **fields)))
         except BadRequest as exc:
             return error_response(400, str(exc), param=exc.param, dialect=dialect)
         except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
