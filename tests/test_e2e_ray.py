@@ -259,3 +259,56 @@ def test_actors_spread_over_a_second_node(
         result = evaluate(env, upstream, executor, num_examples=4)
     assert result["metadata"]["executor"]["nodes"] == 2  # type: ignore[typeddict-item]
     assert keys(result["outputs"]) == [(e, i) for e in range(4) for i in range(2)]
+
+
+def test_v1_train_runs_its_rollout_groups_on_ray_actors(cluster: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from v1.train.config import RaySection, TrainConfig
+    from v1.train.run import train
+
+    recipe = TrainConfig.load(ROOT / "configs" / "train" / "tiny_first_letter.toml")
+    config = recipe.model_copy(
+        update={
+            "output_dir": str(tmp_path),
+            "max_steps": 2,
+            "micro_batch_size": 8,
+            "rollouts": recipe.rollouts.model_copy(
+                update={"examples_per_step": 2, "rollouts_per_example": 4, "filter_zero_variance": False}
+            ),
+            "eval": recipe.eval.model_copy(update={"at_start": False, "at_end": False}),
+            "sft": recipe.sft.model_copy(update={"warmup": False}),
+            "ray": RaySection(actors=2, num_cpus=0.5),
+        }
+    )
+    result = asyncio.run(train(config))
+    assert result.steps == 2
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2] and all(line["samples"] > 0 for line in lines)
+    executor = json.loads((tmp_path / "summary.json").read_text())["executor"]
+    assert executor["kind"] == "ray" and executor["actors"] == 2 and executor["nodes"] == 1
+    assert len(executor["actor_startup_s"]) == 2  # both actors started
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("actors = 0", "train.toml: field 'ray.actors': Input should be greater than or equal to 1"),
+        ('address = "127.0.0.1:1"', "Ray address 127.0.0.1:1: nothing answers there"),
+        ('address = "nowhere"', "Ray address 'nowhere': expected HOST:PORT"),
+    ],
+)
+def test_a_bad_ray_section_in_v1_train_is_one_line_before_any_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, message: str
+) -> None:
+    pytest.importorskip("torch")
+    recipe = (ROOT / "configs" / "train" / "tiny_first_letter.toml").read_text()
+    config = tmp_path / "train.toml"
+    config.write_text(
+        recipe.replace('output_dir = "outputs/train/tiny_first_letter"', f'output_dir = "{tmp_path / "out"}"')
+        + f"\n[ray]\n{section}\n"
+    )
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()  # refused before anything was built or written

@@ -211,7 +211,7 @@ class RayExecutor:
         """
         ray = _import_ray()
         if self.address is not None and self.address != "auto":
-            _check_reachable(self.address)
+            check_ray_address(self.address)
         if ray.is_initialized():
             return
         options: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False, "logging_level": "WARNING"}
@@ -374,7 +374,14 @@ class RayExecutor:
                 actor.in_flight -= len(rows)
 
 
-def _check_reachable(address: str) -> None:
+def check_ray_address(address: str) -> None:
+    """Refuse a Ray address nothing answers at, with one TCP connect (Ray itself retries for minutes); ``auto`` passes.
+
+    Raises:
+        ConfigError: not ``HOST:PORT`` / ``ray://HOST:PORT``, or nothing listens there.
+    """
+    if address == "auto":
+        return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
@@ -397,6 +404,7 @@ def _unwrap(ray: Any, error: BaseException) -> BaseException:
 
 __all__ = [
     "EnvSource",
+    "check_ray_address",
     "Executor",
     "LocalExecutor",
     "RayActorsLost",

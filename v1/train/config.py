@@ -170,6 +170,28 @@ class DistributedConfig(Config):
     timeout_s: float = Field(3600.0, gt=0)
 
 
+class RaySection(Config):
+    """Rollout groups on Ray actors (`v1.executors.RayExecutor`) instead of this process's event loop.
+
+    Each group runs on an actor and takes the next endpoint of the inference client. The actors
+    reach the inference server by its URL: on a cluster of several machines, serve the policy
+    where the nodes can reach it (`inference.base_url`), not on this machine's loopback.
+
+    Args:
+        address: the cluster's address (``auto``, ``host:6379``, ``ray://host:10001``), or
+            ``local`` for a Ray instance this process starts (and stops).
+        actors: how many actors.
+        actor_concurrency: the most rollouts in flight per actor; None: no limit beyond
+            `rollouts.max_concurrent`.
+        num_cpus: the CPUs Ray reserves per actor (fractions allowed).
+    """
+
+    address: str = "local"
+    actors: int = Field(2, ge=1)
+    actor_concurrency: int | None = Field(None, ge=1)
+    num_cpus: float = Field(1.0, gt=0)
+
+
 class TrainConfig(Config):
     """A training run.
 
@@ -180,6 +202,7 @@ class TrainConfig(Config):
         max_seq_len: samples are cut to this many tokens (counted).
         checkpoint_every: save every this many steps (and always at the end); 0: only at the end.
         seed: torch's seed.
+        ray: run the rollout groups on Ray actors (`RaySection`); absent: on this process's loop.
     """
 
     model: ModelConfig
@@ -192,6 +215,7 @@ class TrainConfig(Config):
     sft: SFTSection
     wandb: WandbConfig
     distributed: DistributedConfig
+    ray: RaySection | None = None
     output_dir: str = "outputs/train"
     max_steps: int = Field(100, ge=0)
     micro_batch_size: int = Field(16, ge=1)
@@ -212,6 +236,7 @@ __all__ = [
     "InferenceConfig",
     "ModelConfig",
     "OptimConfig",
+    "RaySection",
     "RolloutsConfig",
     "SFTSection",
     "TrainConfig",

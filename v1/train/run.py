@@ -31,6 +31,7 @@ import torch
 
 from v1.config import import_ref
 from v1.errors import ConfigError
+from v1.executors import RayExecutor, check_ray_address
 from v1.inference.server import InferenceServer
 from v1.loading import load_environment
 from v1.train.batch import Sample, samples_from_states
@@ -73,6 +74,8 @@ class TrainResult:
     wall_time_s: float = 0.0
     sft_steps: int = 0
     rank: int = 0
+    executor: dict[str, Any] = field(default_factory=lambda: {"kind": "local"})
+    """Where the rollout groups ran: ``{"kind": "local"}``, or the Ray executor's `describe()` (actors, nodes, start-up)."""
 
 
 @contextlib.asynccontextmanager
@@ -215,6 +218,7 @@ def finish_outputs(result: TrainResult) -> None:
             "steps": result.steps,
             "sft_steps": result.sft_steps,
             "wall_time_s": result.wall_time_s,
+            "executor": result.executor,
             "rss_mb_first_step": lines[0]["rss_mb"] if lines else None,
             "rss_mb_last_step": lines[-1]["rss_mb"] if lines else None,
         },
@@ -291,6 +295,8 @@ async def train(
         on_step: called with each step's metrics (rank 0).
     """
     started = time.time()
+    if config.ray is not None and config.ray.address != "local":  # before any model loads: every rank alike
+        await asyncio.to_thread(check_ray_address, config.ray.address)
     group = await asyncio.to_thread(RankGroup.start, config.distributed)
     try:
         prepared = await asyncio.to_thread(prepare, config, resume, group)
@@ -301,6 +307,25 @@ async def train(
         return await lead(config, prepared, group, progress, on_step, started)
     finally:
         group.close()
+
+
+async def rollout_executor(config: TrainConfig) -> RayExecutor | None:
+    """The Ray executor `config.ray` asks for, connected (None: groups run on this loop).
+
+    Raises:
+        ConfigError: nothing answers at the address.
+    """
+    if config.ray is None:
+        return None
+    ray = config.ray
+    executor = RayExecutor(
+        None if ray.address == "local" else ray.address,
+        actors=ray.actors,
+        actor_concurrency=ray.actor_concurrency,
+        num_cpus=ray.num_cpus,
+    )
+    await asyncio.to_thread(executor.connect)
+    return executor
 
 
 async def lead(
@@ -330,6 +355,7 @@ async def lead(
 
     bar = Progress(progress, config.max_steps, trainer.step)
     failed = True
+    executor: RayExecutor | None = None
     try:
         async with inference_endpoint(config, prepared.served, tokenizer, output_dir) as (url, sync):
             client = config.inference.client_config(url)
@@ -354,9 +380,11 @@ async def lead(
                 await sync.push(await on_ranks([GatherCommand()] * group.world_size), trainer.step)
             sampling_args = {**config.rollouts.sampling_args, **TOKEN_SAMPLING_ARGS}
             rollouts = config.rollouts.model_copy(update={"sampling_args": sampling_args})
+            executor = await rollout_executor(config)
             orchestrator = Orchestrator(
                 env, client, config.inference.model_name, rollouts,
                 start_step=trainer.step, cursor=run_state.get("cursor", 0), pending=run_state.get("pending", []),
+                executor=executor,
             )  # fmt: skip
             async with orchestrator:
                 window_start = time.perf_counter()
@@ -399,6 +427,9 @@ async def lead(
         failed = False
     finally:
         bar.close()
+        if executor is not None:
+            result.executor = executor.describe()
+            await asyncio.to_thread(executor.close)
         if wandb_run is not None:
             wandb_run.finish()
         await asyncio.to_thread(group.stop, worker, failed)
