@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from openai import AsyncOpenAI
-from rollouts import MESSAGES, MODEL, mock_server_process, run_loop
+from rollouts import MESSAGES, MODEL, mock_server_process, ms, run_loop
 
 import v1
 
@@ -64,10 +64,6 @@ async def streamed_call(client: Any, usage: bool = False) -> None:
     stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True, **options)
     async for _chunk in stream:
         pass
-
-
-def ms(seconds: float) -> float:
-    return seconds * 1000
 
 
 async def measure(url: str, calls: int, idle: Callable[[], float] | None = None) -> dict[str, float]:

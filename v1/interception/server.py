@@ -220,6 +220,19 @@ def _with_rollout(
     return handler
 
 
+def _with_route_fields(
+    handle: Callable[[Dialect, str, Exchange, Mapping[str, str]], Awaitable[Answer | None]], dialect: Dialect
+) -> Callable[[Exchange], Awaitable[Answer | None]]:
+    """An exchange handler for one of `dialect`'s routes: the rollout id and the route's ``{field}`` values from aiohttp's match."""
+
+    async def handler(exchange: Exchange) -> Answer | None:
+        assert isinstance(exchange, _AiohttpExchange)
+        fields = dict(exchange.request.match_info)
+        return await handle(dialect, fields.pop("rollout"), exchange, fields)
+
+    return handler
+
+
 def _over_aiohttp(
     handle: Callable[[Exchange], Awaitable[Answer | None]],
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -277,10 +290,10 @@ class EndpointServer:
         app = web.Application(client_max_size=self.max_body_bytes)
         for dialect, _ in self._counters:  # before the dialects' routes: Gemini's would match ``:countTokens``
             path = f"/r/{{rollout}}{dialect.prefix}{dialect.token_counter.route}"  # type: ignore[union-attr]
-            app.router.add_route("*", path, _over_aiohttp(partial(self._count_tokens_routed, dialect)))
+            app.router.add_route("*", path, _over_aiohttp(_with_route_fields(self._count_tokens_of, dialect)))
         for dialect in DIALECTS.values():
             path = f"/r/{{rollout}}{dialect.prefix}{dialect.route}"
-            app.router.add_route("*", path, _over_aiohttp(partial(self._handle_routed, dialect)))
+            app.router.add_route("*", path, _over_aiohttp(_with_route_fields(self._handle, dialect)))
         app.router.add_route("*", "/r/{rollout}/v1/models", _over_aiohttp(_with_rollout(self._models_of)))
         app.router.add_route("*", f"/r/{{rollout}}{mcp_server.ROUTE}", _over_aiohttp(_with_rollout(self._mcp_of)))
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self._unknown_route))
@@ -402,12 +415,6 @@ class EndpointServer:
             return read
         return session, *read
 
-    async def _handle_routed(self, dialect: Dialect, exchange: Exchange) -> Answer | None:
-        """`_handle` for a request aiohttp routed: the rollout and the route's fields from its match."""
-        assert isinstance(exchange, _AiohttpExchange)
-        fields = dict(exchange.request.match_info)
-        return await self._handle(dialect, fields.pop("rollout"), exchange, fields)
-
     async def _handle(
         self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str] | None = None
     ) -> Answer | None:
@@ -518,12 +525,6 @@ class EndpointServer:
             return session
         model = session.state.runtime.model or "unknown"
         return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
-
-    async def _count_tokens_routed(self, dialect: Dialect, exchange: Exchange) -> Answer:
-        """`_count_tokens_of` for a request aiohttp routed: the rollout and the route's fields from its match."""
-        assert isinstance(exchange, _AiohttpExchange)
-        fields = dict(exchange.request.match_info)
-        return await self._count_tokens_of(dialect, fields.pop("rollout"), exchange, fields)
 
     async def _count_tokens_of(self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer:
         """A dialect's token count of a request (`TokenCounter`): authorized and checked like a call, never sent upstream."""
