@@ -40,8 +40,7 @@ DEFAULTS: dict[str, Any] = {
 
 def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     """The gsm8k taskset; fields set in `config` (``[env.taskset]``) override its defaults."""
-    given = config.model_dump(exclude_unset=True) if config is not None else {}
-    return vf.Taskset(config=vf.TasksetConfig({**DEFAULTS, **given}))
+    return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
 __all__ = ["DEFAULTS", "SYSTEM_PROMPT", "correct_answer", "load_rows", "load_taskset"]

@@ -86,8 +86,7 @@ DEFAULTS: dict[str, Any] = {
 
 def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     """The hangman taskset; fields set in `config` (``[env.taskset]``) override its defaults."""
-    given = config.model_dump(exclude_unset=True) if config is not None else {}
-    return vf.Taskset(config=vf.TasksetConfig({**DEFAULTS, **given}))
+    return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
 __all__ = ["DEFAULTS", "MAX_WRONG", "SECRETS", "hangman_reward", "load_rows", "load_taskset", "play", "read_guess", "referee"]

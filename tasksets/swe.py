@@ -157,14 +157,12 @@ HARNESS_DEFAULTS: dict[str, Any] = {"program": AGENT_PROGRAM, "sandbox": SANDBOX
 
 def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     """The swe taskset; fields set in `config` (``[env.taskset]``) override its defaults."""
-    given = config.model_dump(exclude_unset=True) if config is not None else {}
-    return vf.Taskset(config=vf.TasksetConfig({**DEFAULTS, **given}))
+    return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
 def load_harness(config: vf.HarnessConfig | None = None) -> vf.Harness:
     """The one-shot diff agent in a sandbox; fields set in `config` (``[env.harness]``) override it."""
-    given = config.model_dump(exclude_unset=True) if config is not None else {}
-    return vf.Harness(config=vf.HarnessConfig({**HARNESS_DEFAULTS, **given}))
+    return vf.Harness(config=vf.HarnessConfig.with_defaults(HARNESS_DEFAULTS, config))
 
 
 __all__ = [

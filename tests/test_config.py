@@ -9,9 +9,11 @@ import re
 import sys
 import textwrap
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 
+import tasksets
 import v1
 from v1.config import HandlerConfig, import_ref, resolve_callable
 
@@ -162,6 +164,69 @@ def test_from_config_converts_a_different_config_class():
     assert isinstance(converted, MyTasksetConfig)
     assert converted.taskset_id == "x"
     assert converted.extra == 1
+
+
+# -- defaults under a given config (what a load_taskset does) ----------------------------
+
+DEFAULTS = {"taskset_id": "demo", "system_prompt": "Be brief.", "rewards": [{"fn": "tasksets.reverse_text:exact", "weight": 1.0}]}
+
+
+def test_with_defaults_keeps_the_defaults_when_nothing_is_given():
+    for given in (None, v1.TasksetConfig(), {}):
+        config = v1.TasksetConfig.with_defaults(DEFAULTS, given)
+        assert config.taskset_id == "demo" and config.system_prompt == "Be brief." and len(config.rewards) == 1
+
+
+def test_with_defaults_a_set_field_replaces_its_default_whole():
+    config = v1.TasksetConfig.with_defaults(DEFAULTS, v1.TasksetConfig(system_prompt="Think.", rewards=[]))
+    assert config.system_prompt == "Think."
+    assert config.rewards == []
+    assert config.taskset_id == "demo"
+    assert v1.TasksetConfig.with_defaults(DEFAULTS, {"taskset_id": "other"}).taskset_id == "other"
+
+
+def test_with_defaults_a_field_set_to_its_class_default_still_wins():
+    """Only *set* fields override, including one set to the class's own default (None here)."""
+    assert v1.TasksetConfig.with_defaults(DEFAULTS, v1.TasksetConfig(system_prompt=None)).system_prompt is None
+
+
+def test_with_defaults_leaves_its_inputs_alone():
+    given = v1.HarnessConfig(max_turns=2)
+    defaults = {"max_turns": 7, "timeout_seconds": 30}
+    config = v1.HarnessConfig.with_defaults(defaults, given)
+    assert (config.max_turns, config.timeout_seconds) == (2, 30)
+    assert defaults == {"max_turns": 7, "timeout_seconds": 30} and given.timeout_seconds is None
+
+
+@pytest.mark.parametrize(
+    ("defaults", "given", "pattern"),
+    [
+        (["taskset_id"], None, "TasksetConfig.with_defaults: defaults must be a mapping, got list"),
+        (None, None, "defaults must be a mapping, got NoneType"),
+        (DEFAULTS, v1.HarnessConfig(max_turns=3), "TasksetConfig.with_defaults: expected a TasksetConfig, got HarnessConfig"),
+        (DEFAULTS, 42, "TasksetConfig: expected a config object or a mapping, got int"),
+        (DEFAULTS, "taskset_id=x", "expected a config object or a mapping, got str"),
+        ({**DEFAULTS, "bogus": 1}, None, "field 'bogus': unknown field"),
+        (DEFAULTS, {"rewards": "not a list"}, "field 'rewards'"),
+        ({"x" * 10_000: 1}, None, "unknown field"),
+    ],
+)
+def test_with_defaults_refuses_bad_input_in_one_config_error(defaults, given, pattern):
+    with pytest.raises(v1.ConfigError, match=pattern):
+        v1.TasksetConfig.with_defaults(defaults, given)
+
+
+def test_every_taskset_module_loads_through_its_defaults_with_overrides():
+    """Each shipped `load_taskset` keeps its defaults and lets a set field win."""
+    names = sorted(path.stem for path in Path(tasksets.__file__).parent.glob("*.py") if not path.stem.startswith("_"))
+    loaders = [(name, importlib.import_module(f"tasksets.{name}")) for name in names]
+    loaders = [(name, module) for name, module in loaders if hasattr(module, "load_taskset")]
+    assert len(loaders) >= 11
+    for name, module in loaders:
+        assert module.load_taskset().config.taskset_id == module.DEFAULTS["taskset_id"], name
+        overridden = module.load_taskset(v1.TasksetConfig(taskset_id="renamed"))
+        assert overridden.config.taskset_id == "renamed", name
+        assert overridden.config.rewards == module.load_taskset().config.rewards, name
 
 
 # -- nested config defaults --------------------------------------------------------------

@@ -192,6 +192,28 @@ class Config(BaseModel, metaclass=_KeepInit):
         return (type(config) if isinstance(config, cls) else cls)(config, **data)
 
     @classmethod
+    def with_defaults(cls, defaults: Mapping[str, Any], config: object | None = None) -> Self:
+        """`defaults` with the fields set in `config` on top: what a `load_taskset(config)` returns.
+
+        A field set in `config` replaces its default whole (tables are not merged); a field left
+        unset keeps the default. ``TasksetConfig.with_defaults(DEFAULTS, config)``.
+
+        Args:
+            defaults: field values of this class, e.g. a taskset module's ``DEFAULTS``.
+            config: ``None``, a config of this class (only its explicitly set fields count), or a mapping.
+
+        Raises:
+            ConfigError: when `defaults` is not a mapping, `config` is another kind of config or
+                not a mapping, or a field is unknown or invalid.
+        """
+        if not isinstance(defaults, Mapping):
+            raise ConfigError(f"{cls.__name__}.with_defaults: defaults must be a mapping, got {type(defaults).__name__}")
+        if isinstance(config, BaseModel) and not isinstance(config, cls):
+            raise ConfigError(f"{cls.__name__}.with_defaults: expected a {cls.__name__}, got {type(config).__name__}")
+        given = {name: getattr(config, name) for name in config.model_fields_set} if isinstance(config, cls) else config
+        return cls({**defaults, **_as_mapping(given, cls.__name__)})
+
+    @classmethod
     def from_toml(cls, path: str | Path, section: str | Iterable[str] | None = None) -> Self:
         """Build from a TOML file, optionally from a (dotted) section of it.
 
