@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import v1 as vf
 from v1.sandbox import EndpointTarget, get_backend, get_manager, list_sandboxes, reap_sandboxes, sandbox_root
+from v1.sandbox import manager as manager_module
 
 
 @pytest.fixture(autouse=True)
@@ -160,10 +163,21 @@ async def test_failed_setup_deletes_the_sandbox() -> None:
 
 async def test_host_wide_cap_makes_creators_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("V1_MAX_SANDBOXES", "1")
+    refusals = threading.Semaphore(0)
+    try_slots = manager_module._try_slots
+
+    def observed_try_slots(slots: Path, cap: int) -> Any:
+        handle = try_slots(slots, cap)
+        if handle is None:
+            refusals.release()
+        return handle
+
+    monkeypatch.setattr(manager_module, "_try_slots", observed_try_slots)
     manager = get_manager()
     first = await manager.create(vf.SandboxConfig())
     second = asyncio.create_task(manager.create(vf.SandboxConfig()))
-    await asyncio.sleep(0.3)
+    for _ in range(2):  # refused a slot, then again on its retry: it waits rather than failing or going over the cap
+        assert await asyncio.to_thread(refusals.acquire, timeout=10)
     assert not second.done()
     await manager.delete(first)
     await manager.delete(await asyncio.wait_for(second, 5))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -49,6 +50,12 @@ def alternating(request: MockRequest) -> Reply:
     return Reply.text(next(ANSWERS))
 
 
+async def until(orchestrator: Orchestrator, condition: Callable[[], bool]) -> None:
+    """Wait on the orchestrator's own condition (every group finishing notifies it) until `condition()` holds."""
+    async with orchestrator._changed:
+        await asyncio.wait_for(orchestrator._changed.wait_for(condition), 30)
+
+
 ANSWERS = itertools.cycle(["yes", "no"])
 
 
@@ -73,7 +80,9 @@ async def test_on_policy_batches_come_from_the_current_weights_and_zero_variance
                 dropped += batch.counts.dropped_stale
                 assert batch.counts.rewards
                 started = len(orchestrator.started_positions)
-                await asyncio.sleep(0.05)  # "training": nothing may start for the next step meanwhile
+                # "training": nothing may start for the next step meanwhile, even once every group in flight finished
+                await until(orchestrator, lambda: not orchestrator._in_flight)
+                assert not orchestrator._may_start()
                 assert len(orchestrator.started_positions) == started
                 await orchestrator.set_version(step + 1)
             assert filtered >= 1
@@ -89,13 +98,13 @@ async def test_generation_runs_ahead_up_to_max_staleness_and_stale_groups_are_dr
         config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_staleness=1, filter_zero_variance=False)
         async with Orchestrator(env_with(), client, "m", config) as orchestrator:
             first = await orchestrator.next_batch()
-            await asyncio.sleep(0.2)  # while step 0 "trains", step 1's group is generated with version 0
-            assert orchestrator.started_positions == [0, 1]
+            await until(orchestrator, lambda: bool(orchestrator._ready))  # step 1's group, generated while step 0 "trains"
+            assert orchestrator.started_positions == [0, 1] and orchestrator._ready[0].policy_version == 0
             await orchestrator.set_version(1)
             second = await orchestrator.next_batch()
             assert first.staleness == [0] and second.staleness == [1]
             # a group from version 0 that is still queued at step 3 is 3 steps stale: dropped, counted
-            await asyncio.sleep(0.2)
+            await until(orchestrator, lambda: bool(orchestrator._ready))
             orchestrator._ready[0].policy_version = 0
             await orchestrator.set_version(3)
             orchestrator.consumed_steps = 3
@@ -110,7 +119,7 @@ async def test_resume_restarts_pending_positions_then_continues_the_data_order()
         env = env_with(5)
         async with Orchestrator(env, client, "m", config) as orchestrator:
             first = await orchestrator.next_batch()
-            await asyncio.sleep(0.1)
+            await until(orchestrator, lambda: len(orchestrator._ready) == 2)  # the next step's groups, generated ahead
             saved = orchestrator.checkpoint_state()
             started = list(orchestrator.started_positions)
             order = [orchestrator.row_at(p)["question"] for p in range(12)]
