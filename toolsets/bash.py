@@ -8,6 +8,8 @@ sandbox = "program"          # the program's sandbox; or a [..sandbox] table of 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import v1 as vf
 from v1.sandbox import Sandbox
 
@@ -37,7 +39,7 @@ async def bash(command: str, sandbox: Sandbox) -> str:
     return f"[{status}]\n{clip(output)}"
 
 
-def bash_toolset(sandbox: vf.SandboxConfig | str = "program") -> vf.Toolset:
+def bash_toolset(sandbox: vf.SandboxConfig | Literal["program"] = "program") -> vf.Toolset:
     """A toolset holding `bash`, run in the program's sandbox (or its own `SandboxConfig`)."""
     return vf.Toolset([bash], sandbox=sandbox, name="bash")
 

@@ -11,6 +11,8 @@ sandbox refuses anything outside, symlinks included.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import v1 as vf
 from toolsets.bash import clip
 from v1.sandbox import Sandbox
@@ -67,7 +69,7 @@ async def edit_file(path: str, old: str, new: str, sandbox: Sandbox) -> str:
     return f"edited {path}"
 
 
-def files_toolset(sandbox: vf.SandboxConfig | str = "program") -> vf.Toolset:
+def files_toolset(sandbox: vf.SandboxConfig | Literal["program"] = "program") -> vf.Toolset:
     """A toolset holding the four file tools, run in the program's sandbox (or its own `SandboxConfig`)."""
     return vf.Toolset([read_file, write_file, list_files, edit_file], sandbox=sandbox, name="files")
 

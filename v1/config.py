@@ -12,7 +12,7 @@ import contextvars
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
@@ -378,6 +378,24 @@ ProgramSpec = Annotated[
 ]
 """A program: a `ProgramConfig` (or mapping of one) or an in-process callable `(task, state)`."""
 
+ProgramLike = Union[ProgramConfig, Mapping[str, Any], Callable[..., Any]]
+"""What a `program=` argument takes: a `ProgramConfig`, a mapping of one, or a callable `(task, state)`."""
+
+SystemPromptLike = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+"""A system prompt: its text, one system message, or a list of them."""
+
+RowSourceLike = Union[Iterable[Mapping[str, Any]], Callable[[], Iterable[Mapping[str, Any]]], str]
+"""Task rows: an iterable of mappings (a `datasets.Dataset` too), a zero-argument loader, or a `module:object` reference."""
+
+SandboxLike = Union[SandboxConfig, Mapping[str, Any]]
+"""A sandbox: a `SandboxConfig` or a mapping of one."""
+
+SharedSandboxLike = Union[SandboxConfig, Mapping[str, Any], Literal["program"]]
+"""A toolset's or user's sandbox: its own (`SandboxLike`), or `"program"` to share the program's."""
+
+HandlerLike = Union[Callable[..., Any], str, HandlerConfig, Mapping[str, Any]]
+"""One entry of a handler list (`rewards=[...]`): a callable, a `module:object` reference, or a `HandlerConfig` (or mapping)."""
+
 
 class EndpointClientConfig(Config):
     """One upstream endpoint inside `ClientConfig.endpoint_configs`."""
@@ -579,4 +597,10 @@ __all__ = [
     "format_validation_error",
     "import_ref",
     "resolve_callable",
+    "HandlerLike",
+    "ProgramLike",
+    "RowSourceLike",
+    "SandboxLike",
+    "SharedSandboxLike",
+    "SystemPromptLike",
 ]

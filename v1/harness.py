@@ -18,8 +18,17 @@ from typing import Any, ClassVar
 
 from v1._scoring import score_group, score_rollout
 from v1._toolbox import RolloutToolbox
+from v1.clients.base import ClientLike
 from v1.clients.registry import resolve_client
-from v1.config import ClientConfig, HarnessConfig
+from v1.config import (
+    ClientConfig,
+    HandlerLike,
+    HarnessConfig,
+    ProgramLike,
+    SandboxLike,
+    SystemPromptLike,
+    SystemPromptStrategy,
+)
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
 from v1.interception.session import stop_at_timeout
@@ -33,7 +42,7 @@ from v1.task import Task, thaw
 from v1.taskset import Taskset
 from v1.toolset import Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
-from v1.user import User, resolve_user
+from v1.user import User, UserLike, resolve_user
 
 logger = logging.getLogger(__name__)
 
@@ -168,31 +177,31 @@ class Harness:
 
     def __init__(
         self,
-        program: Any = None,
-        system_prompt: Any = None,
-        user: Any = None,
-        sandbox: Any = None,
-        client: Any = None,
+        program: ProgramLike | None = None,
+        *,
+        system_prompt: SystemPromptLike | None = None,
+        user: UserLike | None = None,
+        sandbox: SandboxLike | None = None,
+        client: ClientLike | None = None,
         model: str | None = None,
         sampling_args: Mapping[str, Any] | None = None,
         max_turns: int | None = None,
         toolsets: Iterable[Toolset] | None = None,
-        stops: Iterable[Any] | None = None,
-        setups: Iterable[Any] | None = None,
-        updates: Iterable[Any] | None = None,
-        metrics: Iterable[Any] | None = None,
-        rewards: Iterable[Any] | None = None,
-        advantages: Iterable[Any] | None = None,
-        cleanups: Iterable[Any] | None = None,
+        stops: Iterable[HandlerLike] | None = None,
+        setups: Iterable[HandlerLike] | None = None,
+        updates: Iterable[HandlerLike] | None = None,
+        metrics: Iterable[HandlerLike] | None = None,
+        rewards: Iterable[HandlerLike] | None = None,
+        advantages: Iterable[HandlerLike] | None = None,
+        cleanups: Iterable[HandlerLike] | None = None,
         config: HarnessConfig | Mapping[str, object] | None = None,
-        *,
-        system_prompt_strategy: str | None = None,
+        system_prompt_strategy: SystemPromptStrategy | None = None,
         timeout_seconds: float | None = None,
         max_seq_len: int | None = None,
         max_total_completion_tokens: int | None = None,
         taskset: Taskset | None = None,
     ) -> None:
-        given = {
+        given: dict[str, Any] = {
             "program": program,
             "system_prompt": system_prompt,
             "system_prompt_strategy": system_prompt_strategy,

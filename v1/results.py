@@ -248,6 +248,7 @@ class ResultsWriter:
         self,
         path: str | Path,
         extra_metadata: Mapping[str, Any] | None = None,
+        *,
         redo: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self.path = Path(path)

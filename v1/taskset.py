@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from v1.config import TasksetConfig, import_ref
+from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig, import_ref
 from v1.errors import TaskError
 from v1.lifecycle import Handler, apply_scoring, owned_handlers
 from v1.state import State
 from v1.task import Task
 from v1.toolset import Toolset, merge_toolsets
-from v1.user import User, resolve_user
+from v1.user import User, UserLike, resolve_user
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -67,19 +67,20 @@ class Taskset:
 
     def __init__(
         self,
-        source: Any = None,
-        eval_source: Any = None,
+        source: RowSourceLike | None = None,
+        eval_source: RowSourceLike | None = None,
+        *,
         taskset_id: str | None = None,
-        system_prompt: Any = None,
-        user: Any = None,
+        system_prompt: SystemPromptLike | None = None,
+        user: UserLike | None = None,
         toolsets: Iterable[Toolset] = (),
-        stops: Iterable[Any] = (),
-        setups: Iterable[Any] = (),
-        updates: Iterable[Any] = (),
-        metrics: Iterable[Any] = (),
-        rewards: Iterable[Any] = (),
-        advantages: Iterable[Any] = (),
-        cleanups: Iterable[Any] = (),
+        stops: Iterable[HandlerLike] = (),
+        setups: Iterable[HandlerLike] = (),
+        updates: Iterable[HandlerLike] = (),
+        metrics: Iterable[HandlerLike] = (),
+        rewards: Iterable[HandlerLike] = (),
+        advantages: Iterable[HandlerLike] = (),
+        cleanups: Iterable[HandlerLike] = (),
         config: TasksetConfig | Mapping[str, object] | None = None,
     ) -> None:
         overrides = {

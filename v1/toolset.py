@@ -25,7 +25,7 @@ from v1._tool_function import (
     parse_tool_arguments,
     render_tool_result,
 )
-from v1.config import MCPToolConfig, SandboxConfig, ToolScope, ToolsetConfig, resolve_callable
+from v1.config import HandlerLike, MCPToolConfig, SandboxConfig, SharedSandboxLike, ToolScope, ToolsetConfig, resolve_callable
 from v1.errors import ConfigError, NotSupportedError
 from v1.lifecycle import Handler, owned_handlers
 from v1.mcp import MCPConnection, MCPTool, ToolContent, mcp_result_content, mcp_result_value
@@ -62,20 +62,20 @@ class Toolset(ScopedOwner):
     def __init__(
         self,
         tools: Iterable[Callable[..., Any] | MCPTool | str | Mapping[str, Any]] = (),
+        *,
         show: Iterable[str] | None = None,
         hide: Iterable[str] | None = None,
         bindings: Mapping[str, Any] | None = None,
-        objects: Mapping[str, Any] | None = None,
+        objects: Mapping[str, Callable[[], Any] | str] | None = None,
         write: bool | None = None,
         scope: ToolScope | None = None,
-        sandbox: Any = None,
-        stops: Iterable[Any] = (),
-        setups: Iterable[Any] = (),
-        updates: Iterable[Any] = (),
-        cleanups: Iterable[Any] = (),
-        teardowns: Iterable[Any] = (),
+        sandbox: SharedSandboxLike | None = None,
+        stops: Iterable[HandlerLike] = (),
+        setups: Iterable[HandlerLike] = (),
+        updates: Iterable[HandlerLike] = (),
+        cleanups: Iterable[HandlerLike] = (),
+        teardowns: Iterable[HandlerLike] = (),
         config: ToolsetConfig | Mapping[str, object] | None = None,
-        *,
         name: str | None = None,
         error_formatter: Callable[[BaseException], str] = default_error_formatter,
         stop_errors: Iterable[type[BaseException]] = (),

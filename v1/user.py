@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from v1._bindings import Binding, BindingContext
 from v1._calling import call_user_code
 from v1._scopes import ScopedOwner, build_object_factories
-from v1.config import ToolScope, UserConfig, resolve_callable
+from v1.config import SharedSandboxLike, ToolScope, UserConfig, resolve_callable
 from v1.errors import ConfigError
 from v1.toolset import rollout_sandbox, sandbox_setting
 
@@ -53,7 +53,7 @@ class User(ScopedOwner):
         objects: Mapping[str, Any] | None = None,
         scope: ToolScope | None = None,
         model: str | None = None,
-        sandbox: Any = None,
+        sandbox: SharedSandboxLike | None = None,
         config: UserConfig | Mapping[str, object] | str | None = None,
     ) -> None:
         super().__init__()
@@ -154,17 +154,22 @@ def as_messages(reply: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def resolve_user(value: Any) -> User | None:
+UserLike = Union[User, UserConfig, Mapping[str, Any], Callable[..., Any], str]
+"""What a `user=` argument takes: a `User`, its function (or `module:object` reference), or a `UserConfig` (or mapping)."""
+
+
+def resolve_user(value: UserLike | None) -> User | None:
     """A `User` from a `User`, a callable, a `module:object` reference, a mapping or a `UserConfig`."""
     if value is None or isinstance(value, User):
         return value
     config = None
+    source: Any = value
     if isinstance(value, (UserConfig, Mapping)):
         config = UserConfig.from_config(value)
         if config.fn is None:
             raise ConfigError("user: a user config needs fn (a callable or a 'module:object' reference)")
-        value = config.fn
-    target = resolve_callable(value, "user.fn") if isinstance(value, str) else value
+        source = config.fn
+    target = resolve_callable(source, "user.fn") if isinstance(source, str) else source
     if config is not None and not isinstance(target, User) and not (isinstance(target, type) and issubclass(target, User)):
         return User(target, config=config.model_copy(update={"fn": None}))
     if isinstance(target, User):
@@ -174,4 +179,4 @@ def resolve_user(value: Any) -> User | None:
     return User(target)
 
 
-__all__ = ["User", "as_messages", "resolve_user"]
+__all__ = ["User", "as_messages", "resolve_user", "UserLike"]

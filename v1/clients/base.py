@@ -11,11 +11,15 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, Union
 
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, ModelRequestError
 from v1.types import Messages, Response, ResponseDelta, SamplingArgs, Tool
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from openai import AsyncOpenAI
 
 logger = logging.getLogger(__name__)
 
@@ -431,6 +435,10 @@ def url_locations(urls: list[str]) -> list[str]:
     return [location for location in dict.fromkeys(locations) if location]
 
 
+ClientLike = Union[Client[Any, Any, Any, Any], ClientConfig, Mapping[str, object], "AsyncOpenAI", "AsyncAnthropic"]
+"""What a `client=` argument takes: a v1 `Client`, a `ClientConfig` (or mapping), or an SDK client to wrap."""
+
+
 __all__ = [
     "RETRY_AFTER_MAX",
     "Client",
@@ -444,4 +452,5 @@ __all__ = [
     "select_thinking",
     "split_create_args",
     "url_locations",
+    "ClientLike",
 ]

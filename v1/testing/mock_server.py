@@ -27,7 +27,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Union
 
 from aiohttp import web
@@ -127,6 +127,7 @@ class Reply:
     """One scripted answer: text, tool calls, or a failure, optionally after a delay."""
 
     content: str | None = None
+    _: KW_ONLY
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning_content: str | None = None
     reasoning_signature: str | None = None
