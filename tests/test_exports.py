@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import json
+import re
+import subprocess
+import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,7 +168,6 @@ SUBMODULES = {
     "judge",
     "lifecycle",
     "parsers",
-    "sample_view",
     "loading",
     "mcp",
     "programs",
@@ -190,6 +195,9 @@ SUBMODULES = {
     "prime_plugin",
 }
 
+# Modules that moved: importing the old path still works, with a DeprecationWarning naming the new place.
+DEPRECATED_MODULES = {"sample_view": "v1.print_prompt_completions_sample"}
+
 
 def test_all_is_exactly_the_expected_set():
     assert set(v1.__all__) == EXPECTED
@@ -202,7 +210,8 @@ def test_all_is_sorted_and_nothing_leaks_beside_it():
     public = {name for name, value in vars(v1).items() if not name.startswith("_") and not isinstance(value, types.ModuleType)}
     assert public == set(v1.__all__) - {"__version__"}
     modules = {name for name, value in vars(v1).items() if not name.startswith("_") and isinstance(value, types.ModuleType)}
-    assert modules <= SUBMODULES, f"unexpected module names in v1: {sorted(modules - SUBMODULES)}"
+    known = SUBMODULES | set(DEPRECATED_MODULES)
+    assert modules <= known, f"unexpected module names in v1: {sorted(modules - known)}"
 
 
 def test_every_module_is_public_by_the_list_or_named_internal():
@@ -210,7 +219,7 @@ def test_every_module_is_public_by_the_list_or_named_internal():
     package = Path(v1.__file__).parent
     names = {path.stem for path in package.glob("*.py")} | {path.parent.name for path in package.glob("*/__init__.py")}
     public = {name for name in names if not name.startswith("_")}
-    assert public == SUBMODULES
+    assert public == SUBMODULES | set(DEPRECATED_MODULES)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -253,3 +262,140 @@ def test_rollout_stopped_carries_its_condition():
 
 def test_version_is_a_string():
     assert isinstance(v1.__version__, str) and v1.__version__
+
+
+# -- the rule for every module (docs/architecture.md, "Public surface") -------------------------------------------
+
+# Imports every module of v1 in a process of its own (some load torch), and reports what each exports.
+SURFACE_REPORT = r"""
+import importlib, inspect, json, pkgutil, sys, warnings
+import v1
+
+warnings.simplefilter("ignore", DeprecationWarning)
+report = {}
+for info in [pkgutil.ModuleInfo(None, "v1", True), *pkgutil.walk_packages(v1.__path__, "v1.")]:
+    module = importlib.import_module(info.name)
+    exported = getattr(module, "__all__", None)
+    homes = {}
+    for name in exported or []:
+        value = getattr(module, name, None)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            homes[name] = value.__module__
+    report[info.name] = {"package": info.ispkg, "all": exported, "missing": [n for n in exported or [] if not hasattr(module, n)], "homes": homes}
+json.dump(report, sys.stdout)
+"""
+
+
+def is_private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split(".")[1:])
+
+
+@pytest.fixture(scope="module")
+def surface() -> dict[str, dict[str, Any]]:
+    """Every public module of v1 (no `_` part in its dotted path) and what it exports."""
+    root = Path(v1.__file__).parent.parent
+    done = subprocess.run([sys.executable, "-c", SURFACE_REPORT], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report: dict[str, dict[str, Any]] = json.loads(done.stdout)
+    return {name: entry for name, entry in report.items() if not is_private(name)}
+
+
+def test_every_public_module_declares_all(surface: dict[str, dict[str, Any]]) -> None:
+    assert len(surface) > 100
+    assert sorted(name for name, entry in surface.items() if entry["all"] is None) == []
+
+
+def test_every_exported_name_exists_once_and_is_public(surface: dict[str, dict[str, Any]]) -> None:
+    problems = {}
+    for module, entry in surface.items():
+        exported = entry["all"]
+        duplicates = sorted({name for name in exported if exported.count(name) > 1})
+        underscored = [name for name in exported if name.startswith("_") and name != "__version__"]
+        if entry["missing"] or duplicates or underscored:
+            problems[module] = {"missing": entry["missing"], "duplicates": duplicates, "underscored": underscored}
+    assert problems == {}
+
+
+def test_a_public_name_has_one_public_home(surface: dict[str, dict[str, Any]]) -> None:
+    """A public module exports what it defines, or re-exports implementation from a `_` module; a package's
+    `__init__` may gather its own submodules' names. Re-exporting another public module's name is a second home."""
+    second_homes = []
+    for module, entry in surface.items():
+        if module == "v1" or module.removeprefix("v1.") in DEPRECATED_MODULES:
+            continue
+        for name, home in entry["homes"].items():
+            own = home == module or (entry["package"] and home.startswith(module + "."))
+            if not own and home.startswith("v1") and not is_private(home):
+                second_homes.append(f"{module}.{name} (defined in {home})")
+    assert second_homes == []
+
+
+def imported_v1_names(source: str) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) for each `from v1... import name` and `import v1...` in `source`."""
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "v1" and node.level == 0:
+            found += [(node.lineno, node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names if alias.name.split(".")[0] == "v1"]
+    return found
+
+
+def shipped_sources() -> list[tuple[str, str]]:
+    """What users copy or run: tasksets, harnesses and toolsets, and the Python blocks of README and docs."""
+    root = Path(v1.__file__).parent.parent
+    sources = [
+        (str(path.relative_to(root)), path.read_text())
+        for folder in ("tasksets", "harnesses", "toolsets")
+        for path in (root / folder).rglob("*.py")
+    ]
+    for document in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for index, block in enumerate(re.findall(r"```python\n(.*?)```", document.read_text(), re.DOTALL)):
+            sources.append((f"{document.name}[python block {index}]", block))
+    return sources
+
+
+def test_shipped_code_imports_only_public_names(surface: dict[str, dict[str, Any]]) -> None:
+    private = []
+    for where, source in shipped_sources():
+        for line, module, name in imported_v1_names(source):
+            public = not is_private(module) and module in surface
+            if public and name is not None:
+                public = name in surface[module]["all"] or f"{module}.{name}" in surface
+            if not public:
+                private.append(f"{where}:{line}: {module}{'' if name is None else ':' + name}")
+    assert len(shipped_sources()) > 50
+    assert private == []
+
+
+def test_the_import_checker_sees_private_imports() -> None:
+    source = "import v1\nimport v1._scheduling\nfrom v1.interception.server import MAX_CALLS_IN_FLIGHT\nfrom . import x\n"
+    assert imported_v1_names(source) == [
+        (1, "v1", None),
+        (2, "v1._scheduling", None),
+        (3, "v1.interception.server", "MAX_CALLS_IN_FLIGHT"),
+    ]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(DEPRECATED_MODULES.items()))
+def test_a_moved_module_still_works_from_its_old_path_with_a_deprecation_warning(old: str, new: str) -> None:
+    sys.modules.pop(f"v1.{old}", None)
+    with pytest.warns(DeprecationWarning, match=rf"^v1\.{old} is deprecated and will be removed: use {re.escape(new)}$"):
+        module = importlib.import_module(f"v1.{old}")
+    for name in module.__all__:
+        assert getattr(module, name) is getattr(v1, name)
+
+
+def test_importing_v1_warns_about_nothing_of_its_own() -> None:
+    check = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import v1\n"
+        "print([str(w.message) for w in caught if 'is deprecated and will be removed' in str(w.message)])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120, cwd=Path(v1.__file__).parent.parent
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ import v1 as vf
 from importlib import metadata as _metadata
 
 from v1._gc_tuning import batch_gc
+from v1._sample_view import print_prompt_completions_sample
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
@@ -62,7 +63,6 @@ from v1.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser, extract
 from v1.prime_plugin import PRIME_PLUGIN_API_VERSION, PrimeCLIPlugin, get_plugin
 from v1.results import EvalSummary, ResultsWriter
 from v1.rubric import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric
-from v1.sample_view import print_prompt_completions_sample
 from v1.sandbox_env import PythonEnv, SandboxEnv
 from v1.state import State
 from v1.swe_debug_env import SandboxTaskSet, SWEDebugEnv

@@ -403,7 +403,6 @@ def _unwrap(ray: Any, error: BaseException) -> BaseException:
 
 
 __all__ = [
-    "EnvSource",
     "check_ray_address",
     "Executor",
     "LocalExecutor",

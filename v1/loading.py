@@ -412,5 +412,4 @@ __all__ = [
     "load_example_dataset",
     "load_module_environment",
     "load_toml_environment",
-    "read_toml",
 ]

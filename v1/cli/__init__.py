@@ -1,1 +1,3 @@
 """The `v1` command line."""
+
+__all__: list[str] = []

@@ -96,3 +96,6 @@ def run(args: argparse.Namespace) -> int:
         f" · errors {errors} · {len(states) / elapsed:.1f} rollouts/s"
     )
     return 1 if errors else 0
+
+
+__all__ = ["add_parser", "count", "run"]

@@ -41,7 +41,7 @@ from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
 from v1.clients.endpoints import client_config_for, load_endpoints
-from v1.config import ClientConfig
+from v1.config import ClientConfig, read_toml
 from v1.env import Environment
 from v1.errors import ConfigError, Error
 from v1.eval_config import (
@@ -55,7 +55,7 @@ from v1.eval_config import (
     RolloutsPerExample,
 )
 from v1.executors import RayActorsLost, RayExecutor
-from v1.loading import environment_config_file, import_env_module, load_module_environment, load_toml_environment, read_toml
+from v1.loading import environment_config_file, import_env_module, load_module_environment, load_toml_environment
 from v1.logs import LEVEL_VARIABLE, setup_logging
 from v1.results import ResultsWriter, RolloutKey, create_run_folder
 from v1.types import GenerateMetadata
@@ -757,5 +757,4 @@ __all__ = [
     "plan_run",
     "resolve_client",
     "run",
-    "summary_table",
 ]

@@ -43,5 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args) or 0)
 
 
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+
 if __name__ == "__main__":
     sys.exit(main())

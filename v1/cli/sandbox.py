@@ -48,3 +48,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"could not delete {record.backend} sandbox {record.sandbox_id}: {reason}")
     print(f"{len(reaped)} deleted, {len(failed)} failed")
     return 1 if failed else 0
+
+
+__all__ = ["add_parser", "run"]

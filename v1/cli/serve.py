@@ -205,3 +205,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+__all__ = ["add_parser", "load_model_source", "run", "serve_vllm", "tiny_config_from_file", "vllm_model_dir"]

@@ -57,3 +57,6 @@ def run(args: Any) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+__all__ = ["DEFAULT_DIR", "LOOPBACK", "add_parser", "run"]

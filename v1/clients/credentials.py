@@ -32,3 +32,6 @@ def resolve_api_key(api_key_var: str) -> str:
             return str(stored)
     logger.debug("environment variable %s is not set; sending api key %r", api_key_var, NO_KEY)
     return NO_KEY
+
+
+__all__ = ["NO_KEY", "PRIME_KEY_VAR", "resolve_api_key"]

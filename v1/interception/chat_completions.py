@@ -207,9 +207,7 @@ DIALECT = Dialect(
 __all__ = [
     "DIALECT",
     "ROUTE",
-    "BadRequest",
     "StreamWriter",
-    "error_body",
     "parse_request",
     "parse_tools",
     "render",

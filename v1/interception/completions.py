@@ -164,4 +164,4 @@ DIALECT = Dialect(
     error_body=error_body,
 )
 
-__all__ = ["DIALECT", "ROUTE", "StreamWriter", "error_body", "parse_request", "render", "render_stream"]
+__all__ = ["DIALECT", "ROUTE", "StreamWriter", "parse_request", "render", "render_stream"]

@@ -441,7 +441,6 @@ __all__ = [
     "DIALECT",
     "ROUTE",
     "StreamWriter",
-    "error_body",
     "input_messages",
     "output_items",
     "parse_request",

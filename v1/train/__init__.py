@@ -2,3 +2,5 @@
 
 Importing `v1` never imports this package (it needs the ``[train]`` extra: torch, transformers).
 """
+
+__all__: list[str] = []
