@@ -198,6 +198,15 @@ def test_with_defaults_leaves_its_inputs_alone():
     assert defaults == {"max_turns": 7, "timeout_seconds": 30} and given.timeout_seconds is None
 
 
+def test_with_defaults_takes_a_base_class_config_for_a_subclass():
+    class WordsConfig(v1.TasksetConfig):
+        min_length: int = 3
+
+    config = WordsConfig.with_defaults({**DEFAULTS, "min_length": 5}, v1.TasksetConfig(taskset_id="words"))
+    assert isinstance(config, WordsConfig) and (config.taskset_id, config.min_length) == ("words", 5)
+    assert WordsConfig.with_defaults(DEFAULTS, WordsConfig(min_length=9)).min_length == 9
+
+
 @pytest.mark.parametrize(
     ("defaults", "given", "pattern"),
     [

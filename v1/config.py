@@ -200,7 +200,8 @@ class Config(BaseModel, metaclass=_KeepInit):
 
         Args:
             defaults: field values of this class, e.g. a taskset module's ``DEFAULTS``.
-            config: ``None``, a config of this class (only its explicitly set fields count), or a mapping.
+            config: ``None``, a config of this class or of a base class (only its explicitly set fields
+                count), or a mapping.
 
         Raises:
             ConfigError: when `defaults` is not a mapping, `config` is another kind of config or
@@ -208,9 +209,11 @@ class Config(BaseModel, metaclass=_KeepInit):
         """
         if not isinstance(defaults, Mapping):
             raise ConfigError(f"{cls.__name__}.with_defaults: defaults must be a mapping, got {type(defaults).__name__}")
-        if isinstance(config, BaseModel) and not isinstance(config, cls):
-            raise ConfigError(f"{cls.__name__}.with_defaults: expected a {cls.__name__}, got {type(config).__name__}")
-        given = {name: getattr(config, name) for name in config.model_fields_set} if isinstance(config, cls) else config
+        given: object | None = config
+        if isinstance(config, BaseModel):
+            if not (isinstance(config, cls) or issubclass(cls, type(config))):
+                raise ConfigError(f"{cls.__name__}.with_defaults: expected a {cls.__name__}, got {type(config).__name__}")
+            given = {name: getattr(config, name) for name in config.model_fields_set}
         return cls({**defaults, **_as_mapping(given, cls.__name__)})
 
     @classmethod
