@@ -1,8 +1,8 @@
 """v1's modules depend one way: no import cycles, and no v1 imports hidden inside functions.
 
-Imports under `if TYPE_CHECKING:` are for annotations only and don't count. The one kind of
-import allowed inside a function is a CLI command loading its torch-heavy package, so that
-`v1 eval` never imports torch.
+Imports under `if TYPE_CHECKING:` are for annotations only and don't count. The imports
+allowed inside a function are a CLI command loading its torch-heavy package, so that `v1 eval`
+never imports torch, and the deprecated aliases of names that moved up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ import sys
 
 from tests.tools.import_graph import PACKAGE, find_cycle, import_graph, layers, render
 
-LAZY_ALLOWED = {"v1.cli.serve": {"v1.inference"}, "v1.cli.train": {"v1.train"}}
+UPSTREAM = "v1.interception.upstream"
+DEPRECATED_ALIASES = {"v1.state": {UPSTREAM}, "v1.interception.session": {UPSTREAM}}
+"""Module `__getattr__`s that keep names which moved up importable from their old path, with a warning."""
+LAZY_ALLOWED = {"v1.cli.serve": {"v1.inference"}, "v1.cli.train": {"v1.train"}, **DEPRECATED_ALIASES}
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS_BLOCK = re.compile(r"<!-- layers: python -m tests.tools.import_graph -->\n```text\n(.*?)\n```", re.DOTALL)
 

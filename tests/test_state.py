@@ -5,11 +5,23 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import typing
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import v1
-from v1.state import MANAGED_FIELDS, upstream
+from v1.interception.upstream import upstream
+from v1.state import (
+    MANAGED_FIELDS,
+    EndpointAccess,
+    NamedToolset,
+    RolloutRuntime,
+    RolloutSandboxHandles,
+    RolloutTools,
+    SDKClientFactory,
+)
 
 
 def make_state(**task_fields) -> v1.State:
@@ -369,3 +381,22 @@ def test_pickle_round_trip(roundtrip):
         clone["error"] = "x"
     clone["notes"].append("b")
     assert state["notes"] == ["a"]
+
+
+# -- a leaf: its annotations resolve without the parts above it ----------------------------
+
+
+def test_the_runtimes_annotations_resolve() -> None:
+    runtime = typing.get_type_hints(RolloutRuntime)
+    assert runtime["toolbox"] == RolloutTools | None
+    assert runtime["sandboxes"] == RolloutSandboxHandles | None
+    assert runtime["upstream_from"] == RolloutRuntime | None
+    assert typing.get_type_hints(EndpointAccess)["pools"] is SDKClientFactory
+
+
+def test_add_tools_annotations_resolve() -> None:
+    assert typing.get_type_hints(v1.State.add_tool) == {
+        "toolset": NamedToolset | str,
+        "tool": Callable[..., Any],
+        "return": type(None),
+    }

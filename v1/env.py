@@ -31,11 +31,12 @@ from v1.config import ClientConfig, EnvConfig
 from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception.in_process import post_json
+from v1.interception.upstream import upstream
 from v1.lifecycle import Handler, handlers_of
 from v1.parsers import Parser
 from v1.results import EvalSummary, ResultsWriter, RolloutKey
 from v1.rubric import HandlerRubric, Rubric, RubricGroup
-from v1.state import State, upstream
+from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset, rows_to_dataset
 from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs

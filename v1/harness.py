@@ -18,17 +18,18 @@ from typing import Any, ClassVar
 
 from v1._scoring import score_group, score_rollout
 from v1._toolbox import RolloutToolbox
+from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, HarnessConfig
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
-from v1.interception.session import stop_at_timeout
+from v1.interception.upstream import stop_at_timeout, upstream
 from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
 from v1.programs import Program, resolve_program
 from v1.programs.spec import merge_program, merge_sandbox, program_sandbox
 from v1.sandbox.backend import EndpointTarget
 from v1.sandbox.scopes import RolloutSandboxes, SandboxScopes
-from v1.state import State, upstream
+from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset
 from v1.toolset import Toolset, merge_toolsets
@@ -280,12 +281,23 @@ class Harness:
                 **self.config.sampling_args,
                 **{key: value for key, value in limits.items() if value is not None},
             }
+        own = self.rollout_client(state)
+        if own is not None:
+            handles.client = own
         if runtime.model is None:
             runtime.model = self.config.model
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
         state["model"] = runtime.model
+
+    def rollout_client(self, state: State) -> Client | None:
+        """A client of this harness's own for one rollout, replacing the resolved one (the env's or the config's).
+
+        None, the default, keeps the resolved client. Subclasses answer with one (a recording, a
+        router); the program never sees it: its calls still go through the endpoint.
+        """
+        return None
 
     def build_program(self, spec: Any, task_sandbox: Mapping[str, Any] | None = None) -> Program:
         """The program for a task whose `program`/`sandbox` fields change the harness's (`spec`: the merged config).
@@ -319,7 +331,7 @@ class Harness:
             self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
         ) + thaw(task.prompt)
         toolbox = state.runtime.toolbox
-        assert toolbox is not None
+        assert isinstance(toolbox, RolloutToolbox)
         await toolbox.resolve(task, self.all_toolsets, self.active_user)
 
     # -- one rollout ------------------------------------------------------------------------

@@ -239,7 +239,7 @@ class SandboxedFunctionProgram:
         artifacts = declared_artifacts(context, self.program.artifacts)
         if artifacts:
             await collect_artifacts(state, artifacts, sandbox.read_file)
-        raise_for_result(result, f"sandboxed fn {self.ref!r}", state)
+        raise_for_result(result, f"sandboxed fn {self.ref!r}")
         if isinstance(control.result, dict):
             for key, value in control.result.items():
                 guard_program_write(state, key, value)
