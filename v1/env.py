@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from v1 import _loop_scope as loop_scope
 from v1._calling import resize_pool
@@ -43,8 +43,6 @@ from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput,
 
 if TYPE_CHECKING:
     from datasets import Dataset
-
-    from v1.loading import EnvSource
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +176,12 @@ class ClassicTaskset(Taskset):
         return super().handlers + self.env.classic_handlers()
 
 
+class EnvOrigin(Protocol):
+    """Where an env was loaded from, so a worker elsewhere can load it again (`v1.loading.EnvSource`)."""
+
+    def load(self) -> Environment: ...
+
+
 class Environment:
     """The seed's abstract environment: what eval and training workers use.
 
@@ -272,7 +276,7 @@ class Environment:
         self.pass_threshold = pass_threshold
         self.concurrency = -1
         self.module: str | None = type(taskset).__module__ if type(taskset) not in (Taskset, ClassicTaskset) else None
-        self.source: EnvSource | None = None
+        self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
 
@@ -822,6 +826,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "ClassicTaskset",
     "Env",
+    "EnvOrigin",
     "Environment",
     "ProgressCallback",
     "RetryCallback",

@@ -16,11 +16,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from v1._rollout_context import RolloutContext
 from v1._scoring import score_group, score_rollout
 from v1._toolbox import RolloutToolbox
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
-from v1.config import ClientConfig, HarnessConfig
+from v1.config import ArtifactConfig, ClientConfig, HarnessConfig
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
 from v1.interception.upstream import stop_at_timeout, upstream
@@ -103,51 +104,6 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
-
-
-class RolloutContext:
-    """What the harness lends a program for one rollout: stop checks, tool execution, the user."""
-
-    def __init__(self, harness: Harness, handlers: Handlers, task: Task, state: State, user: User | None = None) -> None:
-        self.harness = harness
-        self.handlers = handlers
-        self.task = task
-        self.state = state
-        self.user = user
-        self.default_max_turns = harness.config.max_turns
-
-    async def check_stops(self, state: State) -> bool:
-        """Run the `@stop` handlers; the first that fires stops the rollout. True when stopped."""
-        condition = await self.first_stop(state)
-        if condition is not None:
-            state.stop(condition)
-        return bool(state["is_completed"])
-
-    async def first_stop(self, state: State) -> str | None:
-        if state["is_completed"]:
-            return state["stop_condition"]
-        arguments = rollout_arguments(self.task, state)
-        for handler in self.handlers.of("stop", group=False):
-            if await handler.call(arguments):
-                return handler.name
-        return None
-
-    async def call_tool(self, name: str, arguments: str) -> Any:
-        """Tool-message content for one tool call (errors come back as readable messages).
-
-        Raises:
-            RolloutStopped: the tool raised one of its toolset's `stop_errors`.
-        """
-        toolbox = self.state.runtime.toolbox
-        if toolbox is None:
-            return f"Error: unknown tool {name!r}; available tools: none"
-        return await toolbox.call(name, arguments)
-
-    async def user_response(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """The user simulator's reply, or None when there is no user."""
-        if self.user is None:
-            return None
-        return await self.user.get_response(self.task, self.state, messages)
 
 
 class Harness:
@@ -291,6 +247,11 @@ class Harness:
         runtime.max_turns = self.config.max_turns
         state["model"] = runtime.model
 
+    def _declared_artifacts(self) -> list[ArtifactConfig]:
+        """The artifacts this harness's taskset and toolsets declare (a rollout's program adds its own)."""
+        taskset = self.taskset.config.artifacts if self.taskset is not None else []
+        return [*taskset, *(artifact for toolset in self.all_toolsets for artifact in toolset.config.artifacts)]
+
     def rollout_client(self, state: State) -> Client | None:
         """A client of this harness's own for one rollout, replacing the resolved one (the env's or the config's).
 
@@ -370,7 +331,15 @@ class Harness:
         except Error as exc:
             state.record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
-        context = RolloutContext(self, self.handlers, task, state, self.active_user)
+        context = RolloutContext(
+            task=task,
+            state=state,
+            handlers=self.handlers,
+            user=self.active_user,
+            default_max_turns=self.config.max_turns,
+            timeout_seconds=self.config.timeout_seconds,
+            artifacts=self._declared_artifacts(),
+        )
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()

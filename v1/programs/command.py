@@ -32,7 +32,7 @@ from v1.sandbox.host_files import copy_into, read_bytes, write_bytes
 from v1.sandbox.process import run_process
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
     from v1.task import Task
 
@@ -197,7 +197,7 @@ class CommandProgram:
             base = host_env() | {"HOME": workspace.workdir, "TMPDIR": tempfile.gettempdir()} if host is not None else {}
             plain_env = base | program.env | bound_env
             await run_setup(workspace, program.setup, plain_env, config.setup_timeout if config else SETUP_TIMEOUT)
-            timeout = context.harness.config.timeout_seconds
+            timeout = context.timeout_seconds
             if timeout is None and config is not None:
                 timeout = config.command_timeout
             result = await workspace.exec(
