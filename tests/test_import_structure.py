@@ -43,7 +43,8 @@ def test_the_checker_counts_annotation_only_imports() -> None:
     assert string_annotation_modules(ast.parse(source), {"v1.harness", "v1.state"}) == {"v1.harness", "v1.state"}
     top, _ = import_graph(type_checking=True)
     plain, _ = import_graph()
-    assert "v1.sandbox.backend" in top["v1.state"] - plain["v1.state"], "state.get_sandbox's TYPE_CHECKING import"
+    only_for_annotations = top["v1.programs.base_loop"] - plain["v1.programs.base_loop"]
+    assert "v1._rollout_context" in only_for_annotations, "base_loop's TYPE_CHECKING import of RolloutContext"
 
 
 OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import pickle
 import typing
@@ -400,3 +401,18 @@ def test_add_tools_annotations_resolve() -> None:
         "tool": Callable[..., Any],
         "return": type(None),
     }
+
+
+def test_every_annotation_of_the_state_and_its_protocols_resolves() -> None:
+    owners = [v1.State, NamedToolset, SDKClientFactory, RolloutTools, RolloutSandboxHandles]
+    methods = [
+        member
+        for owner in owners
+        for member in vars(owner).values()
+        if inspect.isfunction(member) and member.__qualname__.startswith(f"{owner.__name__}.")
+    ]
+    methods.append(vars(v1.State)["for_task"].fn)
+    for method in methods:
+        hints = typing.get_type_hints(method)
+        assert "return" in hints or method.__name__ == "__init__", method.__qualname__
+    assert typing.get_type_hints(v1.State.get_sandbox)["return"].__name__ == "Sandbox"

@@ -11,9 +11,10 @@ the state at all: it lives in the interception layer (`v1.interception.upstream`
 keyed weakly by the state's runtime, so nothing reachable from the state, its
 runtime or the SDK clients it hands out leads to the upstream.
 
-This module is a leaf: it imports only the data modules below it. The handles the
-runtime carries (toolbox, sandboxes, SDK pools) are typed by the small protocols
-declared here, which the framework's parts above implement.
+This module is a leaf: it imports only modules that import nothing of the rollout
+machinery (config, errors, task, types, and the `Sandbox` and `ToolContent` types it
+hands out). The handles the runtime carries (toolbox, sandboxes, SDK pools) are typed
+by the small protocols declared here, which the framework's parts above implement.
 """
 
 from __future__ import annotations
@@ -24,16 +25,14 @@ import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
+from v1.mcp import ToolContent
+from v1.sandbox.backend import Sandbox
 from v1.task import Task
 from v1.types import RolloutTiming
-
-if TYPE_CHECKING:
-    from v1.mcp import ToolContent
-    from v1.sandbox.backend import Sandbox
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
