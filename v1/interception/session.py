@@ -209,10 +209,9 @@ class RolloutSession:
 
     async def _begin(self, requested: SamplingArgs) -> tuple[Client, SamplingArgs, bool]:
         recording = self.recording
-        handles = self.upstream
-        client = handles.client
+        client = self.upstream.client
         assert client is not None, "a rollout session needs an upstream client"
-        sampling_args = merge_sampling_args(requested, handles.sampling_args)
+        sampling_args = merge_sampling_args(requested, self.upstream.sampling_args)
         try:
             if recording:
                 await self._check_admission()
