@@ -34,7 +34,6 @@ import v1 as vf
 from v1.clients.base import Client
 from v1.config import HarnessConfig
 from v1.results import RESULTS_FILE
-from v1.state import upstream
 from v1.types import Messages, Response, SamplingArgs, Tool
 
 RecordKey = tuple[Any, int]
@@ -183,6 +182,10 @@ class ReplayHarness(vf.Harness):
             self._indexes[state["trajectory_id"]] = index
         return await super().run_group(tasks, states)
 
+    def rollout_client(self, state: vf.State) -> Client:
+        """Every rollout's "model" is the recording, whatever the run's client."""
+        return self.replayer
+
     async def replay(self, task: vf.Task, state: vf.State, context: Any = None) -> None:
         """The program: post each saved step's prompt; the recording answers."""
         key = (state.get("example_id"), self._indexes.pop(state["trajectory_id"], 0))
@@ -196,7 +199,6 @@ class ReplayHarness(vf.Harness):
             difference = f"tool_defs (saved {saved_tools})"
         if difference is not None:
             raise ReplayDivergedError(f"example_id {key[0]!r}: the task changed since it was saved: {difference} differs")
-        upstream(state).client = self.replayer  # this rollout's "model" is the recording, whatever the run's client
         self.replayer.expect(state["trajectory_id"], record["trajectory"])
         try:
             client = state.get_client()

@@ -134,6 +134,17 @@ async def test_oversized_artifact_is_a_clear_error(mock: MockModelServer) -> Non
     assert "larger than its limit of 1000 bytes" in state["error"]["message"]
 
 
+async def test_a_command_timed_out_by_an_upstream_outage_is_a_retryable_error(mock: MockModelServer) -> None:
+    """A command killed at its timeout while its call retried a 503: a `ModelError`, as for in-process programs."""
+    mock.responder = lambda request: Reply.fail(503, "overloaded", retry_after=0.2)
+    program = {"command": ["sh", "-c", CURL_AGENT]}
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=1000)
+    state = await vf.Harness(client=client, model="m", program=program, timeout_seconds=1.5).run("p")
+    assert state["program_result"]["timed_out"]
+    assert state["error"] is not None and state["error"]["type"] == "ModelError", state["error"]
+    assert "still failing" in state["error"]["message"] and state["stop_condition"] == "has_error"
+
+
 @pytest.mark.parametrize("sandbox", [None, {}], ids=["local", "sandboxed"])
 async def test_timeout_kills_the_process_tree(mock: MockModelServer, sandbox: Any) -> None:
     marker = f"v1-hang-{os.getpid()}-{sandbox is None}"

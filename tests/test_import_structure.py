@@ -1,27 +1,70 @@
 """v1's modules depend one way: no import cycles, and no v1 imports hidden inside functions.
 
-Imports under `if TYPE_CHECKING:` are for annotations only and don't count. The one kind of
-import allowed inside a function is a CLI command loading its torch-heavy package, so that
-`v1 eval` never imports torch.
+No cycle at any level: imports under `if TYPE_CHECKING:` (what string annotations need) count
+too. The imports allowed inside a function are a CLI command loading its torch-heavy package, so
+that `v1 eval` never imports torch, and the deprecated aliases of names that moved up.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
 
-from tests.tools.import_graph import PACKAGE, find_cycle, import_graph, layers, render
+from tests.tools.import_graph import (
+    PACKAGE,
+    find_cycle,
+    import_graph,
+    layers,
+    render,
+    string_annotation_modules,
+    type_level_cycles,
+)
 
-LAZY_ALLOWED = {"v1.cli.serve": {"v1.inference"}, "v1.cli.train": {"v1.train"}}
+UPSTREAM = "v1.interception.upstream"
+DEPRECATED_ALIASES = {"v1.state": {UPSTREAM}, "v1.interception.session": {UPSTREAM}}
+"""Module `__getattr__`s that keep names which moved up importable from their old path, with a warning."""
+LAZY_ALLOWED = {"v1.cli.serve": {"v1.inference"}, "v1.cli.train": {"v1.train"}, **DEPRECATED_ALIASES}
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS_BLOCK = re.compile(r"<!-- layers: python -m tests.tools.import_graph -->\n```text\n(.*?)\n```", re.DOTALL)
 
 
-def test_no_import_cycles() -> None:
-    top, _ = import_graph()
+def test_no_import_cycles_at_any_level() -> None:
+    """Annotation-only imports (`if TYPE_CHECKING:`, dotted names in string annotations) close no circle either."""
+    top, _ = import_graph(type_checking=True)
     assert find_cycle(top) is None, " -> ".join(find_cycle(top) or [])
+    assert type_level_cycles() == []
+
+
+def test_the_checker_counts_annotation_only_imports() -> None:
+    source = 'def f(x: "v1.harness.Harness") -> "list[v1.state.State]":\n    y: "int" = 0\n'
+    assert string_annotation_modules(ast.parse(source), {"v1.harness", "v1.state"}) == {"v1.harness", "v1.state"}
+    top, _ = import_graph(type_checking=True)
+    plain, _ = import_graph()
+    only_for_annotations = top["v1.programs.base_loop"] - plain["v1.programs.base_loop"]
+    assert "v1._rollout_context" in only_for_annotations, "base_loop's TYPE_CHECKING import of RolloutContext"
+
+
+OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")
+
+
+def test_programs_and_the_state_cannot_reach_the_upstream() -> None:
+    """The rule "programs cannot reach the upstream" as a package boundary: nothing a program's code
+    imports, at any level and however indirectly, leads to `v1.interception.upstream`."""
+    top, inner = import_graph(type_checking=True)
+    edges = {module: top[module] | (inner[module] - DEPRECATED_ALIASES.get(module, set())) for module in top}
+    starts = [module for module in top if module.startswith("v1.programs") or module == "v1.state"]
+    reached, stack = set(starts), list(starts)
+    while stack:
+        for target in edges[stack.pop()] - reached:
+            reached.add(target)
+            stack.append(target)
+    assert UPSTREAM in top and UPSTREAM not in reached, sorted(reached)
+    for folder in OUTSIDE_V1:
+        for path in (PACKAGE.parent / folder).rglob("*.py"):
+            assert "interception.upstream" not in path.read_text(encoding="utf-8"), path
 
 
 def test_no_v1_imports_hidden_in_functions() -> None:

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import pickle
+import typing
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import v1
-from v1.state import MANAGED_FIELDS, upstream
+from v1.interception.upstream import upstream
+from v1.state import (
+    MANAGED_FIELDS,
+    EndpointAccess,
+    NamedToolset,
+    RolloutRuntime,
+    RolloutSandboxHandles,
+    RolloutTools,
+    SDKClientFactory,
+)
 
 
 def make_state(**task_fields) -> v1.State:
@@ -369,3 +382,37 @@ def test_pickle_round_trip(roundtrip):
         clone["error"] = "x"
     clone["notes"].append("b")
     assert state["notes"] == ["a"]
+
+
+# -- a leaf: its annotations resolve without the parts above it ----------------------------
+
+
+def test_the_runtimes_annotations_resolve() -> None:
+    runtime = typing.get_type_hints(RolloutRuntime)
+    assert runtime["toolbox"] == RolloutTools | None
+    assert runtime["sandboxes"] == RolloutSandboxHandles | None
+    assert runtime["upstream_from"] == RolloutRuntime | None
+    assert typing.get_type_hints(EndpointAccess)["pools"] is SDKClientFactory
+
+
+def test_add_tools_annotations_resolve() -> None:
+    assert typing.get_type_hints(v1.State.add_tool) == {
+        "toolset": NamedToolset | str,
+        "tool": Callable[..., Any],
+        "return": type(None),
+    }
+
+
+def test_every_annotation_of_the_state_and_its_protocols_resolves() -> None:
+    owners = [v1.State, NamedToolset, SDKClientFactory, RolloutTools, RolloutSandboxHandles]
+    methods = [
+        member
+        for owner in owners
+        for member in vars(owner).values()
+        if inspect.isfunction(member) and member.__qualname__.startswith(f"{owner.__name__}.")
+    ]
+    methods.append(vars(v1.State)["for_task"].fn)
+    for method in methods:
+        hints = typing.get_type_hints(method)
+        assert "return" in hints or method.__name__ == "__init__", method.__qualname__
+    assert typing.get_type_hints(v1.State.get_sandbox)["return"].__name__ == "Sandbox"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,19 +20,18 @@ if TYPE_CHECKING:
     from v1._scopes import Scope
     from v1.state import State
     from v1.task import Task
-    from v1.toolset import BoundTool
 
 BINDING_ROOTS = ("task", "state", "objects", "tools")
 
 
 @dataclass
 class BindingContext:
-    """What a binding resolves against in one rollout."""
+    """What a binding resolves against in one rollout; `tools` are the rollout's tools, called with the model's arguments."""
 
     task: Task | None
     state: State | None
     scope: Scope | None
-    tools: Mapping[str, BoundTool] = field(default_factory=dict)
+    tools: Mapping[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
 
 
 class Binding:

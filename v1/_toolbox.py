@@ -19,8 +19,9 @@ from v1._scopes import Scope, ScopedOwner
 from v1._tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result
 from v1.errors import ConfigError, NotSupportedError, RolloutStopped
 from v1.interception.server import get_endpoint
+from v1.interception.upstream import upstream
 from v1.mcp import ToolContent
-from v1.state import State, upstream
+from v1.state import NamedToolset, State
 from v1.toolset import BoundTool, Toolset, check_mcp_bindings
 from v1.user import User
 
@@ -180,7 +181,7 @@ class RolloutToolbox:
         except tool.toolset.stop_errors as exc:
             raise RolloutStopped("has_error", f"tool {name!r} raised a stop error: {exc}") from exc
 
-    def add_tool(self, toolset: Toolset | str, fn: Callable[..., Any]) -> BoundTool:
+    def add_tool(self, toolset: NamedToolset | str, fn: Callable[..., Any]) -> BoundTool:
         """Add a Python tool to a rollout-scoped toolset of this rollout (visible at once)."""
         target = next((t for t in self.toolsets if t is toolset or (isinstance(toolset, str) and t.name == toolset)), None)
         if target is None:

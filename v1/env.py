@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from v1 import _loop_scope as loop_scope
 from v1._calling import resize_pool
@@ -31,19 +31,18 @@ from v1.config import ClientConfig, EnvConfig
 from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception.in_process import post_json
+from v1.interception.upstream import upstream
 from v1.lifecycle import Handler, handlers_of
 from v1.parsers import Parser
 from v1.results import EvalSummary, ResultsWriter, RolloutKey
 from v1.rubric import HandlerRubric, Rubric, RubricGroup
-from v1.state import State, upstream
+from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset, rows_to_dataset
 from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs
 
 if TYPE_CHECKING:
     from datasets import Dataset
-
-    from v1.loading import EnvSource
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +176,12 @@ class ClassicTaskset(Taskset):
         return super().handlers + self.env.classic_handlers()
 
 
+class EnvOrigin(Protocol):
+    """Where an env was loaded from, so a worker elsewhere can load it again (`v1.loading.EnvSource`)."""
+
+    def load(self) -> Environment: ...
+
+
 class Environment:
     """The seed's abstract environment: what eval and training workers use.
 
@@ -271,7 +276,7 @@ class Environment:
         self.pass_threshold = pass_threshold
         self.concurrency = -1
         self.module: str | None = type(taskset).__module__ if type(taskset) not in (Taskset, ClassicTaskset) else None
-        self.source: EnvSource | None = None
+        self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
 
@@ -821,6 +826,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "ClassicTaskset",
     "Env",
+    "EnvOrigin",
     "Environment",
     "ProgressCallback",
     "RetryCallback",

@@ -26,6 +26,7 @@ from typing import Any
 
 from v1._scheduling import Executor, LocalExecutor, Unit, UnitJob
 from v1.config import ClientConfig
+from v1.env import EnvOrigin
 from v1.errors import ConfigError, Error
 from v1.loading import EnvSource
 from v1.task import Task
@@ -65,7 +66,7 @@ def shippable_clients(client: Any) -> list[ClientConfig] | None:
 class RolloutWorker:
     """A Ray actor's state: the environment loaded from its source, and its clients (resolved on the actor's loop)."""
 
-    def __init__(self, source: EnvSource, clients: list[ClientConfig] | None) -> None:
+    def __init__(self, source: EnvOrigin, clients: list[ClientConfig] | None) -> None:
         self.started = time.perf_counter()
         self.source = source
         self.client_sources = clients

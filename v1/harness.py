@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from v1._rollout_context import RolloutContext
 from v1._scoring import score_group, score_rollout
 from v1._toolbox import RolloutToolbox
-from v1.clients.base import ClientLike
+from v1.clients.base import Client, ClientLike
 from v1.clients.registry import resolve_client
 from v1.config import (
+    ArtifactConfig,
     ClientConfig,
     HandlerLike,
     HarnessConfig,
@@ -31,13 +33,13 @@ from v1.config import (
 )
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
-from v1.interception.session import stop_at_timeout
+from v1.interception.upstream import stop_at_timeout, upstream
 from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
 from v1.programs import Program, resolve_program
 from v1.programs.spec import merge_program, merge_sandbox, program_sandbox
 from v1.sandbox.backend import EndpointTarget
 from v1.sandbox.scopes import RolloutSandboxes, SandboxScopes
-from v1.state import State, upstream
+from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset
 from v1.toolset import Toolset, merge_toolsets
@@ -111,51 +113,6 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
-
-
-class RolloutContext:
-    """What the harness lends a program for one rollout: stop checks, tool execution, the user."""
-
-    def __init__(self, harness: Harness, handlers: Handlers, task: Task, state: State, user: User | None = None) -> None:
-        self.harness = harness
-        self.handlers = handlers
-        self.task = task
-        self.state = state
-        self.user = user
-        self.default_max_turns = harness.config.max_turns
-
-    async def check_stops(self, state: State) -> bool:
-        """Run the `@stop` handlers; the first that fires stops the rollout. True when stopped."""
-        condition = await self.first_stop(state)
-        if condition is not None:
-            state.stop(condition)
-        return bool(state["is_completed"])
-
-    async def first_stop(self, state: State) -> str | None:
-        if state["is_completed"]:
-            return state["stop_condition"]
-        arguments = rollout_arguments(self.task, state)
-        for handler in self.handlers.of("stop", group=False):
-            if await handler.call(arguments):
-                return handler.name
-        return None
-
-    async def call_tool(self, name: str, arguments: str) -> Any:
-        """Tool-message content for one tool call (errors come back as readable messages).
-
-        Raises:
-            RolloutStopped: the tool raised one of its toolset's `stop_errors`.
-        """
-        toolbox = self.state.runtime.toolbox
-        if toolbox is None:
-            return f"Error: unknown tool {name!r}; available tools: none"
-        return await toolbox.call(name, arguments)
-
-    async def user_response(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """The user simulator's reply, or None when there is no user."""
-        if self.user is None:
-            return None
-        return await self.user.get_response(self.task, self.state, messages)
 
 
 class Harness:
@@ -289,12 +246,28 @@ class Harness:
                 **self.config.sampling_args,
                 **{key: value for key, value in limits.items() if value is not None},
             }
+        own = self.rollout_client(state)
+        if own is not None:
+            handles.client = own
         if runtime.model is None:
             runtime.model = self.config.model
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
         state["model"] = runtime.model
+
+    def _declared_artifacts(self) -> list[ArtifactConfig]:
+        """The artifacts this harness's taskset and toolsets declare (a rollout's program adds its own)."""
+        taskset = self.taskset.config.artifacts if self.taskset is not None else []
+        return [*taskset, *(artifact for toolset in self.all_toolsets for artifact in toolset.config.artifacts)]
+
+    def rollout_client(self, state: State) -> Client | None:
+        """A client of this harness's own for one rollout, replacing the resolved one (the env's or the config's).
+
+        None, the default, keeps the resolved client. Subclasses answer with one (a recording, a
+        router); the program never sees it: its calls still go through the endpoint.
+        """
+        return None
 
     def build_program(self, spec: Any, task_sandbox: Mapping[str, Any] | None = None) -> Program:
         """The program for a task whose `program`/`sandbox` fields change the harness's (`spec`: the merged config).
@@ -328,7 +301,7 @@ class Harness:
             self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
         ) + thaw(task.prompt)
         toolbox = state.runtime.toolbox
-        assert toolbox is not None
+        assert isinstance(toolbox, RolloutToolbox)
         await toolbox.resolve(task, self.all_toolsets, self.active_user)
 
     # -- one rollout ------------------------------------------------------------------------
@@ -367,7 +340,15 @@ class Harness:
         except Error as exc:
             state.record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
-        context = RolloutContext(self, self.handlers, task, state, self.active_user)
+        context = RolloutContext(
+            task=task,
+            state=state,
+            handlers=self.handlers,
+            user=self.active_user,
+            default_max_turns=self.config.max_turns,
+            timeout_seconds=self.config.timeout_seconds,
+            artifacts=self._declared_artifacts(),
+        )
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()

@@ -7,9 +7,14 @@ only change through `stop()`, raising a `v1.Error`, or the framework's own sette
 
 What a program must not reach (the upstream `Client` with its API key, the
 harness's sampling args and limits, the endpoint session) is not an attribute of
-the state at all: the framework finds it with `upstream(state)`, keyed weakly by
-the state's runtime, so nothing reachable from the state, its runtime or the SDK
-clients it hands out leads to the upstream.
+the state at all: it lives in the interception layer (`v1.interception.upstream`),
+keyed weakly by the state's runtime, so nothing reachable from the state, its
+runtime or the SDK clients it hands out leads to the upstream.
+
+This module is a leaf: it imports only modules that import nothing of the rollout
+machinery (config, errors, task, types, and the `Sandbox` and `ToolContent` types it
+hands out). The handles the runtime carries (toolbox, sandboxes, SDK pools) are typed
+by the small protocols declared here, which the framework's parts above implement.
 """
 
 from __future__ import annotations
@@ -17,23 +22,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-import weakref
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
+from v1.mcp import ToolContent
+from v1.sandbox.backend import Sandbox
 from v1.task import Task
 from v1.types import RolloutTiming
-
-if TYPE_CHECKING:
-    from v1._toolbox import RolloutToolbox
-    from v1.clients.base import Client
-    from v1.interception.sdk import EndpointPools
-    from v1.interception.session import RolloutSession
-    from v1.sandbox.backend import Sandbox
-    from v1.sandbox.scopes import RolloutSandboxes
-    from v1.toolset import Toolset
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
@@ -57,13 +56,56 @@ class _TaskOrInstanceMethod(Generic[_T]):
         return bound
 
 
+class NamedToolset(Protocol):
+    """A toolset as `State.add_tool` names it: the object itself, matched by identity, or its name."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+class SDKClientFactory(Protocol):
+    """Makes the official SDK clients a program gets from `State.get_client` (the endpoint's `EndpointPools`)."""
+
+    def sdk_client(self, api: str, base_url: str, api_key: str, *, sync: bool = False) -> Any: ...
+
+
+class RolloutTools(Protocol):
+    """A rollout's toolbox as the state and the framework's parts reach it (`v1._toolbox.RolloutToolbox`)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    async def call(self, name: str, arguments: str | Mapping[str, Any]) -> ToolContent: ...
+
+    def add_tool(self, toolset: NamedToolset | str, fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]: ...
+
+    async def user_client(self, state: State, model: str) -> Any: ...
+
+    async def aclose(self, include_group: bool | None = None) -> list[BaseException]: ...
+
+
+class RolloutSandboxHandles(Protocol):
+    """A rollout's sandboxes, created on first use (`v1.sandbox.scopes.RolloutSandboxes`)."""
+
+    @property
+    def rollout_id(self) -> str: ...
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def program(self) -> SandboxConfig | None: ...
+
+    async def get(self, config: SandboxConfig | str = "program") -> Sandbox: ...
+
+
 @dataclass(eq=False)
 class EndpointAccess:
     """How a program reaches its rollout's endpoint: the URL, the rollout's own key, the SDK pools; nothing upstream."""
 
     base_url: str
     api_key: str
-    pools: EndpointPools
+    pools: SDKClientFactory
     open: bool = True
 
 
@@ -78,30 +120,12 @@ class RolloutRuntime:
     borrowed: dict[str, Any] = field(default_factory=dict)
     timing: RolloutTiming = field(default_factory=RolloutTiming)
     sdk_clients: dict[tuple[str, bool], Any] = field(default_factory=dict)
-    toolbox: RolloutToolbox | None = None
-    sandboxes: RolloutSandboxes | None = None
+    toolbox: RolloutTools | None = None
+    sandboxes: RolloutSandboxHandles | None = None
+    upstream_from: RolloutRuntime | None = None
+    """The parent rollout whose upstream client and sampling args this one borrowed; the
+    interception layer copies them the first time it looks this rollout's handles up."""
     finalized: bool = False
-
-
-@dataclass(eq=False)
-class UpstreamHandles:
-    """A rollout's handles only the framework touches: the upstream client, the harness's sampling args
-    (limits included) and the endpoint session."""
-
-    client: Client | None = None
-    sampling_args: dict[str, Any] = field(default_factory=dict)
-    session: RolloutSession | None = None
-
-
-_upstream: weakref.WeakKeyDictionary[RolloutRuntime, UpstreamHandles] = weakref.WeakKeyDictionary()
-
-
-def upstream(state: State) -> UpstreamHandles:
-    """The framework-only handles of `state`'s rollout (created empty on first use)."""
-    handles = _upstream.get(state.runtime)
-    if handles is None:
-        handles = _upstream[state.runtime] = UpstreamHandles()
-    return handles
 
 
 def _guard(key: object) -> None:
@@ -175,9 +199,7 @@ class State(dict):  # type: ignore[type-arg]
         source = parent.runtime
         if "model" in names or "client" in names:
             self.runtime.model = source.model
-            handles, parent_handles = upstream(self), upstream(parent)
-            handles.client = parent_handles.client
-            handles.sampling_args = dict(parent_handles.sampling_args)
+            self.runtime.upstream_from = source
         if "sandbox" in names:
             sandboxes = source.borrowed.get("sandbox") or source.sandboxes
             if sandboxes is None or sandboxes.program is None:
@@ -320,8 +342,12 @@ class State(dict):  # type: ignore[type-arg]
             raise ConfigError("state.get_sandbox(): this rollout has no sandbox; set Harness(sandbox=...) or program.sandbox")
         return await sandboxes.get("program")
 
-    def add_tool(self, toolset: Toolset | str, tool: Callable[..., Any]) -> None:
+    def add_tool(self, toolset: NamedToolset | str, tool: Callable[..., Any]) -> None:
         """Add a Python tool for the rest of this rollout to one of its rollout-scoped toolsets.
+
+        Args:
+            toolset: one of the rollout's toolsets (a `Toolset`) or its name.
+            tool: the Python function to add.
 
         Raises:
             ConfigError: outside a rollout, for a toolset that is not rollout-scoped or not in
@@ -358,7 +384,6 @@ class State(dict):  # type: ignore[type-arg]
             except (TypeError, ValueError) as exc:
                 dict.__setitem__(self, key, repr(self[key]))
                 self.record_error(TypeError(f"state[{key!r}] is not JSON-serializable ({exc}); saved as its repr"), "finalize")
-        _upstream.pop(self.runtime, None)
         self.runtime = RolloutRuntime(finalized=True, timing=timing)
         return self
 
@@ -378,4 +403,26 @@ def _rebuild_state(data: dict[str, Any], task: dict[str, Any], frozen: bool) -> 
     return state
 
 
-__all__ = ["MANAGED_FIELDS", "EndpointAccess", "RolloutRuntime", "State", "UpstreamHandles", "upstream"]
+_MOVED = {"UpstreamHandles": "v1.interception.upstream", "upstream": "v1.interception.upstream"}
+
+
+def __getattr__(name: str) -> Any:
+    """`UpstreamHandles` and `upstream` moved to `v1.interception.upstream`: the old names still work, with a warning."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"v1.state.{name} moved to {_MOVED[name]}.{name}; import it from there", DeprecationWarning, stacklevel=2)
+    from v1.interception import upstream as moved  # a deprecated alias: the one import here that points up
+
+    return getattr(moved, name)
+
+
+__all__ = [
+    "MANAGED_FIELDS",
+    "EndpointAccess",
+    "NamedToolset",
+    "RolloutRuntime",
+    "RolloutSandboxHandles",
+    "RolloutTools",
+    "SDKClientFactory",
+    "State",
+]

@@ -71,6 +71,17 @@ def test_a_replay_records_the_same_steps_completions_and_rewards(saved_run: tupl
         ]
 
 
+def test_the_recording_answers_even_when_the_run_names_a_client(saved_run: tuple[Path, list[dict[str, Any]]]) -> None:
+    """`Harness.rollout_client`: the replay's own client replaces the configured one for every rollout."""
+    run, saved = saved_run
+    with MockModelServer() as live:
+        live.responder = lambda request: Reply.text("from the live model")
+        harness = ReplayHarness(config={"results": str(run)}, client=vf.ClientConfig(api_base_url=live.url, max_retries=0))
+        replayed = make_env(harness).evaluate_sync(rollouts_per_example=2)["outputs"]
+    assert live.requests == []
+    assert sorted((key(o), o["completion"]) for o in replayed) == sorted((key(o), o["completion"]) for o in saved)
+
+
 async def test_a_changed_task_or_a_missing_record_diverges(saved_run: tuple[Path, list[dict[str, Any]]]) -> None:
     run, _ = saved_run
     harness = ReplayHarness(config={"results": str(run / "results.jsonl")})

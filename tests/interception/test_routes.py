@@ -25,7 +25,7 @@ from v1.interception import get_endpoint
 from v1.interception.dialects import DIALECTS
 from v1.interception.in_process import InProcessTransport
 from v1.interception.server import EndpointServer
-from v1.state import upstream
+from v1.interception.upstream import upstream
 from v1.testing import MockModelServer
 
 USER = [{"role": "user", "content": "hello"}]

@@ -22,7 +22,7 @@ import v1 as vf
 from v1.clients import resolve_client
 from v1.interception import EndpointServer, RolloutSession, get_endpoint
 from v1.interception.server import MAX_BODY_ENV
-from v1.state import upstream
+from v1.interception.upstream import upstream
 from v1.testing import MockModelServer, Reply, mock_token_ids
 
 USER = [{"role": "user", "content": "hello"}]

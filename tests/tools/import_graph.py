@@ -2,19 +2,23 @@
 
 `python -m tests.tools.import_graph` prints the layers: each line a layer of v1's modules (a
 subpackage counts as one, `interception/`), importing only from the lines below it at module
-level (`if TYPE_CHECKING:` imports are for annotations and don't count). Modules that import
-each other at that level would share a line, joined by `<->`. `tests/test_import_structure.py`
-checks the graph has no cycle and that docs/architecture.md shows exactly these layers.
-``--type-level`` prints the circles that annotation-only imports still close (issue 24 item 1).
+level, annotation-only imports included (`if TYPE_CHECKING:` blocks, and `v1.x.Name` written in a
+string annotation). Modules that import each other would share a line, joined by `<->`.
+`tests/test_import_structure.py` checks the graph has no cycle at any level and that
+docs/architecture.md shows exactly these layers. ``--type-level`` prints the circles that
+annotation-only imports close (none since issue 24 item 1; the test keeps it so).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "v1"
+DOTTED_V1_NAME = re.compile(r"\bv1(?:\.\w+)+")
 
 
 def module_name(path: Path) -> str:
@@ -40,8 +44,35 @@ def imported_modules(module: str, node: ast.Import | ast.ImportFrom, is_package:
     return found
 
 
+def annotations(tree: ast.AST) -> Iterator[ast.expr]:
+    """Every annotation under `tree`: of arguments, assignments and return values."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation is not None:
+            yield node.annotation
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            yield node.returns
+
+
+def string_annotation_modules(tree: ast.AST, known: set[str]) -> set[str]:
+    """The v1 modules named by dotted names (`"v1.harness.Harness"`) in the string annotations under `tree`."""
+    found = set()
+    for annotation in annotations(tree):
+        for node in ast.walk(annotation):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for name in DOTTED_V1_NAME.findall(node.value):
+                    while name and name not in known:
+                        name = name.rpartition(".")[0]
+                    if name:
+                        found.add(name)
+    return found
+
+
 def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """Module-level edges, and edges from imports inside functions (TYPE_CHECKING blocks left out unless `type_checking`)."""
+    """Module-level edges, and edges from imports inside functions.
+
+    Annotation-only edges (`if TYPE_CHECKING:` imports, modules named in string annotations)
+    are left out unless `type_checking`; then they count as module-level edges.
+    """
     paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     known = set(paths)
     top: dict[str, set[str]] = {name: set() for name in paths}
@@ -57,7 +88,10 @@ def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict
             visit(module, child, nested, is_package)
 
     for name, path in paths.items():
-        visit(name, ast.parse(path.read_text(encoding="utf-8")), False, path.name == "__init__.py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        visit(name, tree, False, path.name == "__init__.py")
+        if type_checking:
+            top[name] |= string_annotation_modules(tree, known) - {name}
     return top, inner
 
 
@@ -154,8 +188,8 @@ def layers(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def render() -> str:
-    """The layers as docs/architecture.md shows them, the top layer first."""
-    top, _ = import_graph()
+    """The layers as docs/architecture.md shows them, the top layer first (annotation-only imports count)."""
+    top, _ = import_graph(type_checking=True)
     lines = layers(package_edges(top))
     return "\n".join(f"{len(lines) - 1 - n:>2}  {'  '.join(line)}" for n, line in enumerate(reversed(lines)))
 
@@ -167,10 +201,13 @@ def type_level_cycles() -> list[list[str]]:
 
 
 def main(argv: list[str]) -> None:
-    """Print the layers; with ``--type-level``, the import circles closed only by annotation imports."""
+    """Print the layers; with ``--type-level``, the import circles annotation-only imports close (none)."""
     if argv == ["--type-level"]:
-        for cycle in type_level_cycles():
+        cycles = type_level_cycles()
+        for cycle in cycles:
             print(f"{len(cycle)} modules: {' '.join(cycle)}")
+        if not cycles:
+            print("no import circle at any level")
         return
     if argv:
         sys.exit(f"usage: python -m tests.tools.import_graph [--type-level] (got {' '.join(argv)})")

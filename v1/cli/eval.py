@@ -55,7 +55,13 @@ from v1.eval_config import (
     RolloutsPerExample,
 )
 from v1.executors import RayActorsLost, RayExecutor
-from v1.loading import environment_config_file, import_env_module, load_module_environment, load_toml_environment
+from v1.loading import (
+    EnvSource,
+    environment_config_file,
+    import_env_module,
+    load_module_environment,
+    load_toml_environment,
+)
 from v1.logs import LEVEL_VARIABLE, setup_logging
 from v1.results import ResultsWriter, RolloutKey, create_run_folder
 from v1.types import GenerateMetadata
@@ -425,7 +431,7 @@ def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> None:
                 raise ConfigError(unknown) from None
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(f"command line: {flag}: {key!r}: bad value {value!r:.60}: {reason}"[:400]) from None
-    if extra and env.source is not None:  # Ray actors load the env again from its source: they apply them too
+    if extra and isinstance(env.source, EnvSource):  # Ray actors load the env again from its source: they apply them too
         env.source = dataclasses.replace(env.source, env_kwargs={**env.source.env_kwargs, **extra})
 
 

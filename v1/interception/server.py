@@ -36,7 +36,8 @@ from v1.interception.relay import StreamRelay
 from v1.interception.routes import Route, RouteTable
 from v1.interception.sdk import EndpointPools
 from v1.interception.session import RolloutSession, StopCheck
-from v1.state import EndpointAccess, upstream
+from v1.interception.upstream import upstream
+from v1.state import EndpointAccess
 from v1.types import Response, ResponseDelta
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def describe_failure(session: RolloutSession, exc: BaseException) -> Failure:
         logger.error("interception endpoint failed while answering rollout %s", session.rollout_id, exc_info=exc)
         session.state.record_error(exc, "endpoint")
         failure = Failure(500, f"interception endpoint error: {type(exc).__name__}: {exc}", "server_error", "endpoint_error")
-    client = upstream(session.state).client
+    client = session.upstream.client
     locations = client.upstream_locations() if client is not None else []
     message = redact_locations(failure.message, locations)
     return failure if message == failure.message else Failure(failure.status, message, failure.type, failure.code, failure.param)
@@ -293,10 +294,11 @@ class EndpointServer:
         """Register a rollout: the program reaches it through `state.runtime.endpoint` (URL, key, SDK pools) only."""
         if self.pools is None:
             raise EndpointError("the interception endpoint is not started: open rollouts after start()")
-        session = RolloutSession(state, self.url, stop_check)
+        handles = upstream(state)
+        session = RolloutSession(state, self.url, stop_check, handles)
         self.sessions[session.rollout_id] = session
         state.runtime.endpoint = EndpointAccess(session.base_url, session.api_key, self.pools)
-        upstream(state).session = session
+        handles.session = session
         return session
 
     def close_session(self, state: State) -> None:

@@ -12,20 +12,19 @@ import asyncio
 import dataclasses
 import secrets
 import time
+import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from v1._calling import endpoint_calls
 from v1._single_flight import SingleFlight
+from v1.clients.base import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.state import upstream
+from v1.state import State
 from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 
-if TYPE_CHECKING:
-    from v1.clients.base import Client
-    from v1.state import State
-
-StopCheck = Callable[["State"], Awaitable[str | None]]
+StopCheck = Callable[[State], Awaitable[str | None]]
 
 DEFAULT_MAX_TURNS = 10
 
@@ -75,11 +74,22 @@ def step_tokens(response: Response) -> TrajectoryStepTokens | None:
     )
 
 
+@dataclass(eq=False)
+class UpstreamHandles:
+    """A rollout's handles only the framework touches: the upstream client, the harness's sampling args
+    (limits included) and the endpoint session. `v1.interception.upstream.upstream(state)` finds them."""
+
+    client: Client | None = None
+    sampling_args: dict[str, Any] = field(default_factory=dict)
+    session: RolloutSession | None = None
+
+
 class RolloutSession:
     """The endpoint's record of one open rollout."""
 
-    def __init__(self, state: State, base_url_root: str, stop_check: StopCheck | None) -> None:
+    def __init__(self, state: State, base_url_root: str, stop_check: StopCheck | None, upstream: UpstreamHandles) -> None:
         self.state = state
+        self.upstream = upstream
         self.rollout_id = state["trajectory_id"]
         self.api_key = new_key()
         self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
@@ -199,10 +209,9 @@ class RolloutSession:
 
     async def _begin(self, requested: SamplingArgs) -> tuple[Client, SamplingArgs, bool]:
         recording = self.recording
-        handles = upstream(self.state)
-        client = handles.client
+        client = self.upstream.client
         assert client is not None, "a rollout session needs an upstream client"
-        sampling_args = merge_sampling_args(requested, handles.sampling_args)
+        sampling_args = merge_sampling_args(requested, self.upstream.sampling_args)
         try:
             if recording:
                 await self._check_admission()
@@ -226,7 +235,7 @@ class RolloutSession:
         `max_total_completion_tokens_reached`); otherwise `max_tokens` is capped to
         what is left of both budgets.
         """
-        harness = upstream(self.state).sampling_args
+        harness = self.upstream.sampling_args
         max_seq_len = harness.get("max_seq_len")
         max_total = harness.get("max_total_completion_tokens")
         sampling_args.pop("max_seq_len", None)
@@ -382,18 +391,14 @@ class RolloutSession:
             state.stop("prompt_too_long")
 
 
-def stop_at_timeout(state: State) -> None:
-    """A program ran out of time: `timeout_reached`, unless the upstream was failing all along.
+def __getattr__(name: str) -> Any:
+    """`stop_at_timeout` moved to `v1.interception.upstream`: the old name still works, with a warning."""
+    if name != "stop_at_timeout":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn("v1.interception.session.stop_at_timeout moved to v1.interception.upstream", DeprecationWarning, stacklevel=2)
+    from v1.interception import upstream  # a deprecated alias: the one import here that points up
 
-    A call still retrying an upstream failure (a 503 outage that outlasts `timeout_seconds`)
-    makes the rollout's error a `ModelError`, which `Env`'s retry policy retries, not a scored timeout.
-    """
-    session = upstream(state).session
-    error = session.failing if session is not None else None
-    if error is not None:
-        message = f"the upstream was still failing when the rollout timed out: {type(error).__name__}: {error}"
-        state.record_error(ModelError(message), "model")
-    state.stop("timeout_reached")
+    return upstream.stop_at_timeout
 
 
-__all__ = ["RolloutSession", "merge_sampling_args", "stop_at_timeout"]
+__all__ = ["RolloutSession", "UpstreamHandles", "merge_sampling_args"]

@@ -14,7 +14,7 @@ from v1.programs.sandboxed import SandboxedBaseLoop, SandboxedFunctionProgram
 from v1.programs.spec import merge_sandbox, program_sandbox
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
     from v1.task import Task
 

@@ -11,7 +11,7 @@ from v1.config import ArtifactConfig
 from v1.errors import ProgramError, SandboxError
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
 
 ARTIFACT_READ_SECONDS = 30.0
@@ -22,12 +22,8 @@ FileReader = Callable[[str, int], Awaitable[bytes]]
 
 
 def declared_artifacts(context: RolloutContext, program: Iterable[ArtifactConfig]) -> list[ArtifactConfig]:
-    """The artifacts of a rollout: the program's (harness and task), the taskset's and the toolsets'."""
-    taskset = context.harness.taskset
-    declared = [*program, *(taskset.config.artifacts if taskset is not None else [])]
-    for toolset in context.harness.all_toolsets:
-        declared.extend(toolset.config.artifacts)
-    return declared
+    """The artifacts of a rollout: the program's (harness and task), then the taskset's and the toolsets'."""
+    return [*program, *context.artifacts]
 
 
 async def collect_artifacts(state: State, specs: Iterable[ArtifactConfig], read: FileReader) -> None:

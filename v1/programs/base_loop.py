@@ -21,7 +21,7 @@ from v1.interception.in_process import post_json
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
     from v1.task import Task
 

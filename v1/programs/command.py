@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING, Any, cast
 from v1._bindings import Binding, BindingContext
 from v1.config import ProgramConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
-from v1.interception.session import stop_at_timeout
 from v1.programs.artifacts import collect_artifacts, declared_artifacts
 from v1.sandbox.backend import ExecResult, OutputCallback, Sandbox, Workspace
 from v1.sandbox.host_files import copy_into, read_bytes, write_bytes
 from v1.sandbox.process import run_process
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
     from v1.task import Task
 
@@ -151,13 +150,14 @@ def record_result(state: State, result: ExecResult) -> None:
     }
 
 
-def raise_for_result(result: ExecResult, what: str, state: State) -> None:
-    """Stop the rollout on a timeout; raise for a resource limit or a non-zero exit."""
+def raise_for_result(result: ExecResult, what: str) -> None:
+    """Raise for a resource limit, a timeout (`TimeoutError`: the harness ends the rollout as it does
+    at its own timeout) or a non-zero exit."""
     if result.limit is not None:
         raise SandboxError(f"{what} hit the sandbox's {result.limit} limit (exit status {result.exit_code})")
     if result.timed_out:
-        stop_at_timeout(state)
-    elif result.exit_code != 0:
+        raise TimeoutError(f"{what} ran past its timeout")
+    if result.exit_code != 0:
         tail = result.stderr.strip().splitlines()[-1:] or result.stdout.strip().splitlines()[-1:]
         raise ProgramError(f"{what} exited with status {result.exit_code}" + (f": {tail[0][:500]}" if tail else ""))
 
@@ -197,7 +197,7 @@ class CommandProgram:
             base = host_env() | {"HOME": workspace.workdir, "TMPDIR": tempfile.gettempdir()} if host is not None else {}
             plain_env = base | program.env | bound_env
             await run_setup(workspace, program.setup, plain_env, config.setup_timeout if config else SETUP_TIMEOUT)
-            timeout = context.harness.config.timeout_seconds
+            timeout = context.timeout_seconds
             if timeout is None and config is not None:
                 timeout = config.command_timeout
             result = await workspace.exec(
@@ -210,7 +210,7 @@ class CommandProgram:
             artifacts = declared_artifacts(context, program.artifacts)
             if artifacts:
                 await collect_artifacts(state, artifacts, workspace.read_file)
-            raise_for_result(result, f"command {program.command[0]!r}" if program.command else "command", state)
+            raise_for_result(result, f"command {program.command[0]!r}" if program.command else "command")
         finally:
             if host is not None:
                 await asyncio.to_thread(host.remove)

@@ -41,7 +41,7 @@ from v1.sandbox.host_files import read_host_file
 from v1.task import thaw
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1._rollout_context import RolloutContext
     from v1.state import State
     from v1.task import Task
 
@@ -226,7 +226,7 @@ class SandboxedFunctionProgram:
             spec = {"fn": self.ref, "task": thaw(task), "state": snapshot, "model": state.get_model(), "path": import_root}
             await sandbox.write_file(f"{PACKAGE_DIR}/runner.py", RUNNER.read_bytes())
             env = self.program.env | bound_env | endpoint_env(state, sandbox) | {"V1_CONTROL_SOCKET": socket_paths[1]}
-            timeout = context.harness.config.timeout_seconds or config.command_timeout
+            timeout = context.timeout_seconds or config.command_timeout
             result = await sandbox.exec(
                 ["python", f"{sandbox.workdir}/{PACKAGE_DIR}/runner.py"],
                 env=env,
@@ -239,7 +239,7 @@ class SandboxedFunctionProgram:
         artifacts = declared_artifacts(context, self.program.artifacts)
         if artifacts:
             await collect_artifacts(state, artifacts, sandbox.read_file)
-        raise_for_result(result, f"sandboxed fn {self.ref!r}", state)
+        raise_for_result(result, f"sandboxed fn {self.ref!r}")
         if isinstance(control.result, dict):
             for key, value in control.result.items():
                 guard_program_write(state, key, value)

@@ -1,0 +1,66 @@
+"""`v1.interception.upstream`: the framework's only way from a state to its upstream handles."""
+
+from __future__ import annotations
+
+import importlib
+import typing
+
+import pytest
+
+import v1
+from v1.clients.base import Client
+from v1.interception import upstream as upstream_module
+from v1.interception.session import RolloutSession
+from v1.interception.upstream import UpstreamHandles, stop_at_timeout, upstream
+
+
+def test_upstream_handles_annotations_resolve() -> None:
+    hints = typing.get_type_hints(UpstreamHandles)
+    assert hints["client"] == Client | None
+    assert hints["session"] == RolloutSession | None
+
+
+def test_handles_live_beside_the_state_not_on_it() -> None:
+    state = v1.State.for_task({"prompt": "x"})
+    handles = upstream(state)
+    assert upstream(state) is handles
+    assert handles not in vars(state.runtime).values() and handles not in vars(state).values()
+    state.finalize()
+    assert upstream(state) is not handles, "a finalized state starts over with empty handles"
+
+
+def test_a_borrowed_client_is_copied_once_and_the_link_dropped() -> None:
+    parent = v1.State.for_task({"prompt": "x"})
+    upstream(parent).sampling_args = {"temperature": 0.5}
+    child = parent.for_task({"prompt": "y"}, borrow="client")
+    assert child.runtime.upstream_from is parent.runtime
+    assert upstream(child).sampling_args == {"temperature": 0.5}
+    assert child.runtime.upstream_from is None
+    upstream(parent).sampling_args["temperature"] = 1.0
+    assert upstream(child).sampling_args == {"temperature": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "moved"),
+    [
+        ("v1.state", "upstream", upstream),
+        ("v1.state", "UpstreamHandles", UpstreamHandles),
+        ("v1.interception.session", "stop_at_timeout", stop_at_timeout),
+    ],
+)
+def test_moved_names_still_import_from_their_old_path_with_a_warning(module: str, name: str, moved: object) -> None:
+    namespace: dict[str, object] = {}
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.{name} moved to v1\.interception\.upstream"):
+        exec(f"from {module} import {name}", namespace)
+    assert namespace[name] is moved
+
+
+@pytest.mark.parametrize("module", ["v1.state", "v1.interception.session"])
+def test_other_missing_names_are_still_attribute_errors(module: str) -> None:
+    assert not hasattr(importlib.import_module(module), "nope")
+    with pytest.raises(ImportError):
+        exec(f"from {module} import nope", {})
+
+
+def test_the_module_names_its_public_surface() -> None:
+    assert sorted(upstream_module.__all__) == ["UpstreamHandles", "stop_at_timeout", "upstream"]
