@@ -50,4 +50,4 @@ def stop_at_timeout(state: State) -> None:
     state.stop("timeout_reached")
 
 
-__all__ = ["UpstreamHandles", "stop_at_timeout", "upstream"]
+__all__ = ["stop_at_timeout", "upstream"]
