@@ -129,6 +129,8 @@ EXPECTED = {
     "log_level",
     "quiet_verifiers",
     "setup_logging",
+    "PluginError",
+    "UnknownNameError",
 }
 
 ERRORS = [
@@ -188,6 +190,7 @@ SUBMODULES = {
     "logs",
     "messages",
     "prime_plugin",
+    "registry",
 }
 
 
