@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from v1.errors import ConfigError, MissingKeyError, UnknownNameError
-from v1.registry import CLIENT_TYPES, SANDBOX_BACKENDS
+from v1.errors import ConfigError, MissingKeyError
+from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -404,9 +404,13 @@ class ClientConfig(Config):
     @field_validator("client_type")
     @classmethod
     def _known_client_type(cls, name: str) -> str:
-        # the name only: importing a client imports its SDK, which waits for the first request
-        if name not in CLIENT_TYPES:
-            raise PydanticCustomError("unknown_name", str(UnknownNameError(CLIENT_TYPES.kind, name, CLIENT_TYPES.names())))
+        # a built-in by name only (importing it imports its SDK, which waits for the first request);
+        # a plugin imported and checked now, so a broken one fails with the config
+        try:
+            if name not in CLIENT_TYPES or CLIENT_TYPES.origin(name) != BUILT_IN:
+                CLIENT_TYPES.get(name)
+        except ConfigError as exc:
+            raise PydanticCustomError("unknown_name", str(exc)) from None
         return name
 
     def endpoint_variants(self) -> list[ClientConfig]:

@@ -358,7 +358,7 @@ def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = 
             for part, data in (("taskset", taskset_data), ("harness", harness_data)):
                 if "loader" in data:
                     raise ConfigError(f"field 'env.{part}.loader': not allowed with [env] id (the module's loaders are used)")
-            env = load_module_environment(import_env_module(env_id), taskset_data, harness_data, where)
+            env = load_id_environment(env_id, taskset_data, harness_data, where)
         else:
             taskset_loader = loader_of(taskset_data.pop("loader"), "env.taskset") if "loader" in taskset_data else Taskset
             harness_loader = loader_of(harness_data.pop("loader"), "env.harness") if "loader" in harness_data else Harness
@@ -423,22 +423,36 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
         )
     if str(env).endswith(".toml") or isinstance(env, Path):
         return load_toml_environment(env, overrides.get("taskset"), overrides.get("harness"))
+    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args"))
+
+
+def load_id_environment(
+    env_id: str, taskset: Any = None, harness: Any = None, where: str | None = None, env_args: Mapping[str, Any] | None = None
+) -> Environment:
+    """An environment by id: its module (`import_env_module`), else the taskset registered under that name
+    (`v1.registry.TASKSETS`, plugins included) with the base `Harness`.
+
+    Raises:
+        UnknownNameError: neither a module nor a registered taskset has that name.
+    """
     try:
-        module = import_env_module(str(env))
+        module = import_env_module(env_id)
     except UnknownNameError:
-        if str(env) not in TASKSETS or overrides.get("env_args"):
+        if env_id not in TASKSETS:
             raise
-        return load_registered_taskset(str(env), overrides.get("taskset"), overrides.get("harness"))
-    return load_module_environment(module, overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args"))
+        if env_args:
+            raise ConfigError(f"environment {env_id!r} is a registered taskset: it takes taskset fields, not env_args") from None
+        return load_registered_taskset(env_id, taskset, harness, where)
+    return load_module_environment(module, taskset, harness, where, env_args)
 
 
-def load_registered_taskset(name: str, taskset: Any = None, harness: Any = None) -> Environment:
+def load_registered_taskset(name: str, taskset: Any = None, harness: Any = None, where: str | None = None) -> Environment:
     """An `Env` of the taskset registered as `name` (a plugin's, say) with the base `Harness`.
 
     Raises:
         ConfigError: unknown name, a plugin that fails to load, or a field that does not validate.
     """
-    where = f"taskset {name!r}"
+    where = where or f"taskset {name!r}"
     taskset_data, harness_data = _section(taskset, where, "env.taskset"), _section(harness, where, "env.harness")
     loader = TASKSETS.get(name)
     env = Env(
@@ -459,6 +473,7 @@ __all__ = [
     "import_env_module",
     "load_environment",
     "load_example_dataset",
+    "load_id_environment",
     "load_module_environment",
     "load_registered_taskset",
     "loader_of",

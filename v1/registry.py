@@ -123,7 +123,8 @@ class Registry(Generic[T]):
 
     def _same(self, name: str, target: object) -> bool:
         try:
-            return self.get(name) is (_import_ref(target) if isinstance(target, str) else target)
+            current = self._import(name, self._entries[name])
+            return current is (_import_ref(target) if isinstance(target, str) else target)
         except Exception:
             return False
 
@@ -183,7 +184,10 @@ def _import_ref(ref: str) -> Any:
 def _describe(target: object) -> str:
     if isinstance(target, str):
         return repr(target)
-    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
+    if hasattr(target, "__qualname__"):
+        return f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
+    shown = repr(target)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def class_with(*methods: str) -> Callable[[object], str | None]:
@@ -192,7 +196,7 @@ def class_with(*methods: str) -> Callable[[object], str | None]:
     def check(part: object) -> str | None:
         if isinstance(part, type) and all(callable(getattr(part, method, None)) for method in methods):
             return None
-        return f"is a {_kind_of(part)}, not a class with {', '.join(methods)}"
+        return f"is {_kind_of(part)}, not a class with {', '.join(methods)}"
 
     return check
 
@@ -204,7 +208,7 @@ def factory_of(*methods: str) -> Callable[[object], str | None]:
     def check(part: object) -> str | None:
         if isinstance(part, type):
             return as_class(part)
-        return None if callable(part) else f"is a {_kind_of(part)}, not a class or factory with {', '.join(methods)}"
+        return None if callable(part) else f"is {_kind_of(part)}, not a class or factory with {', '.join(methods)}"
 
     return check
 
@@ -215,13 +219,17 @@ def object_with(*attributes: str) -> Callable[[object], str | None]:
     def check(part: object) -> str | None:
         if not isinstance(part, type) and all(hasattr(part, attribute) for attribute in attributes):
             return None
-        return f"is a {_kind_of(part)}, not an object with {', '.join(attributes)}"
+        return f"is {_kind_of(part)}, not an object with {', '.join(attributes)}"
 
     return check
 
 
 def _kind_of(part: object) -> str:
-    return f"class {part.__qualname__}" if isinstance(part, type) else type(part).__name__
+    """``a class Name`` for a class, else its type with an article (``an int``)."""
+    if isinstance(part, type):
+        return f"a class {part.__qualname__}"
+    name = type(part).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
 CLIENT_TYPES: Registry[Any] = Registry(

@@ -164,7 +164,7 @@ def get_backend(name: str) -> SandboxBackend:
         if not isinstance(backend, SandboxBackend):
             origin = SANDBOX_BACKENDS.origin(name)
             raise PluginError(
-                f"sandbox backend {name!r} ({origin}): its factory made a {type(backend).__name__}, not a SandboxBackend"
+                f"sandbox backend {name!r} ({origin}): its factory returned type {type(backend).__name__!r}, not a SandboxBackend"
             )
         _INSTANCES[name] = backend
     return _INSTANCES[name]
