@@ -14,6 +14,7 @@ import v1 as vf
 from harnesses import CodexHarness
 from v1.clients.registry import client_class
 from v1.interception.dialects import all_dialects, dialect_for_path
+from v1.loading import loader_of
 from v1.registry import CLIENT_TYPES, DIALECTS, HARNESSES, SANDBOX_BACKENDS, TASKSETS, Registry, factory_of, object_with
 from v1.sandbox import LocalBackend, PrimeBackend, get_backend, register_backend
 
@@ -138,3 +139,12 @@ print(read)
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "['v1.sandbox_backends']"]
+
+
+def test_a_toml_loader_by_name_builds_the_registered_taskset(tmp_path: Path) -> None:
+    path = tmp_path / "env.toml"
+    path.write_text('[env.taskset]\nloader = "reverse_text"\n[env.harness]\nmax_turns = 1\n')
+    env = vf.load_environment(str(path))
+    assert env.taskset.config.taskset_id == "reverse_text" and len(env.taskset.rows()) > 0
+    assert loader_of("codex", "env.harness") is CodexHarness
+    assert loader_of("tasksets.reverse_text:load_taskset", "env.taskset") is TASKSETS.get("reverse_text")
