@@ -64,17 +64,23 @@ def pip_install(package: str, target: Path, work: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding both fixture packages, installed."""
-    work = tmp_path_factory.mktemp("plugin-build")
-    target = tmp_path_factory.mktemp("site")
-    for package in ("v1_tagged_backend", "v1_bad_plugins"):
-        pip_install(package, target, work)
+def tagged_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where the v1-tagged-backend package is installed."""
+    target = tmp_path_factory.mktemp("tagged-site")
+    pip_install("v1_tagged_backend", target, tmp_path_factory.mktemp("build"))
     return target
 
 
-def v1_eval(*args: str, plugins: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    path = os.pathsep.join([str(plugins), str(ROOT), os.environ.get("PYTHONPATH", "")])
+@pytest.fixture(scope="module")
+def bad_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where the v1-bad-plugins package is installed."""
+    target = tmp_path_factory.mktemp("bad-site")
+    pip_install("v1_bad_plugins", target, tmp_path_factory.mktemp("build"))
+    return target
+
+
+def v1_eval(*args: str, sites: list[Path], cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([*map(str, sites), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "V1_SANDBOX_ROOT": str(cwd / "sandboxes")}
     command = [sys.executable, "-m", "v1.cli.main", "eval", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
@@ -96,11 +102,11 @@ def write_env(tmp_path: Path, backend: str) -> Path:
 
 
 def test_a_backend_from_an_installed_package_runs_the_rollouts_named_in_toml(
-    plugins: Path, mock: MockModelServer, tmp_path: Path
+    tagged_site: Path, mock: MockModelServer, tmp_path: Path
 ) -> None:
     config = write_env(tmp_path, "tagged-local")
     args = ("-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--state-columns", "artifacts", "--output-dir", "out")
-    result = v1_eval(str(config), *args, plugins=plugins, cwd=tmp_path)
+    result = v1_eval(str(config), *args, sites=[tagged_site], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     saved = outputs(tmp_path / "out")
     assert [output["error"] for output in saved] == [None, None]
@@ -110,9 +116,9 @@ def test_a_backend_from_an_installed_package_runs_the_rollouts_named_in_toml(
     assert list((tmp_path / "sandboxes").glob("ledger/*")) == []
 
 
-def test_a_taskset_from_an_installed_package_runs_by_name(plugins: Path, mock: MockModelServer, tmp_path: Path) -> None:
+def test_a_taskset_from_an_installed_package_runs_by_name(tagged_site: Path, mock: MockModelServer, tmp_path: Path) -> None:
     result = v1_eval(
-        "tagged-words", "-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", "out", plugins=plugins, cwd=tmp_path
+        "tagged-words", "-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", "out", sites=[tagged_site], cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     assert sorted(output["reward"] for output in outputs(tmp_path / "out")) == [1.0, 1.0]  # type: ignore[type-var]
@@ -139,10 +145,11 @@ def test_a_taskset_from_an_installed_package_runs_by_name(plugins: Path, mock: M
     ],
 )
 def test_a_bad_backend_name_in_toml_is_one_line_and_exit_2(
-    plugins: Path, mock: MockModelServer, tmp_path: Path, backend: str, message: str
+    tagged_site: Path, bad_site: Path, mock: MockModelServer, tmp_path: Path, backend: str, message: str
 ) -> None:
     config = write_env(tmp_path, backend)
-    result = v1_eval(str(config), "-m", "m", "-b", mock.url, "-n", "1", "--output-dir", "out", plugins=plugins, cwd=tmp_path)
+    args = ("-m", "m", "-b", mock.url, "-n", "1", "--output-dir", "out")
+    result = v1_eval(str(config), *args, sites=[tagged_site, bad_site], cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     [line] = error_lines(result.stderr)
     assert line == f"v1 eval: error: {config}: field 'env.harness.sandbox.backend': {message} (got {backend!r})"
@@ -150,9 +157,10 @@ def test_a_bad_backend_name_in_toml_is_one_line_and_exit_2(
 
 
 @pytest.fixture
-def fresh_backends(plugins: Path, monkeypatch: pytest.MonkeyPatch) -> Registry[object]:
-    """A sandbox-backend registry that has not read entry points yet, with the plugins importable."""
-    monkeypatch.syspath_prepend(str(plugins))
+def fresh_backends(tagged_site: Path, bad_site: Path, monkeypatch: pytest.MonkeyPatch) -> Registry[object]:
+    """A sandbox-backend registry that has not read entry points yet, with both plugin packages importable."""
+    monkeypatch.syspath_prepend(str(bad_site))
+    monkeypatch.syspath_prepend(str(tagged_site))
     return Registry(
         SANDBOX_BACKENDS.kind, SANDBOX_BACKENDS.group, SANDBOX_BACKENDS.check, {"local": "v1.sandbox.local:LocalBackend"}
     )
@@ -163,7 +171,7 @@ def test_a_plugin_cannot_take_a_built_in_name(fresh_backends: Registry[object], 
         assert fresh_backends.get("local") is LocalBackend
         assert "tagged-local" in fresh_backends.names()
     assert fresh_backends.origin("local") == "built in"
-    [warning] = caplog.messages
+    [warning] = [message for message in caplog.messages if "'local'" in message]
     assert warning == (
         "sandbox backend 'local' from the entry point of distribution 'v1-bad-plugins' is refused: the name is built in "
         "('v1.sandbox.local:LocalBackend'); the plugin must use another name"
@@ -182,7 +190,7 @@ def test_a_plugin_factory_that_makes_no_backend_is_refused_when_used(
     assert isinstance(caught.value, vf.ConfigError)
 
 
-def test_a_client_type_plugin_that_is_not_a_client_is_refused(plugins: Path, tmp_path: Path) -> None:
+def test_a_client_type_plugin_that_is_not_a_client_is_refused(tagged_site: Path, bad_site: Path, tmp_path: Path) -> None:
     result = v1_eval(
         "tagged-words",
         "-m",
@@ -191,7 +199,7 @@ def test_a_client_type_plugin_that_is_not_a_client_is_refused(plugins: Path, tmp
         "http://127.0.0.1:9/v1",
         "--harness.client.client_type",
         "not-a-client",
-        plugins=plugins,
+        sites=[tagged_site, bad_site],
         cwd=tmp_path,
     )
     assert result.returncode == 2, result.stderr
@@ -200,4 +208,14 @@ def test_a_client_type_plugin_that_is_not_a_client_is_refused(plugins: Path, tmp
         "v1 eval: error: taskset 'tagged-words': field 'env.harness.client.client_type': client type 'not-a-client' (entry point of "
         "distribution 'v1-bad-plugins'): 'v1_bad_plugins:NOT_A_BACKEND' is an int, not a class with get_response, stream_response "
         "(got 'not-a-client')"
+    )
+
+
+def test_two_plugins_claiming_one_name_are_refused_when_it_is_used(fresh_backends: Registry[object]) -> None:
+    with pytest.raises(vf.PluginError) as caught:
+        fresh_backends.get("tagged-local")
+    assert str(caught.value) == (
+        "sandbox backend 'tagged-local' is claimed by two plugins (entry point of distribution 'v1-tagged-backend': "
+        "'v1_tagged_backend:TaggedLocalBackend'; entry point of distribution 'v1-bad-plugins': 'v1_bad_plugins:ShadowLocal'); "
+        "uninstall one"
     )

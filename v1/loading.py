@@ -223,6 +223,10 @@ def _check_refs(section: Mapping[str, Any], where: str, path: str) -> None:
                 check(tool, f"{path}.toolsets[{index}].tools[{tool_index}]")
 
 
+LOADERS: dict[str, Registry[Any]] = {"env.taskset": TASKSETS, "env.harness": HARNESSES}
+"""The registry a section's ``loader = "NAME"`` is looked up in."""
+
+
 def loader_of(value: str, path: str) -> Any:
     """The loader of ``[env.taskset]``/``[env.harness]`` (`path`): a registered name (`v1.registry.TASKSETS`,
     `HARNESSES`, plugins included) or a ``module:object`` reference.
@@ -233,9 +237,8 @@ def loader_of(value: str, path: str) -> Any:
     field = f"{path}.loader"
     if ":" in value:
         return import_ref(value, field)
-    registry: Registry[Any] = TASKSETS if path.endswith("taskset") else HARNESSES
     try:
-        return registry.get(value)
+        return LOADERS[path].get(value)
     except UnknownNameError as exc:
         raise ConfigError(f"field '{field}': {exc}; or a 'module:object' reference") from None
     except ConfigError as exc:
