@@ -101,10 +101,11 @@ def write_env(tmp_path: Path, backend: str) -> Path:
     return path
 
 
+@pytest.mark.parametrize("backend", ["tagged-local", "v1_tagged_backend:TaggedLocalBackend"])
 def test_a_backend_from_an_installed_package_runs_the_rollouts_named_in_toml(
-    tagged_site: Path, mock: MockModelServer, tmp_path: Path
+    tagged_site: Path, mock: MockModelServer, tmp_path: Path, backend: str
 ) -> None:
-    config = write_env(tmp_path, "tagged-local")
+    config = write_env(tmp_path, backend)
     args = ("-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--state-columns", "artifacts", "--output-dir", "out")
     result = v1_eval(str(config), *args, sites=[tagged_site], cwd=tmp_path)
     assert result.returncode == 0, result.stderr

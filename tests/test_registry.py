@@ -148,3 +148,39 @@ def test_a_toml_loader_by_name_builds_the_registered_taskset(tmp_path: Path) -> 
     assert env.taskset.config.taskset_id == "reverse_text" and len(env.taskset.rows()) > 0
     assert loader_of("codex", "env.harness") is CodexHarness
     assert loader_of("tasksets.reverse_text:load_taskset", "env.taskset") is TASKSETS.get("reverse_text")
+
+
+def test_a_module_object_reference_works_wherever_a_name_does() -> None:
+    ref = "v1.sandbox.local:LocalBackend"
+    assert vf.SandboxConfig(backend=ref).backend == ref
+    assert isinstance(get_backend(ref), LocalBackend) and SANDBOX_BACKENDS.origin(ref) == "a module:object reference"
+    assert ref not in SANDBOX_BACKENDS.names()
+    assert client_class("v1.clients.openai_responses:OpenAIResponsesClient").__name__ == "OpenAIResponsesClient"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("a:b:c", r"sandbox backend 'a:b:c': not a name, nor a 'module:object' reference"),
+        ("v1.sandbox.local:", r"sandbox backend 'v1.sandbox.local:': not a name, nor a 'module:object' reference"),
+        ("x" * 500 + ":y", r"sandbox backend 'xxxxx.*\.\.\.: not a name, nor a 'module:object' reference"),
+        ("no_such_module_anywhere:Backend", r"sandbox backend reference 'no_such_module_anywhere:Backend' failed to import"),
+        (
+            "v1.sandbox.local:INSTALL_HINT",
+            r"sandbox backend reference 'v1.sandbox.local:INSTALL_HINT' is a str, not a class or factory with",
+        ),
+    ],
+)
+def test_a_bad_reference_is_one_line(ref: str, message: str) -> None:
+    with pytest.raises(vf.ConfigError, match=rf"^SandboxConfig: field 'backend': {message}") as caught:
+        vf.SandboxConfig(backend=ref)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
+
+
+def test_a_factory_that_fails_is_a_plugin_error_naming_it() -> None:
+    with pytest.raises(
+        vf.PluginError, match=r"^sandbox backend 'os:getcwdb' \(a module:object reference\): its factory returned"
+    ):
+        get_backend("os:getcwdb")
+    with pytest.raises(vf.PluginError, match=r"^sandbox backend 'os:getenv' .*: its factory failed: TypeError: "):
+        get_backend("os:getenv")

@@ -10,8 +10,8 @@ adds a part with a Python entry point in the family's group::
 after which ``pip install`` is enough: ``[env.harness.sandbox] backend = "docker"`` works. Entry
 points are read the first time a name is not already known (never at import). A plugin cannot
 take a built-in's name: the built-in keeps it and the plugin is refused with a warning naming its
-distribution. Every unknown name raises `UnknownNameError`, one line naming the family, the name,
-the known names and the closest one.
+distribution. A ``module:object`` reference is accepted wherever a name is. Every unknown name
+raises `UnknownNameError`, one line naming the family, the name, the known names and the closest one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ logger = logging.getLogger(__name__)
 
 BUILT_IN = "built in"
 IN_CODE = "registered in code"
+REFERENCE = "a module:object reference"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+REF_PATTERN = re.compile(r"(?=.{3,200}$)[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 @dataclass(frozen=True)
@@ -76,23 +78,28 @@ class Registry(Generic[T]):
         self._loaded.pop(name, None)
 
     def get(self, name: str) -> T:
-        """The part registered as `name`, imported and checked on first use.
+        """The part registered as `name`, or named by a ``module:object`` reference, imported and checked on first use.
 
         Raises:
             UnknownNameError: no part has that name.
             PluginError: the part fails to import, is not of this family, or two plugins claim the name.
         """
-        if not isinstance(name, str) or name not in self:
-            raise UnknownNameError(self.kind, name, self.names())
-        if name in self._loaded:
+        if isinstance(name, str) and name in self._loaded:
             return self._loaded[name]
-        if name in self._clashes:
+        if isinstance(name, str) and ":" in name and name not in self._entries:
+            if not REF_PATTERN.fullmatch(name):
+                raise PluginError(f"{self.kind} {_shown(name)}: not a name, nor a 'module:object' reference")
+            entry = Entry(name, REFERENCE)
+        elif not isinstance(name, str) or name not in self:
+            raise UnknownNameError(self.kind, name, self.names())
+        elif name in self._clashes:
             raise PluginError(self._clashes[name])
-        entry = self._entries[name]
+        else:
+            entry = self._entries[name]
         part = self._import(name, entry)
         problem = self.check(part)
         if problem is not None:
-            raise PluginError(f"{self.kind} {name!r} ({entry.origin}): {_describe(entry.target)} {problem}")
+            raise PluginError(f"{self._label(name, entry)} {problem}")
         self._loaded[name] = part
         return part
 
@@ -106,7 +113,10 @@ class Registry(Generic[T]):
         return [self.get(name) for name in self.names()]
 
     def origin(self, name: str) -> str:
-        """Where the part `name` comes from: built in, registered in code, or which distribution's entry point."""
+        """Where the part `name` comes from: built in, registered in code, which distribution's entry point,
+        or a reference."""
+        if name in self._loaded and name not in self._entries:
+            return REFERENCE
         if name not in self:
             raise UnknownNameError(self.kind, name, self.names())
         return self._entries[name].origin
@@ -121,6 +131,11 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def _label(self, name: str, entry: Entry) -> str:
+        if entry.origin == REFERENCE:
+            return f"{self.kind} reference {name!r}"
+        return f"{self.kind} {name!r} ({entry.origin}): {_describe(entry.target)}"
+
     def _same(self, name: str, target: object) -> bool:
         try:
             current = self._import(name, self._entries[name])
@@ -134,9 +149,7 @@ class Registry(Generic[T]):
         try:
             return _import_ref(entry.target)
         except Exception as exc:
-            raise PluginError(
-                f"{self.kind} {name!r} ({entry.origin}): {entry.target!r} failed to import: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise PluginError(f"{self._label(name, entry)} failed to import: {type(exc).__name__}: {exc}") from exc
 
     def _discover(self) -> None:
         if self._discovered:
@@ -179,6 +192,10 @@ def _import_ref(ref: str) -> Any:
     for attr in filter(None, attr_path.strip().split(".")):
         target = getattr(target, attr)
     return target
+
+
+def _shown(name: str) -> str:
+    return repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
 
 
 def _describe(target: object) -> str:

@@ -160,12 +160,13 @@ def get_backend(name: str) -> SandboxBackend:
     """
     if name not in _INSTANCES:
         factory = SANDBOX_BACKENDS.get(name)
-        backend = factory()
+        where = f"sandbox backend {name!r} ({SANDBOX_BACKENDS.origin(name)})"
+        try:
+            backend = factory()
+        except Exception as exc:
+            raise PluginError(f"{where}: its factory failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(backend, SandboxBackend):
-            origin = SANDBOX_BACKENDS.origin(name)
-            raise PluginError(
-                f"sandbox backend {name!r} ({origin}): its factory returned type {type(backend).__name__!r}, not a SandboxBackend"
-            )
+            raise PluginError(f"{where}: its factory returned type {type(backend).__name__!r}, not a SandboxBackend")
         _INSTANCES[name] = backend
     return _INSTANCES[name]
 
