@@ -181,6 +181,7 @@ def test_scoring_reweights_and_skips_class_defined_handlers(env_module: str, tmp
             r"or a 'module:object' reference$",
         ),
         ("[env.harness]\nloader = 'nope'\n", r"field 'env.harness.loader': unknown harness 'nope'; known: claude_code, "),
+        ("[env.harness]\nloader = 5\n", r"field 'env.harness.loader': 5 is not a 'module:object' reference"),
         ("[env]\nid = 'no_such_env_anywhere'\n", r"unknown environment 'no_such_env_anywhere': no module"),
         ("[env]\nflavour = 1\n", r"field 'env.flavour': unknown field"),
         ("[other]\nx = 1\n", r"field 'other': unknown section"),

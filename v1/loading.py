@@ -227,7 +227,7 @@ LOADERS: dict[str, Registry[Any]] = {"env.taskset": TASKSETS, "env.harness": HAR
 """The registry a section's ``loader = "NAME"`` is looked up in."""
 
 
-def loader_of(value: str, path: str) -> Any:
+def loader_of(value: Any, path: str) -> Any:
     """The loader of ``[env.taskset]``/``[env.harness]`` (`path`): a registered name (`v1.registry.TASKSETS`,
     `HARNESSES`, plugins included) or a ``module:object`` reference.
 
@@ -235,7 +235,7 @@ def loader_of(value: str, path: str) -> Any:
         ConfigError: naming the field, for an unknown name or a reference that does not resolve.
     """
     field = f"{path}.loader"
-    if ":" in value:
+    if not isinstance(value, str) or ":" in value:
         return import_ref(value, field)
     try:
         return LOADERS[path].get(value)
