@@ -117,12 +117,15 @@ def test_a_backend_from_an_installed_package_runs_the_rollouts_named_in_toml(
     assert list((tmp_path / "sandboxes").glob("ledger/*")) == []
 
 
-def test_a_taskset_from_an_installed_package_runs_by_name(tagged_site: Path, mock: MockModelServer, tmp_path: Path) -> None:
-    result = v1_eval(
-        "tagged-words", "-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", "out", sites=[tagged_site], cwd=tmp_path
-    )
+def test_a_taskset_and_a_client_type_from_an_installed_package_run_by_name(
+    tagged_site: Path, mock: MockModelServer, tmp_path: Path
+) -> None:
+    args = ("-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", "out", "--harness.client.client_type", "tagged-chat")
+    result = v1_eval("tagged-words", *args, sites=[tagged_site], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert sorted(output["reward"] for output in outputs(tmp_path / "out")) == [1.0, 1.0]  # type: ignore[type-var]
+    rollout_calls = [request for request in mock.requests if request.path.endswith("/chat/completions")]
+    assert [request.headers.get("X-Plugin-Client") for request in rollout_calls] == ["tagged-chat"] * 2
 
 
 @pytest.mark.parametrize(
