@@ -117,6 +117,19 @@ def test_a_backend_from_an_installed_package_runs_the_rollouts_named_in_toml(
     assert list((tmp_path / "sandboxes").glob("ledger/*")) == []
 
 
+def test_a_taskset_and_a_harness_from_an_installed_package_are_loaders_by_name_in_toml(
+    tagged_site: Path, mock: MockModelServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "env.toml"
+    config.write_text('[env.taskset]\nloader = "tagged-words"\n[env.harness]\nloader = "tagged-harness"\n')
+    args = ("-m", "m", "-b", mock.url, "-n", "2", "-r", "1", "--output-dir", "out")
+    result = v1_eval(str(config), *args, sites=[tagged_site], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(output["reward"] for output in outputs(tmp_path / "out")) == [1.0, 1.0]  # type: ignore[type-var]
+    rollout_calls = [request for request in mock.requests if request.path.endswith("/chat/completions")]
+    assert [request.body.get("temperature") for request in rollout_calls] == [0.125] * 2
+
+
 def test_a_taskset_and_a_client_type_from_an_installed_package_run_by_name(
     tagged_site: Path, mock: MockModelServer, tmp_path: Path
 ) -> None:
