@@ -286,7 +286,7 @@ def test_bad_ids_and_aliases(mock: MockModelServer, tmp_path: Path, capsys: pyte
         assert run_main(CONFIG, "-b", unlisted.url, "-n", "1", "-r", "1", "--no-save") == 0
         assert {request.body["model"] for request in unlisted.requests} == {"a"}
     assert run_main("no_such_env_xyz", "-m", "mock", "-b", mock.url) == 2
-    assert "environment 'no_such_env_xyz' not found" in capsys.readouterr().err
+    assert "unknown environment 'no_such_env_xyz': no module" in capsys.readouterr().err
     registry = tmp_path / "endpoints.toml"
     registry.write_text('[known]\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n')
     assert run_main(CONFIG, "-m", "unknown-alias", "-e", str(registry)) == 2

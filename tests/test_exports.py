@@ -135,6 +135,8 @@ EXPECTED = {
     "log_level",
     "quiet_verifiers",
     "setup_logging",
+    "PluginError",
+    "UnknownNameError",
 }
 
 ERRORS = [
@@ -193,6 +195,7 @@ SUBMODULES = {
     "logs",
     "messages",
     "prime_plugin",
+    "registry",
 }
 
 # Modules that moved: importing the old path still works, with a DeprecationWarning naming the new place.

@@ -174,8 +174,15 @@ def test_scoring_reweights_and_skips_class_defined_handlers(env_module: str, tmp
             "[env.taskset]\nsource = 'tasksets.reverse_text:nope'\n",
             r"field 'env.taskset.source': module 'tasksets.reverse_text' has no attribute",
         ),
-        ("[env.taskset]\nloader = 'not a ref'\n", r"field 'env.taskset.loader': 'not a ref' is not a 'module:object' reference"),
-        ("[env]\nid = 'no_such_env_anywhere'\n", r"environment 'no_such_env_anywhere' not found"),
+        ("[env.taskset]\nloader = 'not:a:ref'\n", r"field 'env.taskset.loader': 'not:a:ref' is not a 'module:object' reference"),
+        (
+            "[env.taskset]\nloader = 'gsm8kk'\n",
+            r"field 'env.taskset.loader': unknown taskset 'gsm8kk' \(did you mean 'gsm8k'\?\); known: alphabet_sort, .*, wordle; "
+            r"or a 'module:object' reference$",
+        ),
+        ("[env.harness]\nloader = 'nope'\n", r"field 'env.harness.loader': unknown harness 'nope'; known: claude_code, "),
+        ("[env.harness]\nloader = 5\n", r"field 'env.harness.loader': 5 is not a 'module:object' reference"),
+        ("[env]\nid = 'no_such_env_anywhere'\n", r"unknown environment 'no_such_env_anywhere': no module"),
         ("[env]\nflavour = 1\n", r"field 'env.flavour': unknown field"),
         ("[other]\nx = 1\n", r"field 'other': unknown section"),
         ("[eval]\nmodel = 'm'\n", r"no \[env\] section"),
@@ -191,7 +198,8 @@ def test_bad_toml_is_one_clear_error(tmp_path: Path, text: str, message: str) ->
 
 def test_bad_ids_and_arguments() -> None:
     with pytest.raises(
-        vf.ConfigError, match=r"environment 'nope-env' not found: no module 'nope-env' or 'nope_env' or 'tasksets.nope_env'"
+        vf.UnknownNameError,
+        match=r"unknown environment 'nope-env': no module 'nope-env' or 'nope_env' or 'tasksets.nope_env'; known: alphabet_sort, ",
     ):
         vf.load_environment("nope-env")
     with pytest.raises(vf.ConfigError, match="unknown argument 'max_turns'"):

@@ -165,7 +165,7 @@ def test_seed_002_vf_eval_commands_run(registry_dir: Path, mock: MockModelServer
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("continuation-quality -n1 -r1", "environment 'continuation-quality' not found"),
+        ("continuation-quality -n1 -r1", "unknown environment 'continuation-quality': no module"),
         (
             'alphabet-sort -n1 -r1 -m Qwen/Qwen3-4B-Instruct-2507 -b {url} -x {{"interleaved_rollouts":true}}',
             "-x/--extra-env-kwargs: unknown setting 'interleaved_rollouts' for Env 'alphabet_sort'",

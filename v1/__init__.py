@@ -42,12 +42,14 @@ from v1.errors import (
     ModelRequestError,
     NotSupportedError,
     OverlongPromptError,
+    PluginError,
     ProgramError,
     RolloutStopped,
     SandboxError,
     StateFieldError,
     TaskError,
     ToolError,
+    UnknownNameError,
 )
 from v1.eval_config import EvalConfig
 from v1.harness import Harness
@@ -151,6 +153,7 @@ __all__ = [
     "OverlongPromptError",
     "PRIME_PLUGIN_API_VERSION",
     "Parser",
+    "PluginError",
     "PrimeCLIPlugin",
     "ProgramConfig",
     "ProgramError",
@@ -199,6 +202,7 @@ __all__ = [
     "ToolsetConfig",
     "TrajectoryStep",
     "TrajectoryStepTokens",
+    "UnknownNameError",
     "Usage",
     "User",
     "UserConfig",

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from v1.errors import ConfigError, MissingKeyError
-from v1.types import ClientType
+from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -300,6 +301,16 @@ class SandboxConfig(Config):
     advanced_configs: dict[str, Any] | None = None
     """The SDK's `AdvancedConfigs` fields, passed through as given (prime backend only)."""
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, name: str) -> str:
+        # imported and checked now, so a missing or broken plugin fails with the config, not in a rollout
+        try:
+            SANDBOX_BACKENDS.get(name)
+        except ConfigError as exc:
+            raise PydanticCustomError("unknown_name", str(exc)) from None
+        return name
+
     @model_validator(mode="after")
     def _absolute_workdir(self) -> SandboxConfig:
         if not self.workdir.startswith("/"):
@@ -417,7 +428,8 @@ class ClientConfig(Config):
     """How to reach the upstream model: API type, URL, key variable, limits and retries."""
 
     client_idx: int = 0
-    client_type: ClientType = "openai_chat_completions"
+    client_type: str = "openai_chat_completions"
+    """A name in `v1.registry.CLIENT_TYPES`: a built-in `ClientType`, or a plugin's (entry-point group ``v1.clients``)."""
     preserve_all_thinking: bool = False
     preserve_thinking_between_tool_calls: bool = False
     renderer_model_name: str | None = None  # client_type "renderer": the tokenizer to render with (default: the model name)
@@ -431,6 +443,18 @@ class ClientConfig(Config):
     max_retries: int = Field(10, ge=0)
     extra_headers: dict[str, str] = {}
     extra_headers_from_state: dict[str, str] = {}
+
+    @field_validator("client_type")
+    @classmethod
+    def _known_client_type(cls, name: str) -> str:
+        # a built-in by name only (importing it imports its SDK, which waits for the first request);
+        # a plugin imported and checked now, so a broken one fails with the config
+        try:
+            if name not in CLIENT_TYPES or CLIENT_TYPES.origin(name) != BUILT_IN:
+                CLIENT_TYPES.get(name)
+        except ConfigError as exc:
+            raise PydanticCustomError("unknown_name", str(exc)) from None
+        return name
 
     def endpoint_variants(self) -> list[ClientConfig]:
         """One config per entry of `endpoint_configs` (just this one when there are none).

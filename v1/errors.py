@@ -6,6 +6,8 @@ was wrong, where (file, field path, task row), and what to do about it.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import ClassVar
 
 
@@ -43,6 +45,35 @@ class NotSupportedError(ConfigError):
 
     Raised when the field is *used*, never silently ignored.
     """
+
+
+class UnknownNameError(ConfigError):
+    """A name that no built-in, registration or installed plugin of its family has.
+
+    Args:
+        kind: the family, e.g. ``sandbox backend``.
+        name: the name asked for.
+        known: every name the family has.
+        detail: what was tried, when more than the family's names was.
+    """
+
+    def __init__(self, kind: str, name: object, known: Iterable[str], detail: str = "") -> None:
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        close = difflib.get_close_matches(name, self.known, n=1) if isinstance(name, str) and len(name) <= 100 else []
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.detail = detail
+        super().__init__(
+            f"unknown {kind} {shown}{hint}{': ' + detail if detail else ''}; known: {', '.join(self.known) or 'none'}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, object, list[str], str]]:
+        return type(self), (self.kind, self.name, self.known, self.detail)
+
+
+class PluginError(ConfigError):
+    """A part that cannot be used: its entry point fails to import, names the wrong kind of object,
+    or claims a name that is taken."""
 
 
 class TaskError(Error, ValueError):
@@ -133,6 +164,8 @@ __all__ = [
     "StateFieldError",
     "TaskError",
     "ToolError",
+    "UnknownNameError",
+    "PluginError",
 ]
 
 

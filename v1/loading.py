@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref, read_toml
 from v1.env import Env, Environment
-from v1.errors import ConfigError
+from v1.errors import ConfigError, UnknownNameError
 from v1.harness import Harness
 from v1.lifecycle import LIST_KINDS
+from v1.registry import HARNESSES, TASKSETS, Registry
 from v1.taskset import Taskset
 
 if TYPE_CHECKING:
@@ -135,7 +136,8 @@ def import_env_module(env_id: str) -> Any:
             raise ConfigError(
                 f"environment {env_id!r}: module {candidate!r} failed to import: {type(exc).__name__}: {exc}"
             ) from exc
-    raise ConfigError(f"environment {env_id!r} not found: no module {' or '.join(repr(c) for c in candidates)}")
+    tried = f"no module {' or '.join(repr(c) for c in candidates)}"
+    raise UnknownNameError("environment", env_id, TASKSETS.names(), detail=tried)
 
 
 def config_type_of(loader: Callable[..., Any], base: type[Config]) -> type[Config]:
@@ -202,7 +204,12 @@ def _check_refs(section: Mapping[str, Any], where: str, path: str) -> None:
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from None
 
-    for key in ("loader", "source", "eval_source"):
+    if isinstance(section.get("loader"), str):
+        try:
+            loader_of(section["loader"], path)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    for key in ("source", "eval_source"):
         check(section.get(key), f"{path}.{key}")
     for list_name in LIST_KINDS:
         for index, entry in enumerate(section.get(list_name) or []):
@@ -214,6 +221,28 @@ def _check_refs(section: Mapping[str, Any], where: str, path: str) -> None:
         if isinstance(toolset, Mapping):
             for tool_index, tool in enumerate(toolset.get("tools") or []):
                 check(tool, f"{path}.toolsets[{index}].tools[{tool_index}]")
+
+
+LOADERS: dict[str, Registry[Any]] = {"env.taskset": TASKSETS, "env.harness": HARNESSES}
+"""The registry a section's ``loader = "NAME"`` is looked up in."""
+
+
+def loader_of(value: Any, path: str) -> Any:
+    """The loader of ``[env.taskset]``/``[env.harness]`` (`path`): a registered name (`v1.registry.TASKSETS`,
+    `HARNESSES`, plugins included) or a ``module:object`` reference.
+
+    Raises:
+        ConfigError: naming the field, for an unknown name or a reference that does not resolve.
+    """
+    field = f"{path}.loader"
+    if not isinstance(value, str) or ":" in value:
+        return import_ref(value, field)
+    try:
+        return LOADERS[path].get(value)
+    except UnknownNameError as exc:
+        raise ConfigError(f"field '{field}': {exc}; or a 'module:object' reference") from None
+    except ConfigError as exc:
+        raise ConfigError(f"field '{field}': {exc}") from None
 
 
 def _located(exc: ConfigError, where: str) -> ConfigError:
@@ -332,10 +361,10 @@ def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = 
             for part, data in (("taskset", taskset_data), ("harness", harness_data)):
                 if "loader" in data:
                     raise ConfigError(f"field 'env.{part}.loader': not allowed with [env] id (the module's loaders are used)")
-            env = load_module_environment(import_env_module(env_id), taskset_data, harness_data, where)
+            env = load_id_environment(env_id, taskset_data, harness_data, where)
         else:
-            taskset_loader = import_ref(taskset_data.pop("loader"), "env.taskset.loader") if "loader" in taskset_data else Taskset
-            harness_loader = import_ref(harness_data.pop("loader"), "env.harness.loader") if "loader" in harness_data else Harness
+            taskset_loader = loader_of(taskset_data.pop("loader"), "env.taskset") if "loader" in taskset_data else Taskset
+            harness_loader = loader_of(harness_data.pop("loader"), "env.harness") if "loader" in harness_data else Harness
             built_taskset = _build(taskset_loader, TasksetConfig, Taskset, taskset_data, where, "env.taskset")
             built_harness = _build(harness_loader, HarnessConfig, Harness, harness_data, where, "env.harness")
             env = Env(built_taskset, built_harness)
@@ -397,9 +426,46 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
         )
     if str(env).endswith(".toml") or isinstance(env, Path):
         return load_toml_environment(env, overrides.get("taskset"), overrides.get("harness"))
-    return load_module_environment(
-        import_env_module(str(env)), overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args")
+    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args"))
+
+
+def load_id_environment(
+    env_id: str, taskset: Any = None, harness: Any = None, where: str | None = None, env_args: Mapping[str, Any] | None = None
+) -> Environment:
+    """An environment by id: its module (`import_env_module`), else the taskset registered under that name
+    (`v1.registry.TASKSETS`, plugins included) with the base `Harness`.
+
+    Raises:
+        UnknownNameError: neither a module nor a registered taskset has that name.
+    """
+    try:
+        module = import_env_module(env_id)
+    except UnknownNameError:
+        if env_id not in TASKSETS:
+            raise
+        if env_args:
+            raise ConfigError(f"environment {env_id!r} is a registered taskset: it takes taskset fields, not env_args") from None
+        return load_registered_taskset(env_id, taskset, harness, where)
+    return load_module_environment(module, taskset, harness, where, env_args)
+
+
+def load_registered_taskset(name: str, taskset: Any = None, harness: Any = None, where: str | None = None) -> Environment:
+    """An `Env` of the taskset registered as `name` (a plugin's, say) with the base `Harness`.
+
+    Raises:
+        ConfigError: unknown name, a plugin that fails to load, or a field that does not validate.
+    """
+    where = where or f"taskset {name!r}"
+    taskset_data, harness_data = _section(taskset, where, "env.taskset"), _section(harness, where, "env.harness")
+    loader = TASKSETS.get(name)
+    env = Env(
+        _build(loader, TasksetConfig, Taskset, taskset_data, where, "env.taskset"),
+        _build(Harness, HarnessConfig, Harness, harness_data, where, "env.harness"),
     )
+    env.module = getattr(loader, "__module__", None)
+    env.env_id = name
+    env.source = EnvSource(name, dict(taskset or {}), dict(harness or {}))
+    return env
 
 
 __all__ = [
@@ -410,6 +476,9 @@ __all__ = [
     "import_env_module",
     "load_environment",
     "load_example_dataset",
+    "load_id_environment",
     "load_module_environment",
+    "load_registered_taskset",
+    "loader_of",
     "load_toml_environment",
 ]

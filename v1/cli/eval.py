@@ -55,13 +55,7 @@ from v1.eval_config import (
     RolloutsPerExample,
 )
 from v1.executors import RayActorsLost, RayExecutor
-from v1.loading import (
-    EnvSource,
-    environment_config_file,
-    import_env_module,
-    load_module_environment,
-    load_toml_environment,
-)
+from v1.loading import EnvSource, environment_config_file, load_id_environment, load_toml_environment
 from v1.logs import LEVEL_VARIABLE, setup_logging
 from v1.results import ResultsWriter, RolloutKey, create_run_folder
 from v1.types import GenerateMetadata
@@ -317,7 +311,7 @@ def load_env(target: str, taskset: dict[str, Any], harness: dict[str, Any]) -> E
     """The environment of a config file or a module/id, with the command line's overrides."""
     if _is_config_file(target):
         return load_toml_environment(target, taskset, harness)
-    return load_module_environment(import_env_module(target), taskset, harness)
+    return load_id_environment(target, taskset, harness)
 
 
 def _named(config: ClientConfig, field: str) -> bool:

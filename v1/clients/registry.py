@@ -12,32 +12,22 @@ from v1._loop_scope import loop_scope
 from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
 from v1.clients.http import is_async_openai
-from v1.clients.nemorl_chat_completions import NeMoRLChatCompletionsClient
 from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
-from v1.clients.openai_chat_completions_token import OpenAIChatCompletionsTokenClient
-from v1.clients.openai_completions import OpenAICompletionsClient
-from v1.clients.openai_responses import OpenAIResponsesClient
-from v1.clients.renderer import RendererClient
 from v1.config import ClientConfig
-from v1.errors import ConfigError, NotSupportedError
+from v1.errors import ConfigError
+from v1.registry import CLIENT_TYPES
 from v1.types import Response, ResponseDelta
-
-CLIENT_TYPES: dict[str, type[Client[Any, Any, Any, Any]]] = {
-    "openai_chat_completions": OpenAIChatCompletionsClient,
-    "openai_chat_completions_token": OpenAIChatCompletionsTokenClient,
-    "openai_completions": OpenAICompletionsClient,
-    "openai_responses": OpenAIResponsesClient,
-    "anthropic_messages": AnthropicMessagesClient,
-    "renderer": RendererClient,
-    "nemorl_chat_completions": NeMoRLChatCompletionsClient,
-}
 
 
 def client_class(client_type: str) -> type[Client[Any, Any, Any, Any]]:
-    try:
-        return CLIENT_TYPES[client_type]
-    except KeyError:
-        raise NotSupportedError(f"client_type {client_type!r} is not supported yet; supported: {sorted(CLIENT_TYPES)}") from None
+    """The `Client` class registered as `client_type` in `v1.registry.CLIENT_TYPES`.
+
+    Raises:
+        UnknownNameError: no client type has that name.
+        PluginError: its plugin fails to import or is not a client class.
+    """
+    cls: type[Client[Any, Any, Any, Any]] = CLIENT_TYPES.get(client_type)
+    return cls
 
 
 class RoundRobinClient:

@@ -1,30 +1,31 @@
-"""The registry of the endpoint's dialects: each wire format by name and by route."""
+"""The endpoint's dialects: each wire format by name (`v1.registry.DIALECTS`) and by route."""
 
 from __future__ import annotations
 
-from v1.interception import chat_completions, completions, gemini, messages, responses
+from v1.interception import chat_completions
 from v1.interception.dialect import Dialect
+from v1.registry import DIALECTS
 
-DIALECTS: dict[str, Dialect] = {
-    dialect.name: dialect
-    for dialect in (chat_completions.DIALECT, completions.DIALECT, responses.DIALECT, messages.DIALECT, gemini.DIALECT)
-}
-"""Every dialect the endpoint speaks, by `Dialect.name`."""
+DEFAULT_DIALECT: Dialect = chat_completions.DIALECT
 
-DEFAULT_DIALECT = DIALECTS["chat_completions"]
+
+def all_dialects() -> list[Dialect]:
+    """Every dialect the endpoint speaks: the built-ins, then those registered in code or by plugins."""
+    return DIALECTS.values()
 
 
 def dialect_for_path(path: str) -> Dialect:
     """The dialect whose route `path` ends with, else the one whose own API root it is under (Gemini's
     ``/v1beta``); Chat Completions (the OpenAI error shape) when none is."""
-    for dialect in DIALECTS.values():
+    dialects = all_dialects()
+    for dialect in dialects:
         match = dialect.path_pattern.search(path)
         if match is not None and match.end() == len(path):
             return dialect
-    for dialect in DIALECTS.values():
+    for dialect in dialects:
         if dialect.prefix != DEFAULT_DIALECT.prefix and f"{dialect.prefix}/" in path:
             return dialect
     return DEFAULT_DIALECT
 
 
-__all__ = ["DEFAULT_DIALECT", "DIALECTS", "dialect_for_path"]
+__all__ = ["DEFAULT_DIALECT", "DIALECTS", "all_dialects", "dialect_for_path"]

@@ -1,7 +1,8 @@
 """Sandboxes: one backend protocol, backends by name, and safe create/delete.
 
-`local` (bubblewrap) and `prime` (prime-sandboxes) are registered here; add a
-backend with `register_backend(name, factory)`.
+`local` (bubblewrap) and `prime` (prime-sandboxes) are built in; add a backend
+with `register_backend(name, factory)` or, from another package, an entry point
+in the ``v1.sandbox_backends`` group (see `v1.registry`).
 """
 
 from v1.sandbox.backend import (
@@ -19,9 +20,6 @@ from v1.sandbox.limits import limits_description
 from v1.sandbox.local import INSTALL_HINT, LocalBackend, LocalSandbox, sandbox_root
 from v1.sandbox.manager import SandboxManager, get_manager, list_sandboxes, max_sandboxes, reap_sandboxes
 from v1.sandbox.prime import PrimeBackend, StaticTunnel, Tunnel
-
-register_backend("local", LocalBackend)
-register_backend("prime", PrimeBackend)
 
 __all__ = [
     "INSTALL_HINT",

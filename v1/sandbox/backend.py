@@ -2,7 +2,9 @@
 
 A backend creates sandboxes, a sandbox runs commands (output streamed as it
 comes), takes files in and gives them back, and is deleted by its backend.
-Backends register by name (`register_backend`), so docker, modal or daytona
+Backends are found by name in `v1.registry.SANDBOX_BACKENDS`: the built-ins,
+those registered in code (`register_backend`), and plugins declared as entry
+points in the ``v1.sandbox_backends`` group, so docker, modal or daytona
 backends plug in without touching the core.
 """
 
@@ -14,7 +16,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from v1.config import SandboxConfig
-from v1.errors import ConfigError
+from v1.errors import PluginError
+from v1.registry import SANDBOX_BACKENDS
 
 OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", bytes) as a command writes."""
@@ -134,13 +137,17 @@ class SandboxBackend(Protocol):
         ...
 
 
-_BACKENDS: dict[str, Callable[[], SandboxBackend]] = {}
 _INSTANCES: dict[str, SandboxBackend] = {}
 
 
 def register_backend(name: str, factory: Callable[[], SandboxBackend]) -> None:
-    """Make a backend available as `SandboxConfig(backend=name)`."""
-    _BACKENDS[name] = factory
+    """Make a backend available as `SandboxConfig(backend=name)`; registering the same factory again
+    gives a fresh instance.
+
+    Raises:
+        PluginError: `name` is taken by another backend (a built-in's name included).
+    """
+    SANDBOX_BACKENDS.register(name, factory)
     _INSTANCES.pop(name, None)
 
 
@@ -148,18 +155,25 @@ def get_backend(name: str) -> SandboxBackend:
     """The backend registered as `name` (one instance per process).
 
     Raises:
-        ConfigError: no backend has that name.
+        UnknownNameError: no backend has that name.
+        PluginError: its plugin fails to import, or its factory does not make a `SandboxBackend`.
     """
     if name not in _INSTANCES:
-        if name not in _BACKENDS:
-            raise ConfigError(f"unknown sandbox backend {name!r}; registered backends: {sorted(_BACKENDS)}")
-        _INSTANCES[name] = _BACKENDS[name]()
+        factory = SANDBOX_BACKENDS.get(name)
+        where = f"sandbox backend {name!r} ({SANDBOX_BACKENDS.origin(name)})"
+        try:
+            backend = factory()
+        except Exception as exc:
+            raise PluginError(f"{where}: its factory failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(backend, SandboxBackend):
+            raise PluginError(f"{where}: its factory returned type {type(backend).__name__!r}, not a SandboxBackend")
+        _INSTANCES[name] = backend
     return _INSTANCES[name]
 
 
 def backend_names() -> list[str]:
-    """Names of the registered backends."""
-    return sorted(_BACKENDS)
+    """Names of the available backends: built-ins, registered in code, and installed plugins."""
+    return SANDBOX_BACKENDS.names()
 
 
 __all__ = [

@@ -141,7 +141,7 @@ class SandboxManager:
             raise SandboxError(problem)
         slot = await self._take_slot()
         try:
-            sandbox = await self._create_with_retries(backend.name, config, endpoint, [*config.labels, *labels])
+            sandbox = await self._create_with_retries(name, config, endpoint, [*config.labels, *labels])
         except BaseException:
             slot.close()
             raise
