@@ -21,7 +21,7 @@ from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
 from v1.programs.install import project_dependencies
 from v1.programs.sandboxed import _read_host_file, install_package
-from v1.sandbox import ExecResult, Sandbox, get_manager, list_sandboxes
+from v1.sandbox import ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
 
 REPO = Path(__file__).resolve().parents[2]
@@ -382,3 +382,81 @@ async def test_t6_an_unsandboxed_programs_fifo_artifact_is_refused_at_once(tmp_p
     await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), 10)
     assert state["artifacts"] == {str(tmp_path / "good.txt"): "kept"}
     assert "not a regular file" in state["error"]["message"]
+
+
+SYSCALL_PROBE = """
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+buffer = ctypes.create_string_buffer(256)
+args = {  # arguments that succeed, or fail with something other than EPERM, when the call is not filtered
+    "keyctl": (0, -3, 1), "add_key": (b"user", b"v1-probe", b"x", 1, -2), "request_key": (b"user", b"v1-none", None, 0),
+    "bpf": (0, None, 0), "perf_event_open": (None, 0, -1, -1, 0), "userfaultfd": (0,), "io_uring_setup": (1, buffer),
+    "unshare": (0x10000000,), "setns": (-1, 0), "open_by_handle_at": (-1, None, 0),
+    "name_to_handle_at": (-100, b".", None, None, 0), "mount": (b"none", b"/tmp", b"tmpfs", 0, None),
+    "init_module": (None, 0, b""), "kexec_load": (0, 0, None, 0), "swapon": (b"/tmp/x", 0), "reboot": (0, 0, 0, None),
+    "iopl": (3,), "ioperm": (0, 1, 1), "clone": (0x10000000 | 17, 0, 0, 0, 0), "clone3": (None, 0),
+}
+for name, number in zip(sys.argv[1::2], sys.argv[2::2]):
+    ctypes.set_errno(0)
+    result = libc.syscall(int(number), *args[name])
+    if name == "clone" and result == 0:
+        os._exit(0)  # the child of an unfiltered clone
+    print(name, result, errno.errorcode.get(ctypes.get_errno(), "none"))
+"""
+
+
+async def test_t11_a_seccomp_filter_denies_calls_that_widen_the_kernels_attack_surface() -> None:
+    names = ["keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "unshare"]
+    names += ["setns", "open_by_handle_at", "name_to_handle_at", "mount", "init_module", "kexec_load", "swapon", "reboot"]
+    names += ["clone", "clone3"] + (["iopl", "ioperm"] if os.uname().machine == "x86_64" else [])
+    numbers = [str(seccomp._library().seccomp_syscall_resolve_name(name.encode())) for name in names]
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig())
+    try:
+        await sandbox.write_file("probe.py", SYSCALL_PROBE.encode())
+        result = await sandbox.exec(["python", "probe.py", *(x for pair in zip(names, numbers) for x in pair)])
+    finally:
+        await manager.delete(sandbox)
+    assert result.exit_code == 0, result.stderr
+    seen = {name: (int(code), error) for name, code, error in (line.split() for line in result.stdout.splitlines())}
+    assert seen.pop("clone3") == (-1, "ENOSYS")  # the C library falls back to clone, whose flags the filter sees
+    assert seen == {name: (-1, "EPERM") for name in names if name != "clone3"}
+
+
+TOOLCHAIN = """
+set -e
+python -c "import threading, subprocess; t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()"
+mkdir -p probe_pkg && cd probe_pkg
+printf 'VALUE = 42\\n' > probe_pkg.py
+printf '[build-system]\\nrequires = ["setuptools"]\\nbuild-backend = "setuptools.build_meta"\\n[project]\\nname = "probe-pkg"\\nversion = "1"\\n[tool.setuptools]\\npy-modules = ["probe_pkg"]\\n' > pyproject.toml
+cd ..
+python -m pip install -q --no-index --no-build-isolation --target site ./probe_pkg
+PYTHONPATH=site python -c "import probe_pkg; print('pip', probe_pkg.VALUE)"
+git init -q repo && cd repo && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m first && git log --format='git %s' && cd ..
+printf '#include <stdio.h>\\nint main(void) { puts("gcc ok"); return 0; }\\n' > hello.c
+gcc -O1 -pthread -o hello hello.c && ./hello
+"""
+
+
+async def test_t11_python_pip_git_and_gcc_still_work_under_the_filter() -> None:
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig())
+    try:
+        result = await sandbox.exec(["sh", "-c", TOOLCHAIN], timeout=240)
+    finally:
+        await manager.delete(sandbox)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["thread", "pip 42", "git first", "gcc ok"]
+
+
+async def test_t11_without_libseccomp_the_backend_refuses_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seccomp.ctypes.util, "find_library", lambda name: "libv1-no-such-seccomp.so.9")
+    seccomp._library.cache_clear()
+    seccomp.filter_program.cache_clear()
+    try:
+        with pytest.raises(vf.SandboxError, match=r"needs libseccomp .*apt-get install -y libseccomp2"):
+            await get_manager().create(vf.SandboxConfig())
+    finally:
+        seccomp._library.cache_clear()
+        seccomp.filter_program.cache_clear()
+    assert list_sandboxes() == []

@@ -34,6 +34,7 @@ from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay
 from v1.sandbox.host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox.limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
 from v1.sandbox.process import kill_children, kill_group, reap_now, run_process
+from v1.sandbox.seccomp import filter_program, seccomp_problem
 
 INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` (Fedora)"
 LAUNCHER = Path(__file__).with_name("_launcher.py")
@@ -101,9 +102,9 @@ def _python_prefixes() -> list[str]:
 
 
 @contextlib.contextmanager
-def _env_file(content: bytes) -> Iterator[int]:
+def _memory_file(content: bytes) -> Iterator[int]:
     """An anonymous in-memory file holding `content`, read from the start; closed after."""
-    memfd = os.memfd_create("v1-sandbox-env", os.MFD_CLOEXEC)
+    memfd = os.memfd_create("v1-sandbox", os.MFD_CLOEXEC)
     try:
         view = memoryview(content)
         while view:
@@ -284,9 +285,13 @@ class LocalSandbox:
 
     # -- commands ------------------------------------------------------------------------
 
-    def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, env_fd: int) -> list[str]:
-        """The command line of one command: its environment is read from `env_fd` (see `env_args`), never argv."""
+    def bwrap_argv(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, env_fd: int, seccomp_fd: int
+    ) -> list[str]:
+        """The command line of one command: its environment is read from `env_fd` (see `env_args`), never argv;
+        its system-call filter from `seccomp_fd` (see `seccomp`)."""
         args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
+        args += ["--seccomp", str(seccomp_fd)]
         args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
         if network:
             args += ["--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
@@ -383,8 +388,8 @@ class LocalSandbox:
         await asyncio.to_thread(self._grant_run_dir)
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with _env_file(self.env_args(full_env)) as env_fd:
-            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, env_fd)
+        with _memory_file(self.env_args(full_env)) as env_fd, _memory_file(filter_program()) as seccomp_fd:
+            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, env_fd, seccomp_fd)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
@@ -393,7 +398,7 @@ class LocalSandbox:
                 stdin=stdin,
                 on_output=on_output,
                 running=self.processes,
-                pass_fds=(env_fd,),
+                pass_fds=(env_fd, seccomp_fd),
                 watch=disk.watch,
             )
         result.limit = "disk" if disk.exceeded else await self._limit_hit(before, result.exit_code)
@@ -440,7 +445,7 @@ class LocalBackend:
     def available(self) -> str | None:
         if shutil.which("bwrap") is None:
             return f"the local sandbox backend needs bubblewrap (`bwrap`), which is not installed; {INSTALL_HINT}"
-        return None
+        return seccomp_problem()
 
     async def create(self, config: SandboxConfig, *, endpoint: EndpointTarget | None, labels: Sequence[str]) -> LocalSandbox:
         problem = self.available()
