@@ -21,8 +21,9 @@ from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
 from v1.programs.install import project_dependencies
 from v1.programs.sandboxed import _read_host_file, install_package
-from v1.sandbox import ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
+from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
+from v1.sandbox.local import RUN_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -460,3 +461,47 @@ async def test_t11_without_libseccomp_the_backend_refuses_in_one_line(monkeypatc
         seccomp._library.cache_clear()
         seccomp.filter_program.cache_clear()
     assert list_sandboxes() == []
+
+
+MOUNT_PROBE = """
+import sys
+for path in ["/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/environ", "/etc/passwd", "/etc/group"]:
+    sys.stdout.write(open(path, "rb").read().decode().replace("\\0", "\\n"))
+"""
+
+
+def _host_user_names() -> set[str]:
+    names = {line.split(":", 1)[0] for line in Path("/etc/passwd").read_text().splitlines() if ":" in line}
+    return names - {"root", "nobody", "sandbox"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hidden where the host side is root (CI, containers); docs/sandbox.md")
+async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_environ(tmp_path: Path) -> None:
+    endpoint = socket.socket()
+    endpoint.bind(("127.0.0.1", 0))
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", endpoint.getsockname()[1]))
+    try:
+        host_socket, inside_socket = sandbox.control_socket_path("control-probe.sock")  # type: ignore[misc]
+        control = socket.socket(socket.AF_UNIX)
+        control.bind(str(host_socket))
+        await sandbox.write_file("probe.py", MOUNT_PROBE.encode())
+        result = await sandbox.exec(["python", "probe.py"], env={"V1_CONTROL_SOCKET": inside_socket})
+        local = sandbox  # the local backend's paths, to look for
+        host_paths = [local.root, local.workspace, local.run_dir, local.stage_dir, REPO, tmp_path]  # type: ignore[attr-defined]
+    finally:
+        await manager.delete(sandbox)
+        endpoint.close()
+    assert result.exit_code == 0, result.stderr
+    assert f"{RUN_DIR}/endpoint.sock" in result.stdout and inside_socket in result.stdout  # the sockets are there
+    leaks = [str(path) for path in host_paths if str(path) in result.stdout]
+    assert leaks == [], f"host paths show inside the sandbox: {leaks}"
+    # The running Python's prefix is bound at its own path (a venv names it); no other line names the host home.
+    prefixes = {sys.prefix, sys.base_prefix}
+    home = os.environ.get("HOME", "/root")
+    mounts_and_environ = result.stdout.split("root:x:0:0:", 1)[0]
+    lines = [line for line in mounts_and_environ.splitlines() if home in line and not any(p in line for p in prefixes)]
+    assert lines == []
+    shown_names = {line.split(":", 1)[0] for line in result.stdout.splitlines() if line.count(":") >= 3}
+    assert shown_names == {"root", "sandbox", "nobody", "nogroup"}
+    assert not _host_user_names() & set(result.stdout.replace(":", " ").split())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from v1.sandbox.backend import EndpointTarget, ExecResult, OutputCallback
 from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay
 from v1.sandbox.host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox.limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
+from v1.sandbox.own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
 from v1.sandbox.process import kill_children, kill_group, reap_now, run_process
 from v1.sandbox.seccomp import filter_program, seccomp_problem
 
@@ -43,8 +45,6 @@ RUN_DIR = "/run/v1"
 DEFAULT_MAX_PROCESSES = 512
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
-    "/etc/passwd",
-    "/etc/group",
     "/etc/hosts",
     "/etc/nsswitch.conf",
     "/etc/ld.so.cache",
@@ -54,6 +54,9 @@ ETC_FILES = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+GROUP = "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"
+"""The sandbox's own user and group databases: the host's would name its users."""
 TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 """The host's certificate-authority settings: passed into a sandbox when they name a path it shows, so
 installs behind a TLS-inspecting proxy trust what the host trusts (nothing else of the host's environment is)."""
@@ -113,6 +116,20 @@ def _memory_file(content: bytes) -> Iterator[int]:
         yield memfd
     finally:
         os.close(memfd)
+
+
+@functools.cache
+def data_files() -> dict[str, bytes]:
+    """Files every sandbox shows, by path inside: the launcher and the user and group databases."""
+    return {"/run/v1-launcher.py": LAUNCHER.read_bytes(), "/etc/passwd": PASSWD.encode(), "/etc/group": GROUP.encode()}
+
+
+@contextlib.contextmanager
+def command_files(env_args: bytes) -> Iterator[dict[str, int]]:
+    """One command's memory files, by name: "env" (its `--setenv` options), "seccomp" (its filter), and `data_files`."""
+    with contextlib.ExitStack() as stack:
+        contents = {"env": env_args, "seccomp": filter_program(), **data_files()}
+        yield {name: stack.enter_context(_memory_file(content)) for name, content in contents.items()}
 
 
 def _user_processes(uid: int) -> int:
@@ -201,13 +218,14 @@ class LocalSandbox:
         """(host path, path inside, writable) of every host path bound into the sandbox."""
         binds = [(prefix, prefix, False) for prefix in _python_prefixes()]
         binds += [(host, inside, False) for inside, host in self.config.mounts.items()]
-        binds += [(str(self.workspace), self.workdir, True)]
-        return [*binds, (str(LAUNCHER), "/run/v1-launcher.py", False)]
+        return [*binds, (str(self.workspace), self.workdir, True)]
 
     async def start(self) -> None:
         self.workspace.mkdir(parents=True)
         self.run_dir.mkdir(parents=True)
         if self.user is not None:
+            await asyncio.to_thread(mount_workspace, self.workspace, self.root / IMAGE_NAME, self.disk_bytes, self.user)
+            await asyncio.to_thread(mount_run_dir, self.run_dir, self.user)
             await asyncio.to_thread(self._prepare_unprivileged, self.user)
         support = cgroup_support()
         if support is not None:
@@ -286,12 +304,12 @@ class LocalSandbox:
     # -- commands ------------------------------------------------------------------------
 
     def bwrap_argv(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, env_fd: int, seccomp_fd: int
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, fds: Mapping[str, int]
     ) -> list[str]:
-        """The command line of one command: its environment is read from `env_fd` (see `env_args`), never argv;
-        its system-call filter from `seccomp_fd` (see `seccomp`)."""
+        """The command line of one command; `fds` are memory files (see `command_files`): its environment
+        (see `env_args`; never argv), its system-call filter (see `seccomp`) and the files of `data_files`."""
         args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
-        args += ["--seccomp", str(seccomp_fd)]
+        args += ["--seccomp", str(fds["seccomp"])]
         args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
         if network:
             args += ["--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
@@ -308,6 +326,8 @@ class LocalSandbox:
                 args += ["--ro-bind", path, path]
         for path in ETC_FILES:
             args += ["--ro-bind-try", path, path]
+        for inside in data_files():  # copied into bwrap's own tmpfs: no host path behind them
+            args += ["--ro-bind-data", str(fds[inside]), inside]
         for host, inside, writable in self.binds:
             args += ["--bind" if writable else "--ro-bind", self.staged.get(host, host), inside]
         run = self.staged.get(str(self.run_dir), str(self.run_dir))
@@ -315,7 +335,7 @@ class LocalSandbox:
             args += ["--ro-bind", f"{run}/endpoint.sock", f"{RUN_DIR}/endpoint.sock"]
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
-        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(env_fd)]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(fds["env"])]
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
@@ -388,8 +408,8 @@ class LocalSandbox:
         await asyncio.to_thread(self._grant_run_dir)
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with _memory_file(self.env_args(full_env)) as env_fd, _memory_file(filter_program()) as seccomp_fd:
-            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, env_fd, seccomp_fd)
+        with command_files(self.env_args(full_env)) as fds:
+            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, fds)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
@@ -398,7 +418,7 @@ class LocalSandbox:
                 stdin=stdin,
                 on_output=on_output,
                 running=self.processes,
-                pass_fds=(env_fd, seccomp_fd),
+                pass_fds=tuple(fds.values()),
                 watch=disk.watch,
             )
         result.limit = "disk" if disk.exceeded else await self._limit_hit(before, result.exit_code)
@@ -488,6 +508,8 @@ class LocalBackend:
     def _remove(self, sandbox_id: str, root: Path) -> None:
         for path in sandbox_cgroup_dirs(sandbox_id):
             remove_cgroup(path)
+        unmount(root / "workspace")
+        unmount(run_dir(sandbox_id))
         for path in (root, run_dir(sandbox_id), stage_dir(sandbox_id)):
             if path.exists():
                 shutil.rmtree(path)
