@@ -7,6 +7,7 @@ that it no longer breaks anything. The test names carry the list's numbers (T1, 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from v1.programs.sandboxed import _read_host_file, install_package
 from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
 from v1.sandbox.local import RUN_DIR
+from v1.testing import MockModelServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -480,13 +482,15 @@ async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_enviro
     endpoint = socket.socket()
     endpoint.bind(("127.0.0.1", 0))
     manager = get_manager()
-    sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", endpoint.getsockname()[1]))
+    port = endpoint.getsockname()[1]
+    sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", port))
     try:
         host_socket, inside_socket = sandbox.control_socket_path("control-probe.sock")  # type: ignore[misc]
         control = socket.socket(socket.AF_UNIX)
         control.bind(str(host_socket))
         await sandbox.write_file("probe.py", MOUNT_PROBE.encode())
-        result = await sandbox.exec(["python", "probe.py"], env={"V1_CONTROL_SOCKET": inside_socket})
+        env = {"V1_CONTROL_SOCKET": inside_socket, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/r/probe/v1"}
+        result = await sandbox.exec(["python", "probe.py"], env=env)
         local = sandbox  # the local backend's paths, to look for
         host_paths = [local.root, local.workspace, local.run_dir, local.stage_dir, REPO, tmp_path]  # type: ignore[attr-defined]
     finally:
@@ -505,3 +509,51 @@ async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_enviro
     shown_names = {line.split(":", 1)[0] for line in result.stdout.splitlines() if line.count(":") >= 3}
     assert shown_names == {"root", "sandbox", "nobody", "nogroup"}
     assert not _host_user_names() & set(result.stdout.replace(":", " ").split())
+
+
+SHARED_SANDBOX_AGENT = r"""
+set -e
+stat -c %i /run/v1/endpoint.sock > socket-$ROLE.txt
+ls /run/v1 > run-dir-$ROLE.txt
+if [ "$ROLE" = first ]; then
+  printf '%s %s %s\n' "$OPENAI_BASE_URL" "$ANTHROPIC_BASE_URL" "$OPENAI_API_KEY" > /workspace/first_endpoint
+  for i in $(seq 200); do [ -f /workspace/done ] && break; sleep 0.05; done
+else
+  for i in $(seq 200); do [ -f /workspace/first_endpoint ] && break; sleep 0.05; done
+  read url anthropic key < /workspace/first_endpoint
+  body='{"model": "x", "max_tokens": 5, "messages": [{"role": "user", "content": "steal"}]}'
+  curl -s -o openai.json -w '%{http_code}' "$url/chat/completions" -H "Authorization: Bearer $key" \
+    -H "Content-Type: application/json" -d "$body" > openai-status.txt
+  curl -s -o anthropic.json -w '%{http_code}' "$anthropic/v1/messages" -H "x-api-key: $key" \
+    -H "anthropic-version: 2023-06-01" -H "Content-Type: application/json" -d "$body" > anthropic-status.txt
+  curl -s -o own.json -w '%{http_code}' "$OPENAI_BASE_URL/chat/completions" -H "Authorization: Bearer $OPENAI_API_KEY" \
+    -H "Content-Type: application/json" -d '{"model": "x", "messages": [{"role": "user", "content": "own"}]}' > own-status.txt
+  touch /workspace/done
+fi
+"""
+
+
+async def test_t13_each_rollout_of_a_shared_sandbox_reaches_the_endpoint_as_itself_only(mock: MockModelServer) -> None:
+    names = ["socket-first.txt", "socket-second.txt", "run-dir-first.txt", "run-dir-second.txt", "openai-status.txt"]
+    names += ["openai.json", "anthropic-status.txt", "anthropic.json", "own-status.txt"]
+    program = {
+        "command": ["sh", "-c", SHARED_SANDBOX_AGENT],
+        "bindings": {"env.ROLE": "task.info.role"},
+        "artifacts": [{"path": name, "optional": True} for name in names],
+    }
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+    harness = vf.Harness(client=client, model="m", program=program, sandbox={"scope": "group"}, timeout_seconds=60)
+    first, second = await harness.run_group(
+        [{"prompt": "a", "info": {"role": "first"}}, {"prompt": "b", "info": {"role": "second"}}]
+    )
+    assert first["error"] is None and second["error"] is None, (first["program_result"], second["program_result"])
+    seen = second["artifacts"]
+    assert seen["socket-first.txt"] != seen["socket-second.txt"]  # each rollout's command has a socket of its own
+    assert seen["run-dir-first.txt"] == seen["run-dir-second.txt"] == "endpoint.sock\n"
+    assert seen["openai-status.txt"] == "401" and json.loads(seen["openai.json"])["error"]["code"] == "invalid_api_key"
+    anthropic = json.loads(seen["anthropic.json"])
+    assert seen["anthropic-status.txt"] == "401" and anthropic["type"] == "error"
+    assert anthropic["error"]["type"] == "authentication_error"
+    assert seen["own-status.txt"] == "200"
+    assert first["trajectory"] == [] and len(second["trajectory"]) == 1  # the refused calls are recorded nowhere
+    assert [request.last_user_text for request in mock.requests] == ["own"]

@@ -36,6 +36,7 @@ from v1.interception.relay import StreamRelay
 from v1.interception.routes import Route, RouteTable
 from v1.interception.sdk import EndpointPools
 from v1.interception.session import RolloutSession, StopCheck
+from v1.sandbox.backend import PIN_HEADER
 from v1.state import EndpointAccess, upstream
 from v1.types import Response, ResponseDelta
 
@@ -153,6 +154,13 @@ def _failure_response(failure: Failure, dialect: Dialect) -> Answer:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    return [value for key, value in headers.items() if key.lower() == name.lower()]
 
 
 class _AiohttpExchange:
@@ -325,7 +333,8 @@ class EndpointServer:
             presented = authorization[7:].strip()
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
-        if session is None or not presented or not matches:
+        pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
+        if session is None or not presented or not matches or any(value != rollout for value in pinned):
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 

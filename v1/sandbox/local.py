@@ -19,6 +19,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox.backend import EndpointTarget, ExecResult, OutputCallback
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay
+from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, RolloutRelays
 from v1.sandbox.host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox.limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
 from v1.sandbox.own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
@@ -206,8 +207,7 @@ class LocalSandbox:
         self.user = sandbox_user()
         self.cgroups: SandboxCgroups | None = None
         self.processes: set[asyncio.subprocess.Process] = set()
-        self._relay: asyncio.AbstractServer | None = None
-        self._relay_tasks: set[asyncio.Task[None]] = set()
+        self.relays: RolloutRelays | None = None
         self.channels: dict[str, Path] = {}  # inside path -> host path of each rollout's control socket
         self.disk_bytes = int(config.disk_size_gb * 1024**3)
         self.memory_bytes = int(config.memory_gb * 1024**3)
@@ -233,8 +233,7 @@ class LocalSandbox:
                 SandboxCgroups.create, support, self.id, self.memory_bytes, DEFAULT_MAX_PROCESSES
             )
         if self.endpoint is not None and not self.config.network_access:
-            relay = EndpointRelay(self.endpoint)
-            self._relay = await asyncio.start_unix_server(relay.serve, path=str(self.run_dir / "endpoint.sock"))
+            self.relays = RolloutRelays(self.endpoint, self.run_dir)
 
     def _prepare_unprivileged(self, user: tuple[int, int]) -> None:
         """Hand the workspace and run dir to the sandbox user and make a staging path for each bind
@@ -304,10 +303,17 @@ class LocalSandbox:
     # -- commands ------------------------------------------------------------------------
 
     def bwrap_argv(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, fds: Mapping[str, int]
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        network: bool,
+        fds: Mapping[str, int],
+        endpoint_socket: Path | None = None,
     ) -> list[str]:
         """The command line of one command; `fds` are memory files (see `command_files`): its environment
-        (see `env_args`; never argv), its system-call filter (see `seccomp`) and the files of `data_files`."""
+        (see `env_args`; never argv), its system-call filter (see `seccomp`) and the files of `data_files`.
+        `endpoint_socket` (its rollout's, in the run dir) is bound at `/run/v1/endpoint.sock`."""
         args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
         args += ["--seccomp", str(fds["seccomp"])]
         args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
@@ -331,15 +337,15 @@ class LocalSandbox:
         for host, inside, writable in self.binds:
             args += ["--bind" if writable else "--ro-bind", self.staged.get(host, host), inside]
         run = self.staged.get(str(self.run_dir), str(self.run_dir))
-        if self._relay is not None:
-            args += ["--ro-bind", f"{run}/endpoint.sock", f"{RUN_DIR}/endpoint.sock"]
+        if endpoint_socket is not None:
+            args += ["--ro-bind", f"{run}/{endpoint_socket.name}", f"{RUN_DIR}/endpoint.sock"]
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
         args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(fds["env"])]
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
-        if self._relay is not None and self.endpoint is not None and not network:
+        if endpoint_socket is not None and self.endpoint is not None and not network:
             spec["forward"] = [[self.endpoint.port, f"{RUN_DIR}/endpoint.sock", MAX_CONNECTIONS]]
         args += ["--", sys.executable, "-I", "-S", "/run/v1-launcher.py", json.dumps(spec)]
         if self.cgroups is not None or self.user is not None:
@@ -405,11 +411,47 @@ class LocalSandbox:
             raise SandboxError("exec: empty command")
         full_env = self.base_env() | dict(self.config.env) | dict(env or {})
         use_network = self.config.network_access if network is None else network
-        await asyncio.to_thread(self._grant_run_dir)
+        rollout = self.rollout_of(full_env)
+        endpoint_socket = await self.relays.acquire(rollout) if self.relays is not None and rollout is not None else None
+        try:
+            await asyncio.to_thread(self._grant_run_dir)
+            result = await self._run(
+                command, full_env, cwd or self.workdir, use_network, endpoint_socket, timeout, stdin, on_output
+            )
+        finally:
+            if endpoint_socket is not None and self.relays is not None and rollout is not None:
+                await self.relays.release(rollout)
+        return result
+
+    def rollout_of(self, env: Mapping[str, str]) -> str | None:
+        """The rollout whose endpoint URL the environment holds (its commands get that rollout's socket only).
+
+        Raises:
+            SandboxError: the environment names more than one rollout.
+        """
+        if self.endpoint is None:
+            return None
+        prefix = re.escape(f"http://{self.endpoint.host}:{self.endpoint.port}/r/")
+        found = {match.group(1) for value in env.values() if (match := re.match(prefix + r"([^/?#]+)(?:[/?#]|$)", value))}
+        if len(found) > 1:
+            raise SandboxError("a command's environment names the endpoint URLs of more than one rollout")
+        return found.pop() if found else None
+
+    async def _run(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        network: bool,
+        endpoint_socket: Path | None,
+        timeout: float | None,
+        stdin: bytes | None,
+        on_output: OutputCallback | None,
+    ) -> ExecResult:
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with command_files(self.env_args(full_env)) as fds:
-            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, fds)
+        with command_files(self.env_args(env)) as fds:
+            argv = self.bwrap_argv(command, env, cwd, network, fds, endpoint_socket)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
@@ -448,10 +490,9 @@ class LocalSandbox:
         for process in list(self.processes):  # its loop is gone (interpreter exit): reap here, leave no zombie
             kill_group(process.pid)
             await asyncio.to_thread(reap_now, process.pid)
-        if self._relay is not None:
+        if self.relays is not None:
             with contextlib.suppress(Exception):  # at interpreter exit its loop may be gone
-                self._relay.close()
-                await asyncio.wait_for(self._relay.wait_closed(), 1)
+                await self.relays.close()
 
 
 class LocalBackend:
