@@ -28,6 +28,7 @@ from v1.clients.base import redact_locations
 from v1.clients.http import http_library
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import mcp_server
+from v1.interception.connection_gate import IDLE_TIMEOUT_S, ConnectionGate, connection_limit, raise_descriptor_limit
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTooLarge, Exchange
@@ -254,6 +255,7 @@ class EndpointServer:
         self.port: int | None = None
         self.pools: EndpointPools | None = None
         self._runner: web.AppRunner | None = None
+        self._gate: ConnectionGate | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
         self.routes = RouteTable(self._route_list(), self._unknown_route)
 
@@ -277,17 +279,21 @@ class EndpointServer:
 
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self.dispatch))  # one route table for both carriers
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT_S)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0, backlog=LISTEN_BACKLOG)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        server = self._runner.server
+        assert server is not None
+        self._gate = ConnectionGate(server, lambda: server.connections, connection_limit(raise_descriptor_limit()))
+        self.port = self._gate.listen(self.host, LISTEN_BACKLOG)
         fallback = http_library().AsyncHTTPTransport(trust_env=False)  # compressed bodies go over the socket
         self.pools = EndpointPools(self.url, InProcessTransport(self.host, self.port, fallback=fallback))
         register(self.host, self.port, self.dispatch, self.max_body_bytes)
         logger.debug("interception endpoint listening on %s", self.url)
 
     async def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
         if self.port is not None:
             unregister(self.host, self.port)
         if self.pools is not None:
