@@ -11,7 +11,7 @@ import pytest
 
 import v1 as vf
 from v1.sandbox.backend import EndpointTarget
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay, pin_head
+from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
 from v1.testing import MockModelServer
 
 
@@ -179,3 +179,23 @@ async def test_a_malformed_or_endless_head_never_reaches_the_endpoint(tmp_path: 
         unix.close()
         server.close()
     assert reached == []
+
+
+async def test_a_rollouts_socket_is_shared_by_its_commands_and_goes_with_the_last(tmp_path: Path) -> None:
+    server, target = await echo_endpoint()
+    relays = RolloutRelays(target, tmp_path)
+    try:
+        first, second = await asyncio.gather(relays.acquire("a"), relays.acquire("a"))  # two commands start at once
+        other = await relays.acquire("b")
+        assert first == second != other and len(relays.servers) == 2
+        await relays.release("a")
+        reader, writer = await asyncio.open_unix_connection(str(first))  # the other command still reaches it
+        writer.write(b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 5)).endswith(b"ok")
+        await relays.release("a")
+        assert not first.exists() and other.exists() and list(relays.servers) == ["b"]
+        with pytest.raises(OSError):
+            await asyncio.open_unix_connection(str(first))
+    finally:
+        await relays.close()
+        server.close()

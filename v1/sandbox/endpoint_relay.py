@@ -154,14 +154,16 @@ class RolloutRelays:
         self.run_dir = run_dir
         self.servers: dict[str, asyncio.AbstractServer] = {}
         self.users: dict[str, int] = {}
+        self._starting = asyncio.Lock()
 
     async def acquire(self, rollout: str) -> Path:
         """The host path of `rollout`'s socket, served until each `acquire` has had its `release`."""
         path = self.run_dir / socket_name(rollout)
-        if rollout not in self.servers:
-            relay = EndpointRelay(self.endpoint, rollout)
-            self.servers[rollout] = await asyncio.start_unix_server(relay.serve, path=str(path))
-        self.users[rollout] = self.users.get(rollout, 0) + 1
+        async with self._starting:  # two commands of one rollout starting at once share one socket
+            if rollout not in self.servers:
+                relay = EndpointRelay(self.endpoint, rollout)
+                self.servers[rollout] = await asyncio.start_unix_server(relay.serve, path=str(path))
+            self.users[rollout] = self.users.get(rollout, 0) + 1
         return path
 
     async def release(self, rollout: str) -> None:

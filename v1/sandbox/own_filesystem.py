@@ -57,7 +57,7 @@ def mount_workspace(workspace: Path, image: Path, limit_bytes: int, owner: tuple
     try:
         with open(image, "wb") as file:
             file.truncate(image_bytes(limit_bytes, image.parent))
-        options = f"lazy_itable_init=1,root_owner={owner[0]}:{owner[1]}"
+        options = f"lazy_itable_init=1,nodiscard,root_owner={owner[0]}:{owner[1]}"
         _run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-E", options, str(image)])
         _run(["mount", "-o", "loop,nosuid,nodev,noinit_itable", str(image), str(workspace)])
     except (OSError, subprocess.SubprocessError) as exc:
