@@ -4,8 +4,8 @@
 filesystem: a bind of a host directory shows where that directory lies on the
 host (`/tmp/v1-sandboxes/local/<id>/workspace`). A workspace that is the root of
 its own filesystem shows `/`. So, where the host side is root, a sandbox's
-workspace is an ext4 image of `disk_size_gb` (sparse, no journal; creating and
-mounting it takes about 20 ms, once per sandbox) loop-mounted at the workspace
+workspace is an ext4 image of `disk_size_gb` (sparse, no journal; made and
+mounted once per sandbox, unmounted at its deletion) loop-mounted at the workspace
 path, which also caps the disk use in the kernel; and its run directory
 (sockets) is a small tmpfs. Elsewhere (not root, or no loop devices, as in a
 default Docker container) the directories stay plain and their host paths
