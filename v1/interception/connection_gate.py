@@ -83,7 +83,8 @@ class ConnectionGate:
         self.refused = 0
         self.evicted = 0
         self.accept_failures = 0
-        self._starting: set[asyncio.Task[None]] = set()
+        self._accepted = 0  # accepted, their protocol not made yet (then `connections` counts them)
+        self._tasks: set[asyncio.Task[None]] = set()
         self._socket: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -119,19 +120,31 @@ class ConnectionGate:
                     raise
                 self._pause(exc)
                 return
-            if len(self.connections()) + len(self._starting) >= self.limit and not self._evict_idle():
+            if len(self.connections()) + self._accepted >= self.limit and not self._evict_idle():
                 self._refuse(conn)
                 continue
+            self._accepted += 1
             task = asyncio.ensure_future(self._serve(conn))
-            self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
         assert self._loop is not None
+        made = False
+
+        def protocol() -> asyncio.Protocol:
+            nonlocal made
+            made = True
+            self._accepted -= 1
+            return self.factory()
+
         try:
-            await self._loop.connect_accepted_socket(self.factory, sock=conn)
+            await self._loop.connect_accepted_socket(protocol, sock=conn)
         except OSError:
             conn.close()
+        finally:
+            if not made:
+                self._accepted -= 1
 
     def _evict_idle(self) -> bool:
         for handler in self.connections():
