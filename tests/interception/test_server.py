@@ -134,6 +134,36 @@ async def test_another_rollouts_key_is_refused(mock: MockModelServer) -> None:
     assert len(state_b["trajectory"]) == 1
 
 
+@pytest.mark.parametrize(
+    "pins",
+    [
+        pytest.param(["other-rollout"], id="another-rollout"),
+        pytest.param(
+            [
+                "",
+            ],
+            id="empty",
+        ),
+        pytest.param(["OWN", "other-rollout"], id="own-and-another"),
+        pytest.param(["OWN-x"], id="own-with-a-suffix"),
+    ],
+)
+async def test_a_request_pinned_to_another_rollout_is_401_even_with_the_right_key(mock: MockModelServer, pins: list[str]) -> None:
+    _, state, session = await open_rollout(mock)
+    headers = [("Authorization", f"Bearer {session.api_key}")]
+    headers += [("X-V1-Rollout", pin.replace("OWN", session.rollout_id)) for pin in pins]
+    async with httpx.AsyncClient() as http:
+        pinned = await http.post(f"{session.base_url}/chat/completions", headers=headers, json={"messages": USER})
+        own = await http.post(
+            f"{session.base_url}/chat/completions",
+            headers={**auth(session.api_key), "X-V1-Rollout": session.rollout_id},
+            json={"messages": USER},
+        )
+    assert_openai_error(pinned, 401, type_="authentication_error", code="invalid_api_key", fragment="API key")
+    assert own.status_code == 200, own.text
+    assert len(state["trajectory"]) == 1 and len(mock.requests) == 1
+
+
 async def test_openai_sdk_sees_authentication_error(mock: MockModelServer) -> None:
     _, _, session = await open_rollout(mock)
     client = openai.AsyncOpenAI(base_url=session.base_url, api_key="nope", max_retries=0)

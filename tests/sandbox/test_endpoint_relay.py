@@ -11,7 +11,7 @@ import pytest
 
 import v1 as vf
 from v1.sandbox.backend import EndpointTarget
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay
+from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
 from v1.testing import MockModelServer
 
 
@@ -33,7 +33,7 @@ async def echo_endpoint() -> tuple[asyncio.AbstractServer, EndpointTarget]:
 
 async def test_connections_past_the_cap_get_a_503_and_slow_heads_are_dropped(tmp_path: Path) -> None:
     server, target = await echo_endpoint()
-    relay = EndpointRelay(target, max_connections=4, head_timeout=0.5)
+    relay = EndpointRelay(target, "x", max_connections=4, head_timeout=0.5)
     path = str(tmp_path / "endpoint.sock")
     unix = await asyncio.start_unix_server(relay.serve, path=path)
     try:
@@ -132,3 +132,70 @@ async def test_a_connection_flood_does_not_reach_the_hosts_fds_or_other_rollouts
     counts = flooded_state["artifacts"]["flood.json"]
     assert counts["refused"] >= 1000 - MAX_CONNECTIONS - counts["failed"] - 50, counts
     assert peak - before < 3 * MAX_CONNECTIONS + 100, (before, peak)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\nX-V1-Rollout: b\r\n\r\n",  # a bare LF smuggles a header
+        b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\rX-V1-Rollout: b\r\n\r\n",  # a bare CR
+        b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\r\n X-V1-Rollout: b\r\n\r\n",  # a folded line
+        b"GET /r/a/v1/models HTTP/1.1\r\nX-V1-Rollout : b\r\n\r\n",  # space before the colon
+        b"GET /r/a/v1/models HTTP/1.1\r\nno colon here\r\n\r\n",
+        b"GET /r/a/v1/models HTTP/1.1\r\n: empty name\r\n\r\n",
+        b"GET /r/a/v1/models\0 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_a_head_that_is_not_plain_http_is_refused(head: bytes) -> None:
+    assert pin_head(head, "a") is None
+
+
+def test_the_pin_replaces_any_the_program_sent_and_closes_the_connection() -> None:
+    head = b"POST /r/b/v1/chat HTTP/1.1\r\nx-v1-rollout: b\r\nX-V1-ROLLOUT: b\r\nConnection: keep-alive, Upgrade\r\nKeep-Alive: 5\r\n\r\n"
+    pinned = pin_head(head, "a")
+    assert pinned == b"POST /r/b/v1/chat HTTP/1.1\r\nConnection: close\r\nX-V1-Rollout: a\r\n\r\n"
+
+
+async def test_a_malformed_or_endless_head_never_reaches_the_endpoint(tmp_path: Path) -> None:
+    reached: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reached.append(await reader.read(100))
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    relay = EndpointRelay(EndpointTarget("127.0.0.1", server.sockets[0].getsockname()[1]), "a", head_timeout=2)
+    path = str(tmp_path / "endpoint.sock")
+    unix = await asyncio.start_unix_server(relay.serve, path=path)
+    try:
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\nX-V1-Rollout: b\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 5)
+        assert answer.startswith(b"HTTP/1.1 400") and json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"]
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n")  # past MAX_HEAD_BYTES, no end
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    finally:
+        unix.close()
+        server.close()
+    assert reached == []
+
+
+async def test_a_rollouts_socket_is_shared_by_its_commands_and_goes_with_the_last(tmp_path: Path) -> None:
+    server, target = await echo_endpoint()
+    relays = RolloutRelays(target, tmp_path)
+    try:
+        first, second = await asyncio.gather(relays.acquire("a"), relays.acquire("a"))  # two commands start at once
+        other = await relays.acquire("b")
+        assert first == second != other and len(relays.servers) == 2
+        await relays.release("a")
+        reader, writer = await asyncio.open_unix_connection(str(first))  # the other command still reaches it
+        writer.write(b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 5)).endswith(b"ok")
+        await relays.release("a")
+        assert not first.exists() and other.exists() and list(relays.servers) == ["b"]
+        with pytest.raises(OSError):
+            await asyncio.open_unix_connection(str(first))
+    finally:
+        await relays.close()
+        server.close()

@@ -63,7 +63,7 @@ async def test_no_network_but_the_forwarded_endpoint() -> None:
         loop = asyncio.get_running_loop()
         endpoint.setblocking(False)
         conn, _ = await loop.sock_accept(endpoint)
-        data = await loop.sock_recv(conn, 100)
+        data = await loop.sock_recv(conn, 200)
         await loop.sock_sendall(conn, b"echo:" + data)
         conn.close()
 
@@ -72,7 +72,8 @@ async def test_no_network_but_the_forwarded_endpoint() -> None:
     sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", endpoint_port))
     probe = (
         "import socket,sys\n"
-        f"s=socket.create_connection(('127.0.0.1',{endpoint_port}),timeout=5); s.sendall(b'ping'); print(s.recv(100))\n"
+        f"s=socket.create_connection(('127.0.0.1',{endpoint_port}),timeout=5)\n"
+        "s.sendall(b'GET /r/probe/v1/models HTTP/1.1\\r\\nConnection: keep-alive\\r\\n\\r\\n'); print(s.recv(200))\n"
         "try:\n"
         f"    socket.create_connection(('127.0.0.1',{other_port}),timeout=2); print('OTHER-REACHED')\n"
         "except OSError as e: print('other refused')\n"
@@ -81,13 +82,18 @@ async def test_no_network_but_the_forwarded_endpoint() -> None:
         "except OSError as e: print('no internet')\n"
     )
     try:
-        result = await sandbox.exec(["python", "-c", probe], timeout=30)
+        rollout_url = f"http://127.0.0.1:{endpoint_port}/r/probe/v1"  # a command of rollout "probe"
+        result = await sandbox.exec(["python", "-c", probe], env={"OPENAI_BASE_URL": rollout_url}, timeout=30)
+        no_rollout = await sandbox.exec(["sh", "-c", "ls /run/v1 2>&1 || true"], timeout=30)
     finally:
         await manager.delete(sandbox)
         other.close()
         endpoint.close()
     await server
-    assert result.stdout.splitlines() == ["b'echo:ping'", "other refused", "no internet"], result.stderr
+    # The relay pins the request to the command's rollout and closes the connection after it.
+    head = rb"b'echo:GET /r/probe/v1/models HTTP/1.1\r\nConnection: close\r\nX-V1-Rollout: probe\r\n\r\n'"
+    assert result.stdout.splitlines() == [head.decode(), "other refused", "no internet"], result.stderr
+    assert "endpoint.sock" not in no_rollout.stdout  # a command of no rollout reaches no endpoint
 
 
 async def test_timeout_kills_the_whole_tree_and_limits_are_reported() -> None:

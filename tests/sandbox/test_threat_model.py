@@ -7,6 +7,7 @@ that it no longer breaks anything. The test names carry the list's numbers (T1, 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -21,8 +22,10 @@ from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
 from v1.programs.install import project_dependencies
 from v1.programs.sandboxed import _read_host_file, install_package
-from v1.sandbox import ExecResult, Sandbox, get_manager, list_sandboxes
+from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
+from v1.sandbox.local import RUN_DIR
+from v1.testing import MockModelServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -382,3 +385,175 @@ async def test_t6_an_unsandboxed_programs_fifo_artifact_is_refused_at_once(tmp_p
     await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), 10)
     assert state["artifacts"] == {str(tmp_path / "good.txt"): "kept"}
     assert "not a regular file" in state["error"]["message"]
+
+
+SYSCALL_PROBE = """
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+buffer = ctypes.create_string_buffer(256)
+args = {  # arguments that succeed, or fail with something other than EPERM, when the call is not filtered
+    "keyctl": (0, -3, 1), "add_key": (b"user", b"v1-probe", b"x", 1, -2), "request_key": (b"user", b"v1-none", None, 0),
+    "bpf": (0, None, 0), "perf_event_open": (None, 0, -1, -1, 0), "userfaultfd": (0,), "io_uring_setup": (1, buffer),
+    "unshare": (0x10000000,), "setns": (-1, 0), "open_by_handle_at": (-1, None, 0),
+    "name_to_handle_at": (-100, b".", None, None, 0), "mount": (b"none", b"/tmp", b"tmpfs", 0, None),
+    "init_module": (None, 0, b""), "kexec_load": (0, 0, None, 0), "swapon": (b"/tmp/x", 0), "reboot": (0, 0, 0, None),
+    "iopl": (3,), "ioperm": (0, 1, 1), "clone": (0x10000000 | 17, 0, 0, 0, 0), "clone3": (None, 0),
+}
+for name, number in zip(sys.argv[1::2], sys.argv[2::2]):
+    ctypes.set_errno(0)
+    result = libc.syscall(int(number), *args[name])
+    if name == "clone" and result == 0:
+        os._exit(0)  # the child of an unfiltered clone
+    print(name, result, errno.errorcode.get(ctypes.get_errno(), "none"))
+"""
+
+
+async def test_t11_a_seccomp_filter_denies_calls_that_widen_the_kernels_attack_surface() -> None:
+    names = ["keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "unshare"]
+    names += ["setns", "open_by_handle_at", "name_to_handle_at", "mount", "init_module", "kexec_load", "swapon", "reboot"]
+    names += ["clone", "clone3"] + (["iopl", "ioperm"] if os.uname().machine == "x86_64" else [])
+    numbers = [str(seccomp._library().seccomp_syscall_resolve_name(name.encode())) for name in names]
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig())
+    try:
+        await sandbox.write_file("probe.py", SYSCALL_PROBE.encode())
+        result = await sandbox.exec(["python", "probe.py", *(x for pair in zip(names, numbers) for x in pair)])
+    finally:
+        await manager.delete(sandbox)
+    assert result.exit_code == 0, result.stderr
+    seen = {name: (int(code), error) for name, code, error in (line.split() for line in result.stdout.splitlines())}
+    assert seen.pop("clone3") == (-1, "ENOSYS")  # the C library falls back to clone, whose flags the filter sees
+    assert seen == {name: (-1, "EPERM") for name in names if name != "clone3"}
+
+
+TOOLCHAIN = """
+set -e
+python -c "import threading, subprocess; t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()"
+mkdir -p probe_pkg && cd probe_pkg
+printf 'VALUE = 42\\n' > probe_pkg.py
+printf '[build-system]\\nrequires = ["setuptools"]\\nbuild-backend = "setuptools.build_meta"\\n[project]\\nname = "probe-pkg"\\nversion = "1"\\n[tool.setuptools]\\npy-modules = ["probe_pkg"]\\n' > pyproject.toml
+cd ..
+python -m pip install -q --no-index --no-build-isolation --target site ./probe_pkg
+PYTHONPATH=site python -c "import probe_pkg; print('pip', probe_pkg.VALUE)"
+git init -q repo && cd repo && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m first && git log --format='git %s' && cd ..
+printf '#include <stdio.h>\\nint main(void) { puts("gcc ok"); return 0; }\\n' > hello.c
+gcc -O1 -pthread -o hello hello.c && ./hello
+"""
+
+
+async def test_t11_python_pip_git_and_gcc_still_work_under_the_filter() -> None:
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig())
+    try:
+        result = await sandbox.exec(["sh", "-c", TOOLCHAIN], timeout=240)
+    finally:
+        await manager.delete(sandbox)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["thread", "pip 42", "git first", "gcc ok"]
+
+
+async def test_t11_without_libseccomp_the_backend_refuses_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seccomp.ctypes.util, "find_library", lambda name: "libv1-no-such-seccomp.so.9")
+    seccomp._library.cache_clear()
+    seccomp.filter_program.cache_clear()
+    try:
+        with pytest.raises(vf.SandboxError, match=r"needs libseccomp .*apt-get install -y libseccomp2"):
+            await get_manager().create(vf.SandboxConfig())
+    finally:
+        seccomp._library.cache_clear()
+        seccomp.filter_program.cache_clear()
+    assert list_sandboxes() == []
+
+
+MOUNT_PROBE = """
+import sys
+for path in ["/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/environ", "/etc/passwd", "/etc/group"]:
+    sys.stdout.write(open(path, "rb").read().decode().replace("\\0", "\\n"))
+"""
+
+
+def _host_user_names() -> set[str]:
+    names = {line.split(":", 1)[0] for line in Path("/etc/passwd").read_text().splitlines() if ":" in line}
+    return names - {"root", "nobody", "sandbox"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hidden where the host side is root (CI, containers); docs/sandbox.md")
+async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_environ(tmp_path: Path) -> None:
+    endpoint = socket.socket()
+    endpoint.bind(("127.0.0.1", 0))
+    manager = get_manager()
+    port = endpoint.getsockname()[1]
+    sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", port))
+    try:
+        host_socket, inside_socket = sandbox.control_socket_path("control-probe.sock")  # type: ignore[misc]
+        control = socket.socket(socket.AF_UNIX)
+        control.bind(str(host_socket))
+        await sandbox.write_file("probe.py", MOUNT_PROBE.encode())
+        env = {"V1_CONTROL_SOCKET": inside_socket, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/r/probe/v1"}
+        result = await sandbox.exec(["python", "probe.py"], env=env)
+        local = sandbox  # the local backend's paths, to look for
+        host_paths = [local.root, local.workspace, local.run_dir, local.stage_dir, REPO, tmp_path]  # type: ignore[attr-defined]
+    finally:
+        await manager.delete(sandbox)
+        endpoint.close()
+    assert result.exit_code == 0, result.stderr
+    assert f"{RUN_DIR}/endpoint.sock" in result.stdout and inside_socket in result.stdout  # the sockets are there
+    leaks = [str(path) for path in host_paths if str(path) in result.stdout]
+    assert leaks == [], f"host paths show inside the sandbox: {leaks}"
+    # The running Python's prefix is bound at its own path (a venv names it); no other line names the host home.
+    prefixes = {sys.prefix, sys.base_prefix}
+    home = os.environ.get("HOME", "/root")
+    mounts_and_environ = result.stdout.split("root:x:0:0:", 1)[0]
+    lines = [line for line in mounts_and_environ.splitlines() if home in line and not any(p in line for p in prefixes)]
+    assert lines == []
+    shown_names = {line.split(":", 1)[0] for line in result.stdout.splitlines() if line.count(":") >= 3}
+    assert shown_names == {"root", "sandbox", "nobody", "nogroup"}
+    assert not _host_user_names() & set(result.stdout.replace(":", " ").split())
+
+
+SHARED_SANDBOX_AGENT = r"""
+set -e
+stat -c %i /run/v1/endpoint.sock > socket-$ROLE.txt
+ls /run/v1 > run-dir-$ROLE.txt
+if [ "$ROLE" = first ]; then
+  printf '%s %s %s\n' "$OPENAI_BASE_URL" "$ANTHROPIC_BASE_URL" "$OPENAI_API_KEY" > /workspace/first_endpoint
+  for i in $(seq 200); do [ -f /workspace/done ] && break; sleep 0.05; done
+else
+  for i in $(seq 200); do [ -f /workspace/first_endpoint ] && break; sleep 0.05; done
+  read url anthropic key < /workspace/first_endpoint
+  body='{"model": "x", "max_tokens": 5, "messages": [{"role": "user", "content": "steal"}]}'
+  curl -s -o openai.json -w '%{http_code}' "$url/chat/completions" -H "Authorization: Bearer $key" \
+    -H "Content-Type: application/json" -d "$body" > openai-status.txt
+  curl -s -o anthropic.json -w '%{http_code}' "$anthropic/v1/messages" -H "x-api-key: $key" \
+    -H "anthropic-version: 2023-06-01" -H "Content-Type: application/json" -d "$body" > anthropic-status.txt
+  curl -s -o own.json -w '%{http_code}' "$OPENAI_BASE_URL/chat/completions" -H "Authorization: Bearer $OPENAI_API_KEY" \
+    -H "Content-Type: application/json" -d '{"model": "x", "messages": [{"role": "user", "content": "own"}]}' > own-status.txt
+  touch /workspace/done
+fi
+"""
+
+
+async def test_t13_each_rollout_of_a_shared_sandbox_reaches_the_endpoint_as_itself_only(mock: MockModelServer) -> None:
+    names = ["socket-first.txt", "socket-second.txt", "run-dir-first.txt", "run-dir-second.txt", "openai-status.txt"]
+    names += ["openai.json", "anthropic-status.txt", "anthropic.json", "own-status.txt"]
+    program = {
+        "command": ["sh", "-c", SHARED_SANDBOX_AGENT],
+        "bindings": {"env.ROLE": "task.info.role"},
+        "artifacts": [{"path": name, "optional": True} for name in names],
+    }
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+    harness = vf.Harness(client=client, model="m", program=program, sandbox={"scope": "group"}, timeout_seconds=60)
+    first, second = await harness.run_group(
+        [{"prompt": "a", "info": {"role": "first"}}, {"prompt": "b", "info": {"role": "second"}}]
+    )
+    assert first["error"] is None and second["error"] is None, (first["program_result"], second["program_result"])
+    seen = second["artifacts"]
+    assert seen["socket-first.txt"] != seen["socket-second.txt"]  # each rollout's command has a socket of its own
+    assert seen["run-dir-first.txt"] == seen["run-dir-second.txt"] == "endpoint.sock\n"
+    assert seen["openai-status.txt"] == "401" and json.loads(seen["openai.json"])["error"]["code"] == "invalid_api_key"
+    anthropic = json.loads(seen["anthropic.json"])
+    assert seen["anthropic-status.txt"] == "401" and anthropic["type"] == "error"
+    assert anthropic["error"]["type"] == "authentication_error"
+    assert seen["own-status.txt"] == "200"
+    assert first["trajectory"] == [] and len(second["trajectory"]) == 1  # the refused calls are recorded nowhere
+    assert [request.last_user_text for request in mock.requests] == ["own"]

@@ -28,6 +28,7 @@ from v1.clients.base import redact_locations
 from v1.clients.http import http_library
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import mcp_server
+from v1.interception.connection_gate import IDLE_TIMEOUT_S, ConnectionGate, connection_limit, raise_descriptor_limit
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTooLarge, Exchange
@@ -37,6 +38,7 @@ from v1.interception.routes import Route, RouteTable
 from v1.interception.sdk import EndpointPools
 from v1.interception.session import RolloutSession, StopCheck
 from v1.interception.upstream import upstream
+from v1.sandbox.backend import PIN_HEADER
 from v1.state import EndpointAccess
 from v1.types import Response, ResponseDelta
 
@@ -156,6 +158,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    return [value for key, value in headers.items() if key.lower() == name.lower()]
+
+
 class _AiohttpExchange:
     """A request carried by aiohttp; implements `Exchange`."""
 
@@ -247,6 +256,7 @@ class EndpointServer:
         self.port: int | None = None
         self.pools: EndpointPools | None = None
         self._runner: web.AppRunner | None = None
+        self._gate: ConnectionGate | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
         self.routes = RouteTable(self._route_list(), self._unknown_route)
 
@@ -270,17 +280,21 @@ class EndpointServer:
 
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self.dispatch))  # one route table for both carriers
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT_S)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0, backlog=LISTEN_BACKLOG)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        server = self._runner.server
+        assert server is not None
+        self._gate = ConnectionGate(server, lambda: server.connections, connection_limit(raise_descriptor_limit()))
+        self.port = self._gate.listen(self.host, LISTEN_BACKLOG)
         fallback = http_library().AsyncHTTPTransport(trust_env=False)  # compressed bodies go over the socket
         self.pools = EndpointPools(self.url, InProcessTransport(self.host, self.port, fallback=fallback))
         register(self.host, self.port, self.dispatch, self.max_body_bytes)
         logger.debug("interception endpoint listening on %s", self.url)
 
     async def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
         if self.port is not None:
             unregister(self.host, self.port)
         if self.pools is not None:
@@ -327,7 +341,8 @@ class EndpointServer:
             presented = authorization[7:].strip()
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
-        if session is None or not presented or not matches:
+        pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
+        if session is None or not presented or not matches or any(value != rollout for value in pinned):
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 

@@ -23,6 +23,10 @@ OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", bytes) as a command writes."""
 
 
+PIN_HEADER = "X-V1-Rollout"
+"""Set by a sandbox's relay on each request from a rollout's own socket; the endpoint refuses it for another rollout."""
+
+
 @dataclass(frozen=True)
 class EndpointTarget:
     """A TCP address on the host that a sandbox must reach (the interception endpoint)."""
@@ -179,6 +183,7 @@ def backend_names() -> list[str]:
 __all__ = [
     "Workspace",
     "EndpointTarget",
+    "PIN_HEADER",
     "ExecResult",
     "OutputCallback",
     "Sandbox",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -30,10 +32,12 @@ from pathlib import Path, PurePosixPath
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox.backend import EndpointTarget, ExecResult, OutputCallback
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay
+from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, RolloutRelays
 from v1.sandbox.host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox.limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
+from v1.sandbox.own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
 from v1.sandbox.process import kill_children, kill_group, reap_now, run_process
+from v1.sandbox.seccomp import filter_program, seccomp_problem
 
 INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` (Fedora)"
 LAUNCHER = Path(__file__).with_name("_launcher.py")
@@ -42,8 +46,6 @@ RUN_DIR = "/run/v1"
 DEFAULT_MAX_PROCESSES = 512
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
-    "/etc/passwd",
-    "/etc/group",
     "/etc/hosts",
     "/etc/nsswitch.conf",
     "/etc/ld.so.cache",
@@ -53,6 +55,9 @@ ETC_FILES = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+GROUP = "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"
+"""The sandbox's own user and group databases: the host's would name its users."""
 TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 """The host's certificate-authority settings: passed into a sandbox when they name a path it shows, so
 installs behind a TLS-inspecting proxy trust what the host trusts (nothing else of the host's environment is)."""
@@ -101,9 +106,9 @@ def _python_prefixes() -> list[str]:
 
 
 @contextlib.contextmanager
-def _env_file(content: bytes) -> Iterator[int]:
+def _memory_file(content: bytes) -> Iterator[int]:
     """An anonymous in-memory file holding `content`, read from the start; closed after."""
-    memfd = os.memfd_create("v1-sandbox-env", os.MFD_CLOEXEC)
+    memfd = os.memfd_create("v1-sandbox", os.MFD_CLOEXEC)
     try:
         view = memoryview(content)
         while view:
@@ -112,6 +117,20 @@ def _env_file(content: bytes) -> Iterator[int]:
         yield memfd
     finally:
         os.close(memfd)
+
+
+@functools.cache
+def data_files() -> dict[str, bytes]:
+    """Files every sandbox shows, by path inside: the launcher and the user and group databases."""
+    return {"/run/v1-launcher.py": LAUNCHER.read_bytes(), "/etc/passwd": PASSWD.encode(), "/etc/group": GROUP.encode()}
+
+
+@contextlib.contextmanager
+def command_files(env_args: bytes) -> Iterator[dict[str, int]]:
+    """One command's memory files, by name: "env" (its `--setenv` options), "seccomp" (its filter), and `data_files`."""
+    with contextlib.ExitStack() as stack:
+        contents = {"env": env_args, "seccomp": filter_program(), **data_files()}
+        yield {name: stack.enter_context(_memory_file(content)) for name, content in contents.items()}
 
 
 def _user_processes(uid: int) -> int:
@@ -188,8 +207,7 @@ class LocalSandbox:
         self.user = sandbox_user()
         self.cgroups: SandboxCgroups | None = None
         self.processes: set[asyncio.subprocess.Process] = set()
-        self._relay: asyncio.AbstractServer | None = None
-        self._relay_tasks: set[asyncio.Task[None]] = set()
+        self.relays: RolloutRelays | None = None
         self.channels: dict[str, Path] = {}  # inside path -> host path of each rollout's control socket
         self.disk_bytes = int(config.disk_size_gb * 1024**3)
         self.memory_bytes = int(config.memory_gb * 1024**3)
@@ -200,13 +218,14 @@ class LocalSandbox:
         """(host path, path inside, writable) of every host path bound into the sandbox."""
         binds = [(prefix, prefix, False) for prefix in _python_prefixes()]
         binds += [(host, inside, False) for inside, host in self.config.mounts.items()]
-        binds += [(str(self.workspace), self.workdir, True)]
-        return [*binds, (str(LAUNCHER), "/run/v1-launcher.py", False)]
+        return [*binds, (str(self.workspace), self.workdir, True)]
 
     async def start(self) -> None:
         self.workspace.mkdir(parents=True)
         self.run_dir.mkdir(parents=True)
         if self.user is not None:
+            await asyncio.to_thread(mount_workspace, self.workspace, self.root / IMAGE_NAME, self.disk_bytes, self.user)
+            await asyncio.to_thread(mount_run_dir, self.run_dir, self.user)
             await asyncio.to_thread(self._prepare_unprivileged, self.user)
         support = cgroup_support()
         if support is not None:
@@ -214,8 +233,7 @@ class LocalSandbox:
                 SandboxCgroups.create, support, self.id, self.memory_bytes, DEFAULT_MAX_PROCESSES
             )
         if self.endpoint is not None and not self.config.network_access:
-            relay = EndpointRelay(self.endpoint)
-            self._relay = await asyncio.start_unix_server(relay.serve, path=str(self.run_dir / "endpoint.sock"))
+            self.relays = RolloutRelays(self.endpoint, self.run_dir)
 
     def _prepare_unprivileged(self, user: tuple[int, int]) -> None:
         """Hand the workspace and run dir to the sandbox user and make a staging path for each bind
@@ -284,9 +302,20 @@ class LocalSandbox:
 
     # -- commands ------------------------------------------------------------------------
 
-    def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, network: bool, env_fd: int) -> list[str]:
-        """The command line of one command: its environment is read from `env_fd` (see `env_args`), never argv."""
+    def bwrap_argv(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        network: bool,
+        fds: Mapping[str, int],
+        endpoint_socket: Path | None = None,
+    ) -> list[str]:
+        """The command line of one command; `fds` are memory files (see `command_files`): its environment
+        (see `env_args`; never argv), its system-call filter (see `seccomp`) and the files of `data_files`.
+        `endpoint_socket` (its rollout's, in the run dir) is bound at `/run/v1/endpoint.sock`."""
         args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
+        args += ["--seccomp", str(fds["seccomp"])]
         args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
         if network:
             args += ["--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
@@ -303,18 +332,20 @@ class LocalSandbox:
                 args += ["--ro-bind", path, path]
         for path in ETC_FILES:
             args += ["--ro-bind-try", path, path]
+        for inside in data_files():  # copied into bwrap's own tmpfs: no host path behind them
+            args += ["--ro-bind-data", str(fds[inside]), inside]
         for host, inside, writable in self.binds:
             args += ["--bind" if writable else "--ro-bind", self.staged.get(host, host), inside]
         run = self.staged.get(str(self.run_dir), str(self.run_dir))
-        if self._relay is not None:
-            args += ["--ro-bind", f"{run}/endpoint.sock", f"{RUN_DIR}/endpoint.sock"]
+        if endpoint_socket is not None:
+            args += ["--ro-bind", f"{run}/{endpoint_socket.name}", f"{RUN_DIR}/endpoint.sock"]
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
-        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(env_fd)]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(fds["env"])]
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
-        if self._relay is not None and self.endpoint is not None and not network:
+        if endpoint_socket is not None and self.endpoint is not None and not network:
             spec["forward"] = [[self.endpoint.port, f"{RUN_DIR}/endpoint.sock", MAX_CONNECTIONS]]
         args += ["--", sys.executable, "-I", "-S", "/run/v1-launcher.py", json.dumps(spec)]
         if self.cgroups is not None or self.user is not None:
@@ -380,11 +411,47 @@ class LocalSandbox:
             raise SandboxError("exec: empty command")
         full_env = self.base_env() | dict(self.config.env) | dict(env or {})
         use_network = self.config.network_access if network is None else network
-        await asyncio.to_thread(self._grant_run_dir)
+        rollout = self.rollout_of(full_env)
+        endpoint_socket = await self.relays.acquire(rollout) if self.relays is not None and rollout is not None else None
+        try:
+            await asyncio.to_thread(self._grant_run_dir)
+            result = await self._run(
+                command, full_env, cwd or self.workdir, use_network, endpoint_socket, timeout, stdin, on_output
+            )
+        finally:
+            if endpoint_socket is not None and self.relays is not None and rollout is not None:
+                await self.relays.release(rollout)
+        return result
+
+    def rollout_of(self, env: Mapping[str, str]) -> str | None:
+        """The rollout whose endpoint URL the environment holds (its commands get that rollout's socket only).
+
+        Raises:
+            SandboxError: the environment names more than one rollout.
+        """
+        if self.endpoint is None:
+            return None
+        prefix = re.escape(f"http://{self.endpoint.host}:{self.endpoint.port}/r/")
+        found = {match.group(1) for value in env.values() if (match := re.match(prefix + r"([^/?#]+)(?:[/?#]|$)", value))}
+        if len(found) > 1:
+            raise SandboxError("a command's environment names the endpoint URLs of more than one rollout")
+        return found.pop() if found else None
+
+    async def _run(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        network: bool,
+        endpoint_socket: Path | None,
+        timeout: float | None,
+        stdin: bytes | None,
+        on_output: OutputCallback | None,
+    ) -> ExecResult:
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with _env_file(self.env_args(full_env)) as env_fd:
-            argv = self.bwrap_argv(command, full_env, cwd or self.workdir, use_network, env_fd)
+        with command_files(self.env_args(env)) as fds:
+            argv = self.bwrap_argv(command, env, cwd, network, fds, endpoint_socket)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
@@ -393,7 +460,7 @@ class LocalSandbox:
                 stdin=stdin,
                 on_output=on_output,
                 running=self.processes,
-                pass_fds=(env_fd,),
+                pass_fds=tuple(fds.values()),
                 watch=disk.watch,
             )
         result.limit = "disk" if disk.exceeded else await self._limit_hit(before, result.exit_code)
@@ -423,10 +490,9 @@ class LocalSandbox:
         for process in list(self.processes):  # its loop is gone (interpreter exit): reap here, leave no zombie
             kill_group(process.pid)
             await asyncio.to_thread(reap_now, process.pid)
-        if self._relay is not None:
+        if self.relays is not None:
             with contextlib.suppress(Exception):  # at interpreter exit its loop may be gone
-                self._relay.close()
-                await asyncio.wait_for(self._relay.wait_closed(), 1)
+                await self.relays.close()
 
 
 class LocalBackend:
@@ -440,7 +506,7 @@ class LocalBackend:
     def available(self) -> str | None:
         if shutil.which("bwrap") is None:
             return f"the local sandbox backend needs bubblewrap (`bwrap`), which is not installed; {INSTALL_HINT}"
-        return None
+        return seccomp_problem()
 
     async def create(self, config: SandboxConfig, *, endpoint: EndpointTarget | None, labels: Sequence[str]) -> LocalSandbox:
         problem = self.available()
@@ -483,6 +549,8 @@ class LocalBackend:
     def _remove(self, sandbox_id: str, root: Path) -> None:
         for path in sandbox_cgroup_dirs(sandbox_id):
             remove_cgroup(path)
+        unmount(root / "workspace")
+        unmount(run_dir(sandbox_id))
         for path in (root, run_dir(sandbox_id), stage_dir(sandbox_id)):
             if path.exists():
                 shutil.rmtree(path)
