@@ -53,6 +53,8 @@ def library_private_names() -> frozenset[str]:
         aiohttp.web.Application,
         aiohttp.web.Request,
         aiohttp.web.StreamResponse,
+        aiohttp.web.RequestHandler,  # the endpoint's connections (the connection gate)
+        aiohttp.web.Server,
     ]
     names: set[str] = set()
     for instance in instances:

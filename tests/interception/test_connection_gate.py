@@ -163,3 +163,46 @@ def test_the_descriptor_limit_is_raised_to_the_hard_limit() -> None:
         assert now == resource.getrlimit(resource.RLIMIT_NOFILE)[0] > lowered or hard == lowered
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_connection_being_answered_is_never_evicted_an_idle_one_is() -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from v1.interception.connection_gate import ConnectionGate
+
+    release = asyncio.Event()
+    gate: ConnectionGate
+
+    async def slow(request: web.BaseRequest) -> web.StreamResponse:
+        with gate.serving(request.transport):
+            await release.wait()
+            response = web.Response(text="done")
+            await response.prepare(request)
+            await response.write_eof()
+            return response
+
+    server = web.Server(slow)
+    gate = ConnectionGate(server, lambda: server.connections, limit=2)
+    port = gate.listen("127.0.0.1", 16)
+    busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
+    busy_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await busy_writer.drain()
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+    await asyncio.wait_for(gate.serving_changed.wait(), 5)  # the first one's request has begun
+
+    async def both_accepted() -> None:  # aiohttp has no event for a connection made
+        while len(server.connections) < 2:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(both_accepted(), 5)
+    _, third_writer = await asyncio.open_connection("127.0.0.1", port)  # over the limit: the idle one goes
+    assert await asyncio.wait_for(idle_reader.read(), 5) == b""
+    assert gate.evicted == 1 and gate.refused == 0
+    release.set()
+    assert (await asyncio.wait_for(busy_reader.readuntil(b"done"), 5)).startswith(b"HTTP/1.1 200")
+    for writer in (busy_writer, idle_writer, third_writer):
+        writer.close()
+    gate.close()
+    await server.shutdown()

@@ -22,7 +22,8 @@ import errno
 import logging
 import resource
 import socket
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -58,15 +59,6 @@ def connection_limit(descriptor_limit: int) -> int:
     return max(32, min(MAX_CONNECTIONS, descriptor_limit // 2))
 
 
-def _is_idle(handler: Any) -> bool:
-    """An open connection with no request in progress (aiohttp's RequestHandler marks one being read or answered;
-    a handler without the mark counts as busy); one already closing is not evicted again."""
-    transport = getattr(handler, "transport", None)
-    if transport is None or transport.is_closing():
-        return False
-    return not getattr(handler, "_request_in_progress", True)
-
-
 class ConnectionGate:
     """Accepts TCP connections for `factory` (an HTTP server's protocol factory); see the module docs.
 
@@ -87,6 +79,28 @@ class ConnectionGate:
         self._tasks: set[asyncio.Task[None]] = set()
         self._socket: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._serving: Counter[Any] = Counter()  # transport -> requests being answered on it
+        self.serving_changed = asyncio.Event()  # set whenever a request begins (tests wait on it)
+
+    @contextlib.contextmanager
+    def serving(self, transport: Any) -> Iterator[None]:
+        """Mark `transport`'s connection busy while a request on it is answered (an idle one may be evicted)."""
+        self._serving[transport] += 1
+        self.serving_changed.set()
+        try:
+            yield
+        finally:
+            self._serving[transport] -= 1
+            if not self._serving[transport]:
+                del self._serving[transport]
+
+    def _is_idle(self, handler: Any) -> bool:
+        """An open connection with no request being answered (a parked keep-alive, or a head still arriving);
+        one already closing is not evicted again."""
+        transport = getattr(handler, "transport", None)
+        if transport is None or transport.is_closing():
+            return False
+        return transport not in self._serving
 
     def listen(self, host: str, backlog: int) -> int:
         """Start accepting on `host` at a free port; the port."""
@@ -148,7 +162,7 @@ class ConnectionGate:
 
     def _evict_idle(self) -> bool:
         for handler in self.connections():
-            if _is_idle(handler):
+            if self._is_idle(handler):
                 handler.force_close()
                 self.evicted += 1
                 return True

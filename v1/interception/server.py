@@ -279,7 +279,7 @@ class EndpointServer:
         from aiohttp import web
 
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", _over_aiohttp(self.dispatch))  # one route table for both carriers
+        app.router.add_route("*", "/{tail:.*}", self._gated(_over_aiohttp(self.dispatch)))  # one route table for both carriers
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT_S)
         await self._runner.setup()
         server = self._runner.server
@@ -290,6 +290,23 @@ class EndpointServer:
         self.pools = EndpointPools(self.url, InProcessTransport(self.host, self.port, fallback=fallback))
         register(self.host, self.port, self.dispatch, self.max_body_bytes)
         logger.debug("interception endpoint listening on %s", self.url)
+
+    def _gated(
+        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """`handler`, its connection marked busy for the gate until the answer is written (so it is never evicted)."""
+
+        async def gated(request: web.Request) -> web.StreamResponse:
+            if self._gate is None:
+                return await handler(request)
+            with self._gate.serving(request.transport):
+                response = await handler(request)
+                if not response.prepared:
+                    await response.prepare(request)
+                    await response.write_eof()
+                return response
+
+        return gated
 
     async def close(self) -> None:
         if self._gate is not None:
