@@ -2,29 +2,32 @@
 
     python benchmarks/train.py                       # trainer tokens/s, then the whole tiny recipe
     python benchmarks/train.py --skip-recipe         # trainer tokens/s only (seconds)
-    python benchmarks/train.py --recipe configs/train/tiny_first_letter.toml --seeds 0 1 2
+    python benchmarks/train.py --skip-trainer --seeds 0 1 2 --runs 2 --jobs 2   # robustness: 6 runs, 2 at a time
 
 Trainer: `PolicyTrainer.train_step` on synthetic samples (prompt 24 tokens, completion
 `--completion` tokens, loss on the completion) for the recipe's tiny model and a larger
 one; tokens/s counts every input token of the step (forward + backward + AdamW).
-Recipe: `v1.train.run.train` on the recipe (SFT warm-up, held-out eval before, RL,
-eval after) per seed: wall time, held-out reward before/after RL, RSS at the first
-and last step. Prints figures; asserts nothing on timing.
+Recipe: `v1 train` (a subprocess, exactly the README's command) on a copy of the recipe
+per seed (`seed`, `rollouts.seed` and the tiny model's `seed` set to it: model init, SFT
+batches and data order), `--runs` times each, at most `--jobs` at a time: wall and CPU
+time, peak RSS, load average, held-out reward before/after RL, and a last line per seed
+saying whether every run gained at least `--min-gain`. Prints figures; asserts nothing on timing.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
-import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,7 +38,6 @@ from v1.inference import build_tiny_model  # noqa: E402
 from v1.train.batch import Sample  # noqa: E402
 from v1.train.config import OptimConfig, TrainConfig  # noqa: E402
 from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.run import train  # noqa: E402
 from v1.train.trainer import PolicyTrainer  # noqa: E402
 
 SIZES = {
@@ -76,42 +78,98 @@ def trainer_tokens_per_s(size: dict[str, int], samples: int, micro: int, complet
     return {"params": params, "tokens_per_step": samples * (24 + completion), "tokens_per_s": statistics.median(rates)}
 
 
-def cpu_seconds() -> float:
-    """User + system CPU time of this process (all its threads) so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
 
 
-def run_recipe(path: str, seed: int) -> dict[str, float | None]:
+def seeded_config(path: str, seed: int, output_dir: Path) -> Path:
+    """A copy of the recipe at `path` with every seed set to `seed`, writing to `output_dir`; returns the TOML's path."""
     config = TrainConfig.load(path)
-    with tempfile.TemporaryDirectory() as folder:
-        config = config.model_copy(
-            update={
-                "output_dir": folder,
-                "seed": seed,
-                "rollouts": config.rollouts.model_copy(update={"seed": seed}),
-                "model": config.model.model_copy(update={"tiny": {**(config.model.tiny or {}), "seed": seed}}),
-            }
+    config = config.model_copy(
+        update={
+            "output_dir": str(output_dir),
+            "seed": seed,
+            "rollouts": config.rollouts.model_copy(update={"seed": seed}),
+            "model": config.model.model_copy(update={"tiny": {**(config.model.tiny or {}), "seed": seed}}),
+        }
+    )
+    data = config.model_dump(mode="json", exclude_none=True)
+    lines = [f"{key} = {toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    for section, fields in data.items():
+        if isinstance(fields, dict):
+            lines += [f"[{section}]", *(f"{key} = {toml_value(value)}" for key, value in fields.items())]
+    toml = output_dir.with_suffix(".toml")
+    toml.write_text("\n".join(lines) + "\n")
+    assert TrainConfig.load(toml) == config, "the per-seed TOML must load back as the same config"
+    return toml
+
+
+def run_recipe(path: str, seed: int, run: int, folder: Path) -> dict[str, Any]:
+    """One `v1 train` of the recipe with `seed` (in a subprocess): its figures from `summary.json` and `metrics.jsonl`."""
+    output_dir = folder / f"seed{seed}_run{run}"
+    toml = seeded_config(path, seed, output_dir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with open(folder / f"seed{seed}_run{run}.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "v1.cli.main", "train", str(toml), "--no-progress"], stdout=log, stderr=log, env=env
         )
-        started, cpu_started = time.perf_counter(), cpu_seconds()
-        result = asyncio.run(train(config))
-        wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
-        lines = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
+        _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    if process.returncode != 0:
+        raise SystemExit(
+            f"seed {seed} run {run}: v1 train exited {process.returncode} (log: {folder / f'seed{seed}_run{run}.log'})"
+        )
+    summary = json.loads((output_dir / "summary.json").read_text())
+    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    before, after = summary["eval_before"], summary["eval_after"]
     return {
         "seed": seed,
+        "run": run,
         "wall_s": wall,
-        "cpu_s": cpu,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "load": (load_before, os.getloadavg()[0]),
         "rl_steps_s": sum(line["step_time_s"] for line in lines),
         "train_s": sum(line["train_time_s"] for line in lines),
         "groups_finished": sum(line["groups_finished"] for line in lines),
         "filtered": sum(line["filtered_zero_variance"] for line in lines),
-        "eval_before": result.eval_before,
-        "eval_after": result.eval_after,
-        "gain": (result.eval_after or 0.0) - (result.eval_before or 0.0),
-        "rss_mb_step_1": lines[0]["rss_mb"],
-        "rss_mb_last_step": lines[-1]["rss_mb"],
-        "steps": result.steps,
+        "sft_steps": summary.get("sft_steps"),
+        "eval_before": before,
+        "eval_after": after,
+        "gain": after - before,
+        "steps": summary.get("steps"),
     }
+
+
+def print_run(run: dict[str, Any]) -> None:
+    print(
+        f"recipe seed {run['seed']} run {run['run']}: held-out reward {run['eval_before']:.3f} -> {run['eval_after']:.3f} "
+        f"({run['gain']:+.3f}); {run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU, peak RSS {run['peak_rss_mb']:.0f} MiB, "
+        f"load {run['load'][0]:.1f} -> {run['load'][1]:.1f}; SFT {run['sft_steps']} steps; RL steps {run['rl_steps_s']:.0f} s "
+        f"(trainer {run['train_s']:.0f} s); {run['groups_finished']} groups, {run['filtered']} filtered",
+        flush=True,
+    )
+
+
+def recipe_runs(path: str, seeds: list[int], runs: int, jobs: int, folder: Path) -> list[dict[str, Any]]:
+    """`runs` runs of every seed, `jobs` at a time, each printed as it finishes."""
+
+    def one(seed_run: tuple[int, int]) -> dict[str, Any]:
+        result = run_recipe(path, *seed_run, folder)
+        print_run(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, [(seed, run) for run in range(1, runs + 1) for seed in seeds]))
 
 
 def main() -> None:
@@ -122,27 +180,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps (median)")
     parser.add_argument("--recipe", default=str(ROOT / "configs" / "train" / "tiny_first_letter.toml"))
     parser.add_argument("--seeds", type=int, nargs="*", default=[0])
+    parser.add_argument("--runs", type=int, default=1, help="runs of each seed")
+    parser.add_argument("--jobs", type=int, default=1, help="recipe runs at a time")
+    parser.add_argument("--min-gain", type=float, default=0.3, help="the held-out gain every run of a seed must reach")
+    parser.add_argument("--keep", default=None, help="keep the runs' outputs in this folder (default: a temporary one)")
     parser.add_argument("--skip-recipe", action="store_true")
+    parser.add_argument("--skip-trainer", action="store_true")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
+    if args.runs < 1 or args.jobs < 1:
+        parser.error("--runs and --jobs must be at least 1")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    figures: dict[str, object] = {"trainer": {}, "recipe": []}
-    for name, size in SIZES.items():
+    figures: dict[str, Any] = {"trainer": {}, "recipe": []}
+    for name, size in {} if args.skip_trainer else SIZES.items():
         figure = trainer_tokens_per_s(size, args.samples, args.micro, args.completion, args.steps)
-        figures["trainer"][name] = figure  # type: ignore[index]
+        figures["trainer"][name] = figure
         print(
             f"trainer {name}: {figure['params'] / 1e6:.2f}M params, {figure['tokens_per_step']:.0f} tokens/step, "
             f"{figure['tokens_per_s']:.0f} tokens/s"
         )
     if not args.skip_recipe:
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = Path(args.keep or scratch)
+            folder.mkdir(parents=True, exist_ok=True)
+            figures["recipe"] = recipe_runs(args.recipe, args.seeds, args.runs, args.jobs, folder)
         for seed in args.seeds:
-            run = run_recipe(args.recipe, seed)
-            figures["recipe"].append(run)  # type: ignore[attr-defined]
+            gains = [run["gain"] for run in figures["recipe"] if run["seed"] == seed]
+            verdict = "passes" if min(gains) >= args.min_gain else "FAILS"
             print(
-                f"recipe seed {seed}: {run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU; RL steps {run['rl_steps_s']:.0f} s "
-                f"(trainer {run['train_s']:.0f} s, the rest generation), the rest SFT + evals; "
-                f"{run['groups_finished']} groups, {run['filtered']} filtered; held-out reward {run['eval_before']:.3f} -> {run['eval_after']:.3f} "
-                f"(+{run['gain']:.3f}), RSS step 1 {run['rss_mb_step_1']:.0f} MiB, last step {run['rss_mb_last_step']:.0f} MiB"
+                f"seed {seed}: gains {', '.join(f'{gain:+.3f}' for gain in gains)}: {verdict} (every run >= {args.min_gain:+.2f})"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
