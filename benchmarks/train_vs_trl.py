@@ -12,7 +12,7 @@ mean, clip 0.2), advantages reward minus the group mean without std scaling (v1'
 TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at a constant 3e-3, gradient norm
 clipped at 1.0; the same seed for each pair. v1 keeps every group (`filter_zero_variance =
 false`: TRL trains on every group too) and generates one step ahead (`max_staleness = 1`, its
-default overlap of generation and training); every rollout goes through the harness and the
+default overlap of generation and training; `--max-staleness 0` makes it on-policy, as TRL is); every rollout goes through the harness and the
 interception endpoint (recorded) to the built-in server. TRL generates each round in process with
 `model.generate` (no server, no endpoint) and trains on the same process's two cores.
 
@@ -70,7 +70,14 @@ def thread_count(text: str) -> int:
     return value
 
 
-def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | None) -> Any:
+def staleness(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"between 0 and 16, got {value}")
+    return value
+
+
+def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | None, max_staleness: int = 1) -> Any:
     """The recipe at equal work: the SFT checkpoint as the model (or the tiny config, to make it), every group kept."""
     from v1.train.config import TrainConfig
 
@@ -86,6 +93,7 @@ def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | No
         "max_groups_per_step": None,
         "sampling_args": {"temperature": 1.0, "max_tokens": MAX_TOKENS},
         "seed": seed,
+        "max_staleness": max_staleness,
     }
     update["rollouts"] = config.rollouts.model_copy(update=rollouts)
     update["loss"] = config.loss.model_copy(update={"kind": "grpo", "kl_coef": 0.0, "scale_rewards": "none", "clip_low": 0.2})
@@ -116,10 +124,10 @@ async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
         return await evaluate(env, config, config.inference.client_config(server.url))
 
 
-def run_v1(out: Path, seed: int, steps: int, checkpoint: Path) -> dict[str, Any]:
+def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, max_staleness: int) -> dict[str, Any]:
     from v1.train.run import train
 
-    config = recipe_config(out / f"v1_seed{seed}", seed, steps, checkpoint)
+    config = recipe_config(out / f"v1_seed{seed}", seed, steps, checkpoint, max_staleness)
     started = time.perf_counter()
     result = asyncio.run(train(config))
     wall = time.perf_counter() - started
@@ -211,18 +219,19 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) ->
     }
 
 
-def child(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, trl_threads: int) -> None:
+def child(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> None:
     if framework == "v1":
-        result = run_v1(out, seed, steps, checkpoint)
+        result = run_v1(out, seed, steps, checkpoint, options.max_staleness)
     else:
-        result = run_trl(out, seed, steps, checkpoint, trl_threads)
+        result = run_trl(out, seed, steps, checkpoint, options.trl_threads)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
-def spawn(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, trl_threads: int) -> dict[str, Any]:
+def spawn(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
     """One (framework, seed) in a fresh process; its result, or an ``error`` with the output's tail."""
     command = [sys.executable, __file__, "--child", framework, "--out", str(out), "--seeds", str(seed), "--steps", str(steps)]
-    command += ["--checkpoint", str(checkpoint), "--trl-threads", str(trl_threads)]
+    command += ["--checkpoint", str(checkpoint), "--trl-threads", str(options.trl_threads)]
+    command += ["--max-staleness", str(options.max_staleness)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
@@ -258,6 +267,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--trl-threads", type=thread_count, default=0, metavar="N", help="TRL's torch threads (0: torch's default)"
     )
+    parser.add_argument(
+        "--max-staleness",
+        type=staleness,
+        default=1,
+        metavar="K",
+        help="v1 generates up to K steps ahead (1: the recipe's; 0: on-policy, as TRL)",
+    )
     parser.add_argument("--child", choices=("v1", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -266,7 +282,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        child(args.child, args.out, args.seeds[0], args.steps, args.checkpoint, args.trl_threads)
+        child(args.child, args.out, args.seeds[0], args.steps, args.checkpoint, args)
         return 0
     if "trl" in args.frameworks and not trl_installed():
         print("train_vs_trl: TRL is not installed; install the benchmark extra: pip install -e '.[bench]'", file=sys.stderr)
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {framework: [] for framework in args.frameworks}
     for seed in args.seeds:
         for framework in args.frameworks:
-            result = spawn(framework, args.out, seed, args.steps, checkpoint, args.trl_threads)
+            result = spawn(framework, args.out, seed, args.steps, checkpoint, args)
             results[framework].append(result)
             print(summary_line(framework, seed, result, eval_before), flush=True)
     failed = False

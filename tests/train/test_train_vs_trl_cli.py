@@ -37,6 +37,7 @@ def test_without_trl_it_says_so_in_one_line_and_exits_2() -> None:
         (["--steps", "many"], "--steps: invalid step_count value: 'many'"),
         (["--seeds", "-1"], "--seeds: a seed is in [0, 2**31), got -1"),
         (["--trl-threads", "-3"], "--trl-threads: between 0"),
+        (["--max-staleness", "17"], "--max-staleness: between 0 and 16, got 17"),
         (["--frameworks", "verl"], "--frameworks: invalid choice: 'verl'"),
     ],
 )
