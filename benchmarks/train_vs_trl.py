@@ -11,9 +11,9 @@ TRL: `num_iterations = 2`, `gradient_accumulation_steps = 2`); the GRPO loss (pe
 mean, clip 0.2), advantages reward minus the group mean without std scaling (v1's default;
 TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at a constant 3e-3, gradient norm
 clipped at 1.0; the same seed for each pair. v1 keeps every group (`filter_zero_variance =
-false`: TRL trains on every group too) and generates one step ahead (`max_staleness = 1`, its
-default overlap of generation and training; `--max-staleness 0` makes it on-policy, as TRL is); every rollout goes through the harness and the
-interception endpoint (recorded) to the built-in server. TRL generates each round in process with
+false`: TRL trains on every group too) and is on-policy like TRL (`max_staleness = 0`;
+`--max-staleness 1` is the recipe's overlap, generating one step ahead); every rollout goes
+through the harness and the interception endpoint (recorded) to the built-in server. TRL generates each round in process with
 `model.generate` (no server, no endpoint) and trains on the same process's two cores.
 
 Both are scored by the same code: v1's `Env.evaluate` on the 112 held-out strings, greedy, 4
@@ -77,7 +77,7 @@ def staleness(text: str) -> int:
     return value
 
 
-def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | None, max_staleness: int = 1) -> Any:
+def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | None, max_staleness: int = 0) -> Any:
     """The recipe at equal work: the SFT checkpoint as the model (or the tiny config, to make it), every group kept."""
     from v1.train.config import TrainConfig
 
@@ -270,9 +270,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-staleness",
         type=staleness,
-        default=1,
+        default=0,
         metavar="K",
-        help="v1 generates up to K steps ahead (1: the recipe's; 0: on-policy, as TRL)",
+        help="v1 generates up to K steps ahead (0: on-policy, as TRL; 1: the recipe's)",
     )
     parser.add_argument("--child", choices=("v1", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
