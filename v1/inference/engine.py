@@ -1,10 +1,13 @@
 """`Engine`: continuous batching of generation requests over one transformers causal LM.
 
 One scheduler thread owns the model. Each iteration it admits waiting requests
-(a prefill per request, which samples its first token), then runs ONE decoding
-step for every sequence in flight as a single batch, and retires the finished
-ones. New requests therefore join a running batch at the next step instead of
-waiting for it to drain.
+and prefills them together (one forward pass over their distinct prompts, left-padded,
+at most `PREFILL_TOKEN_BUDGET` padded tokens per pass; the `n` choices of a request and
+requests with the same prompt share a row), which samples each choice's first token; then
+it runs ONE decoding step for every sequence in flight as a single batch, and retires the
+finished ones. New requests therefore join a running batch at the next step instead of
+waiting for it to drain, and a trainer's round of rollouts (many requests for the same few
+prompts) costs a few prefill passes, not one per rollout.
 
 The batch's KV cache is one tensor pair per layer, ``[batch, kv_heads, length, head_dim]``,
 left-padded so that every row ends at the same column; an attention mask marks the
@@ -35,6 +38,8 @@ from v1.inference.sampling import LogitProcessing, processed_logits
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_SIZE = 64
+PREFILL_TOKEN_BUDGET = 16384
+"""Most tokens (rows x longest prompt, padding included) one prefill pass takes; a longer prompt gets a pass of its own."""
 FILTERED_LOGPROB = -9999.0
 """What a top-logprob entry filtered out by top-k / top-p reports (JSON has no -inf)."""
 
@@ -114,6 +119,8 @@ class EngineStats:
     prompt_tokens: int = 0
     weight_updates: int = 0
     cancelled: int = 0
+    prefill_passes: int = 0
+    """Forward passes that prefilled admitted requests (`prefills` counts the distinct prompts they held)."""
 
 
 class Engine:
@@ -236,8 +243,8 @@ class Engine:
                     admitted.append(request)
             try:
                 with self._weights_lock, torch.inference_mode():
-                    for request in admitted:
-                        self._prefill(request)
+                    for chunk in _prefill_chunks(admitted):
+                        self._prefill(chunk)
                     self._retire()
                     if self._running:
                         self._decode_step()
@@ -259,25 +266,39 @@ class Engine:
             request.error = error
             request.on_event(None)
 
-    def _prefill(self, request: GenerationRequest) -> None:
-        self.stats.requests += 1
-        self.stats.prefills += 1
-        self.stats.prompt_tokens += len(request.prompt_ids)
-        input_ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
-        output = self.model(input_ids=input_ids, past_key_values=DynamicCache(), use_cache=True)
+    def _prefill(self, requests: list[GenerationRequest]) -> None:
+        """One forward pass over the requests' distinct prompts (left-padded); every choice of every request joins the batch."""
+        rows: dict[tuple[int, ...], int] = {}
+        for request in requests:
+            self.stats.requests += 1
+            self.stats.prompt_tokens += len(request.prompt_ids)
+            rows.setdefault(tuple(request.prompt_ids), len(rows))
+        self.stats.prefills += len(rows)
+        self.stats.prefill_passes += 1
+        longest = max(len(prompt) for prompt in rows)
+        input_ids = torch.tensor([[0] * (longest - len(p)) + list(p) for p in rows], dtype=torch.long, device=self.device)
+        mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in rows], dtype=torch.long, device=self.device)
+        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        output = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=DynamicCache(), use_cache=True
+        )
+        sequences = [sequence for request in requests for sequence in self._sequences(request)]
+        index = torch.tensor([rows[tuple(s.request.prompt_ids)] for s in sequences], dtype=torch.long, device=self.device)
         cache = output.past_key_values
-        logits = output.logits[:, -1, :].float().expand(request.n, -1)
+        keys = [layer.keys.index_select(0, index) for layer in cache.layers]
+        values = [layer.values.index_select(0, index) for layer in cache.layers]
+        self._join(sequences, keys, values, mask.index_select(0, index))
+        self._sample(sequences, output.logits[:, -1, :].float().index_select(0, index))
+
+    def _sequences(self, request: GenerationRequest) -> list[Sequence]:
+        """The request's `n` choices, each with its own generator seeded from the request's seed (or a random one)."""
         base_seed = request.params.seed if request.params.seed is not None else secrets.randbits(62)
         sequences = []
         for index in range(request.n):
             generator = torch.Generator(device=self.device)
             generator.manual_seed(base_seed + index)
             sequences.append(Sequence(request=request, index=index, generator=generator))
-        keys = [layer.keys.expand(request.n, -1, -1, -1) for layer in cache.layers]
-        values = [layer.values.expand(request.n, -1, -1, -1) for layer in cache.layers]
-        mask = torch.ones(request.n, len(request.prompt_ids), dtype=torch.long, device=self.device)
-        self._join(sequences, keys, values, mask)
-        self._sample(sequences, logits)
+        return sequences
 
     def _join(self, sequences: list[Sequence], keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor) -> None:
         if not self._running:
@@ -403,6 +424,21 @@ class Engine:
         for request in {id(s.request): s.request for s in finished}.values():
             if id(request) not in still_running:
                 request.on_event(None)
+
+
+def _prefill_chunks(requests: list[GenerationRequest]) -> list[list[GenerationRequest]]:
+    """`requests` in order, cut so that no pass exceeds `PREFILL_TOKEN_BUDGET` padded tokens (each pass takes at least one)."""
+    chunks: list[list[GenerationRequest]] = []
+    longest = 0
+    for request in requests:
+        grown = max(longest, len(request.prompt_ids))
+        if chunks and grown * (len(chunks[-1]) + 1) <= PREFILL_TOKEN_BUDGET:
+            chunks[-1].append(request)
+            longest = grown
+        else:
+            chunks.append([request])
+            longest = len(request.prompt_ids)
+    return chunks
 
 
 def _pad_left(tensor: torch.Tensor, amount: int, *, dim: int) -> torch.Tensor:

@@ -11,7 +11,9 @@ Routes (aiohttp):
 - ``GET /v1/models``, ``GET /health``, ``GET /stats`` (the engine's counters);
 - ``POST /update_weights`` with ``{"path": DIR}``: load a checkpoint directory's weights.
 
-A trainer in the same process calls `load_weights(state_dict)` instead.
+A trainer in the same process calls `load_weights(state_dict)` instead, and v1's upstream clients
+on the server's event loop get whole answers from `answer_in_process` without a socket
+(`v1.clients.local_upstream`): the interception endpoint still sees and records every call.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 from aiohttp import web
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text
 from v1.clients.tool_call_text import parse_tool_calls
@@ -125,6 +128,8 @@ class InferenceServer:
         )
         self._runner: web.AppRunner | None = None
         self._created = int(time.time())
+        self.in_process_requests = 0
+        """Whole answers given in process (`answer_in_process`), without HTTP."""
 
     @property
     def url(self) -> str:
@@ -165,9 +170,11 @@ class InferenceServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        register_local_upstream(self.url, self.answer_in_process, asyncio.get_running_loop())
 
     async def close(self) -> None:
         """Stop serving; requests in flight end with an error."""
+        unregister_local_upstream(self.url, self.answer_in_process)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -222,36 +229,72 @@ class InferenceServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body: ChatRequest = parse_request(await request.read(), ChatRequest)
-            self._check_model(body)
-            prompt_ids = body.tokens if body.tokens is not None else await asyncio.to_thread(self._render_chat, body)
-            top = (body.top_logprobs or 0) if body.logprobs else 0
-            generation = self._submit([prompt_ids], body, top, default_max_tokens=None)
+            prompt_ids, generation = await self._submit_chat(body)
         except RequestError as exc:
             return _error(exc)
-        tools = bool(body.tools) and body.tool_choice != "none"
         if body.stream:
-            return await self._stream(request, generation, body, chat=True, tools=tools)
-        try:
-            choices = await self._collect(generation)
-        except RuntimeError as exc:
-            return _error(RequestError(str(exc), status=503))
-        return web.json_response(self._chat_body(body, prompt_ids, choices, tools))
+            return await self._stream(request, generation, body, chat=True, tools=_wants_tools(body))
+        return _json(*await self._chat_answer(body, prompt_ids, generation))
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body: CompletionRequest = parse_request(await request.read(), CompletionRequest)
-            self._check_model(body)
-            prompts = await asyncio.to_thread(self._completion_prompts, body.prompt)
-            generation = self._submit(prompts, body, body.logprobs or 0, default_max_tokens=16)
+            generation = await self._submit_completions(body)
         except RequestError as exc:
             return _error(exc)
         if body.stream:
             return await self._stream(request, generation, body, chat=False, tools=False)
+        return _json(*await self._completions_answer(body, generation))
+
+    async def answer_in_process(self, path: str, raw: bytes) -> tuple[int, Any] | None:
+        """A whole chat or completions answer without HTTP (`v1.clients.local_upstream`): ``(status, JSON body)``.
+
+        The same validation, generation and answer as the HTTP routes; None for a stream or
+        another path (the caller sends those over HTTP).
+        """
+        chat = path in ("/chat/completions", "/chat/completions/tokens")
+        if not chat and path != "/completions":
+            return None
+        try:
+            if chat:
+                chat_body: ChatRequest = parse_request(raw, ChatRequest)
+                if chat_body.stream:
+                    return None
+                self.in_process_requests += 1
+                prompt_ids, generation = await self._submit_chat(chat_body)
+                return await self._chat_answer(chat_body, prompt_ids, generation)
+            body: CompletionRequest = parse_request(raw, CompletionRequest)
+            if body.stream:
+                return None
+            self.in_process_requests += 1
+            return await self._completions_answer(body, await self._submit_completions(body))
+        except RequestError as exc:
+            return _error_answer(exc)
+
+    async def _submit_chat(self, body: ChatRequest) -> tuple[list[int], Generation]:
+        self._check_model(body)
+        prompt_ids = body.tokens if body.tokens is not None else await asyncio.to_thread(self._render_chat, body)
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        return prompt_ids, self._submit([prompt_ids], body, top, default_max_tokens=None)
+
+    async def _submit_completions(self, body: CompletionRequest) -> Generation:
+        self._check_model(body)
+        prompts = await asyncio.to_thread(self._completion_prompts, body.prompt)
+        return self._submit(prompts, body, body.logprobs or 0, default_max_tokens=16)
+
+    async def _chat_answer(self, body: ChatRequest, prompt_ids: list[int], generation: Generation) -> tuple[int, Any]:
         try:
             choices = await self._collect(generation)
         except RuntimeError as exc:
-            return _error(RequestError(str(exc), status=503))
-        return web.json_response(self._completion_body(body, generation, choices))
+            return _error_answer(RequestError(str(exc), status=503))
+        return 200, self._chat_body(body, prompt_ids, choices, _wants_tools(body))
+
+    async def _completions_answer(self, body: CompletionRequest, generation: Generation) -> tuple[int, Any]:
+        try:
+            choices = await self._collect(generation)
+        except RuntimeError as exc:
+            return _error_answer(RequestError(str(exc), status=503))
+        return 200, self._completion_body(body, generation, choices)
 
     # -- request handling ------------------------------------------------------------------
 
@@ -576,11 +619,23 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
-def _error(error: RequestError) -> web.Response:
+def _wants_tools(body: ChatRequest) -> bool:
+    return bool(body.tools) and body.tool_choice != "none"
+
+
+def _error_answer(error: RequestError) -> tuple[int, Any]:
     body = openai_error_body(
         error.status, str(error), ERROR_TYPES.get(error.status, "invalid_request_error"), error.code, error.param
     )
-    return web.json_response(body, status=error.status)
+    return error.status, body
+
+
+def _error(error: RequestError) -> web.Response:
+    return _json(*_error_answer(error))
+
+
+def _json(status: int, body: Any) -> web.Response:
+    return web.json_response(body, status=status)
 
 
 @contextlib.contextmanager
