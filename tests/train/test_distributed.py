@@ -59,10 +59,11 @@ def test_two_ranks_train_the_same_weights_as_one_process_and_resume_from_the_gat
     stats.append(trainer.train_step(batch(2)))
 
     for name, tensor in after_two.items():
-        torch.testing.assert_close(sharded["after_two"][name], tensor, atol=2e-5, rtol=1e-4)
+        # Adam divides by sqrt(v): float noise from another summation order reaches ~2e-5 on near-zero gradients
+        torch.testing.assert_close(sharded["after_two"][name], tensor, atol=5e-5, rtol=1e-4)
     # the third step ran on a fresh sharded model that loaded the gathered optimizer state
     for name, tensor in model.state_dict().items():
-        torch.testing.assert_close(sharded["after_three"][name], tensor, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(sharded["after_three"][name], tensor, atol=5e-5, rtol=1e-4)
     assert sum(not torch.equal(model.state_dict()[name], initial[name]) for name in initial) > len(initial) // 2
     for one, two in zip(stats, report["stats"]):
         for key in ("loss", "grad_norm", "loss_tokens", "clip_fraction", "entropy"):

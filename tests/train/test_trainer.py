@@ -115,3 +115,25 @@ def test_mismatch_kl_counts_fresh_samples_only_and_staleness_has_its_own_metric(
     stats = trainer.train_step(fresh + stale)
     assert stats["mismatch_kl"] == pytest.approx(0.0, abs=1e-5)  # a healthy weight sync shows as zero
     assert abs(stats["stale_kl"]) > 1e-2 and stats["fresh_tokens"] == 6
+
+
+def test_logprobs_at_the_loss_positions_only_equal_the_full_ones_there_with_the_same_gradient() -> None:
+    model = tiny_model()
+    samples = on_policy_samples(model, [1.0, -1.0, 0.5])
+    batch = collate(samples)
+    where = batch.loss_mask > 0
+    full, full_entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets)
+    (full * batch.loss_mask).sum().backward()
+    full_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    only, only_entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, where=where)
+    (only * batch.loss_mask).sum().backward()
+    torch.testing.assert_close(only[where], full[where])
+    torch.testing.assert_close(only_entropy[where], full_entropy[where])
+    assert bool((only[~where] == 0).all()) and bool((only_entropy[~where] == 0).all()), "the head never ran there"
+    for got, expected in zip((p.grad for p in model.parameters()), full_grads):
+        torch.testing.assert_close(got, expected)
+    nowhere = torch.zeros_like(where)
+    torch.testing.assert_close(
+        token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, where=nowhere)[0], full.detach()
+    )

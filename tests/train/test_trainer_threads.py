@@ -1,4 +1,4 @@
-"""The trainer's torch threads on CPU leave the built-in engine and the event loop their cores."""
+"""The trainer's torch threads on CPU leave the built-in engine and the event loop their cores; the engine's batch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.run import call_with_torch_threads, trainer_cpu_threads  # noqa: E402
+from v1.train.run import builtin_batch_size, call_with_torch_threads, trainer_cpu_threads  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 
@@ -33,3 +33,11 @@ async def test_a_worker_thread_runs_the_trainer_with_that_many_threads() -> None
     assert seen == 1
     assert await asyncio.to_thread(call_with_torch_threads, None, lambda: "as is") == "as is"
     assert torch.get_num_threads() == before, "the count is per thread: the event loop's thread keeps its own"
+
+
+def test_the_built_in_server_decodes_every_rollout_in_flight_in_one_step_unless_told() -> None:
+    config = TrainConfig.load(RECIPE)
+    assert config.inference.max_batch_size is None
+    assert builtin_batch_size(config) == config.rollouts.max_concurrent == 128
+    told = config.model_copy(update={"inference": config.inference.model_copy(update={"max_batch_size": 8})})
+    assert builtin_batch_size(told) == 8

@@ -55,9 +55,10 @@ class InferenceConfig(Config):
         client_type: the client for rollouts; it must return token ids and logprobs.
         weight_sync: ``in_process`` (built-in server here), ``http`` (``POST /update_weights``
             with a checkpoint folder: ``v1 serve``), ``vllm`` (vLLM's collective RPC reload of a
-            checkpoint folder, then a prefix-cache reset; verified on CPU).
-        max_batch_size: the built-in server's batch size.
+            checkpoint folder, then a prefix-cache reset; verified on CPU),
             ``vllm_nccl``: an NCCL broadcast to vLLM's workers (GPU; written for vLLM 0.32.0, not yet run).
+        max_batch_size: the built-in server's batch size; None: `rollouts.max_concurrent`, so every
+            rollout in flight decodes in the same step (a round of 16 x 8 is one batch, as in TRL).
         engine: without `base_url`, what serves the rollouts: ``builtin`` (this process) or
             ``vllm`` (a vLLM server this run starts and stops; needs ``weight_sync = "vllm"`` or ``"vllm_nccl"``).
         vllm_args: more ``vllm serve`` arguments for the server the run starts.
@@ -70,7 +71,7 @@ class InferenceConfig(Config):
     model_name: str = "policy"
     client_type: ClientType = "openai_chat_completions"
     weight_sync: Literal["in_process", "http", "vllm", "vllm_nccl"] = "in_process"
-    max_batch_size: int = Field(64, ge=1)
+    max_batch_size: int | None = Field(None, ge=1)
     engine: Literal["builtin", "vllm"] = "builtin"
     vllm_args: list[str] = Field(default_factory=list)
     vllm_startup_timeout: float = Field(1200.0, gt=0)

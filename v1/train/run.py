@@ -118,7 +118,7 @@ async def inference_endpoint(
     if inference.weight_sync != "in_process":
         raise ConfigError(f"inference.weight_sync = {inference.weight_sync!r} needs inference.base_url (a running server)")
     async with InferenceServer(
-        served, tokenizer, model_name=inference.model_name, max_batch_size=inference.max_batch_size
+        served, tokenizer, model_name=inference.model_name, max_batch_size=builtin_batch_size(config)
     ) as server:
         engine_info["engine"] = "builtin"
         yield server.url, InProcessWeightSync(server)
@@ -141,6 +141,11 @@ def trainer_cpu_threads(config: TrainConfig, device: torch.device, cpu_count: in
         return None
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return max(1, cores - BUILTIN_ENGINE_THREADS - 1)
+
+
+def builtin_batch_size(config: TrainConfig) -> int:
+    """The built-in server's batch size: `inference.max_batch_size`, else every rollout in flight at once."""
+    return config.inference.max_batch_size or config.rollouts.max_concurrent
 
 
 def call_with_torch_threads(threads: int | None, function: Callable[..., Any], *args: Any) -> Any:
@@ -619,6 +624,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
 __all__ = [
     "TOKEN_SAMPLING_ARGS",
     "TrainResult",
+    "builtin_batch_size",
     "evaluate",
     "finish_outputs",
     "inference_endpoint",

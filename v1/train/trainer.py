@@ -106,13 +106,16 @@ def token_logprobs(
     processing: LogitProcessing = LogitProcessing(),
     *,
     position_ids: torch.Tensor | None = None,
+    where: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of `targets` (``input_ids[:, 1:]``) and the entropy of each prediction, both ``[B, T-1]``.
 
     Both are of the sampling distribution `processing` describes (logits / temperature, top-k,
     top-p), as the inference server reports them. The vocabulary-wide part runs on
     `LOGPROB_CHUNK_TOKENS` positions at a time and is recomputed in the backward pass, so no
-    ``[B, T, V]`` log-softmax is kept for autograd; the entropy never has a graph.
+    ``[B, T, V]`` log-softmax is kept for autograd; the entropy never has a graph. With `where` (a
+    boolean ``[B, T-1]``, e.g. the loss mask) the output head runs on those positions only (a
+    prompt's predictions are never trained on) and both outputs are 0 elsewhere.
     """
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
     parts = output_head(model)
@@ -124,6 +127,9 @@ def token_logprobs(
         states = body(**inputs).last_hidden_state[:, :-1]
     flat_states = states.reshape(-1, states.shape[-1])
     flat_targets = targets.reshape(-1)
+    selected = where.reshape(-1).nonzero().squeeze(-1) if where is not None and bool(where.any()) else None
+    if selected is not None:
+        flat_states, flat_targets = flat_states[selected], flat_targets[selected]
     chosen, entropies = [], []
     for start in range(0, flat_targets.shape[0], LOGPROB_CHUNK_TOKENS):
         piece = slice(start, start + LOGPROB_CHUNK_TOKENS)
@@ -134,7 +140,12 @@ def token_logprobs(
             part, entropy = chunk_logprobs(*args)
         chosen.append(part)
         entropies.append(entropy)
-    return torch.cat(chosen).view_as(targets), torch.cat(entropies).view_as(targets)
+    if selected is None:
+        return torch.cat(chosen).view_as(targets), torch.cat(entropies).view_as(targets)
+    every = targets.numel()
+    logprobs = torch.cat(chosen).new_zeros(every).index_copy(0, selected, torch.cat(chosen))
+    entropy = torch.cat(entropies).new_zeros(every).index_copy(0, selected, torch.cat(entropies))
+    return logprobs.view_as(targets), entropy.view_as(targets)
 
 
 def is_distributed() -> bool:
@@ -262,11 +273,14 @@ class PolicyTrainer:
     def _logprobs(
         model: torch.nn.Module, batch: TensorBatch, packed: PackedRow | None, processing: LogitProcessing
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`token_logprobs` in `batch`'s padded layout, from one packed row when `packed` is given."""
+        """`token_logprobs` at `batch`'s loss positions, in its padded layout; from one packed row when `packed` is given."""
+        where = batch.loss_mask > 0
         if packed is None:
-            return token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, processing)
+            return token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, processing, where=where)
+        packed_where = torch.zeros_like(packed.targets, dtype=torch.bool)
+        packed_where[0, packed.index[where]] = True
         logprobs, entropy = token_logprobs(
-            model, packed.input_ids, None, packed.targets, processing, position_ids=packed.position_ids
+            model, packed.input_ids, None, packed.targets, processing, position_ids=packed.position_ids, where=packed_where
         )
         return packed.unpack(logprobs), packed.unpack(entropy)
 
