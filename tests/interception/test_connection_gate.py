@@ -172,11 +172,12 @@ async def test_a_connection_being_answered_is_never_evicted_an_idle_one_is() -> 
 
     from v1.interception.connection_gate import ConnectionGate
 
-    release = asyncio.Event()
+    release, begun = asyncio.Event(), asyncio.Event()
     gate: ConnectionGate
 
     async def slow(request: web.BaseRequest) -> web.StreamResponse:
         with gate.serving(request.transport):
+            begun.set()
             await release.wait()
             response = web.Response(text="done")
             await response.prepare(request)
@@ -190,7 +191,7 @@ async def test_a_connection_being_answered_is_never_evicted_an_idle_one_is() -> 
     busy_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     await busy_writer.drain()
     idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
-    await asyncio.wait_for(gate.serving_changed.wait(), 5)  # the first one's request has begun
+    await asyncio.wait_for(begun.wait(), 5)  # the first one's request is being answered
 
     async def both_accepted() -> None:  # aiohttp has no event for a connection made
         while len(server.connections) < 2:  # noqa: ASYNC110

@@ -51,18 +51,28 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def checked_model_path(source: str) -> Path:
+    """`source` as a path: a model directory (with its config.json) or a file (a tiny-model config).
+
+    Raises:
+        ConfigError: the path does not exist, or is a directory without config.json.
+    """
+    path = Path(source)
+    if not path.exists():
+        raise ConfigError(f"{source}: no such model directory or config file")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ConfigError(f"{source}: not a model directory (no config.json); save one with save_pretrained")
+    return path
+
+
 def load_model_source(source: str) -> tuple[Any, Any, str]:
     """The model, tokenizer and default served name for a directory or a tiny-model config file.
 
     Raises:
         ConfigError: the path does not exist, or is neither a model directory nor a valid config.
     """
-    path = Path(source)
-    if not path.exists():
-        raise ConfigError(f"{source}: no such model directory or config file")
+    path = checked_model_path(source)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"{source}: not a model directory (no config.json); save one with save_pretrained")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
@@ -130,12 +140,8 @@ def vllm_model_dir(source: str) -> tuple[Path, str]:
     Raises:
         ConfigError: as `load_model_source`.
     """
-    path = Path(source)
-    if not path.exists():
-        raise ConfigError(f"{source}: no such model directory or config file")
+    path = checked_model_path(source)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"{source}: not a model directory (no config.json); save one with save_pretrained")
         return path.resolve(), str(path)
     from v1.inference.tiny import save_tiny_model
     from v1.inference.vllm_env import cache_root

@@ -80,13 +80,11 @@ class ConnectionGate:
         self._socket: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._serving: Counter[Any] = Counter()  # transport -> requests being answered on it
-        self.serving_changed = asyncio.Event()  # set whenever a request begins (tests wait on it)
 
     @contextlib.contextmanager
     def serving(self, transport: Any) -> Iterator[None]:
         """Mark `transport`'s connection busy while a request on it is answered (an idle one may be evicted)."""
         self._serving[transport] += 1
-        self.serving_changed.set()
         try:
             yield
         finally:

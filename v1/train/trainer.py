@@ -142,9 +142,9 @@ def token_logprobs(
         entropies.append(entropy)
     if selected is None:
         return torch.cat(chosen).view_as(targets), torch.cat(entropies).view_as(targets)
-    every = targets.numel()
-    logprobs = torch.cat(chosen).new_zeros(every).index_copy(0, selected, torch.cat(chosen))
-    entropy = torch.cat(entropies).new_zeros(every).index_copy(0, selected, torch.cat(entropies))
+    at_selected, entropy_at_selected = torch.cat(chosen), torch.cat(entropies)
+    logprobs = at_selected.new_zeros(targets.numel()).index_copy(0, selected, at_selected)
+    entropy = entropy_at_selected.new_zeros(targets.numel()).index_copy(0, selected, entropy_at_selected)
     return logprobs.view_as(targets), entropy.view_as(targets)
 
 
