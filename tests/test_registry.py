@@ -125,7 +125,8 @@ def test_entry_points_are_read_on_the_first_unknown_name_never_at_import() -> No
 import importlib.metadata as metadata
 read = []
 real = metadata.entry_points
-metadata.entry_points = lambda **kw: read.append(kw.get("group")) or real(**kw)
+# only v1's own groups: pydantic reads its "pydantic" plugin group on its own schedule
+metadata.entry_points = lambda **kw: str(kw.get("group")).startswith("v1.") and read.append(kw["group"]) or real(**kw)
 import v1
 v1.SandboxConfig(backend="local"); v1.ClientConfig(client_type="anthropic_messages"); v1.load_environment("reverse_text")
 print(read)
