@@ -28,11 +28,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from v1._gc_tuning import frozen_heap  # noqa: E402
 from v1.inference.server import InferenceServer  # noqa: E402
 from v1.loading import load_environment  # noqa: E402
 from v1.train.config import TrainConfig  # noqa: E402
 from v1.train.model import load_policy  # noqa: E402
-from v1.train.run import TOKEN_SAMPLING_ARGS  # noqa: E402
+from v1.train.run import TOKEN_SAMPLING_ARGS, builtin_batch_size  # noqa: E402
 
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
 PARTS = (
@@ -61,14 +62,15 @@ def positive_int(text: str) -> int:
     return value
 
 
-async def run(rounds: int, profile: cProfile.Profile | None) -> tuple[list[float], dict[str, Any]]:
+async def run(rounds: int, profile: cProfile.Profile | None) -> tuple[list[float], list[float], dict[str, Any]]:
     config = TrainConfig.load(RECIPE)
     model, tokenizer, _ = load_policy(config.model)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     rows = list(env.get_dataset())
     sampling = {**config.rollouts.sampling_args, **TOKEN_SAMPLING_ARGS}
     per_step, per_group = config.rollouts.examples_per_step, config.rollouts.rollouts_per_example
-    async with InferenceServer(model, tokenizer, model_name=config.inference.model_name) as server:
+    server = InferenceServer(model, tokenizer, model_name=config.inference.model_name, max_batch_size=builtin_batch_size(config))
+    async with server:
         client = config.inference.client_config(server.url)
 
         async def one_round(index: int) -> None:
@@ -81,16 +83,18 @@ async def run(rounds: int, profile: cProfile.Profile | None) -> tuple[list[float
                 raise SystemExit(f"profile_train_round: a rollout failed: {errors[0]}")
 
         await one_round(rounds)  # warm the pools, the endpoint and the engine
-        times = []
-        for index in range(rounds):
-            started = time.perf_counter()
-            if profile is not None:
-                profile.enable()
-            await one_round(index)
-            if profile is not None:
-                profile.disable()
-            times.append(time.perf_counter() - started)
-        return times, server.stats
+        times, cpu = [], []
+        with frozen_heap():  # as the trainer runs its steps
+            for index in range(rounds):
+                started, started_cpu = time.perf_counter(), time.process_time()
+                if profile is not None:
+                    profile.enable()
+                await one_round(index)
+                if profile is not None:
+                    profile.disable()
+                times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
+        return times, cpu, server.stats
 
 
 def print_parts(profile: cProfile.Profile) -> None:
@@ -109,8 +113,11 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="run the rounds under cProfile and print time by part")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    times, stats = asyncio.run(run(args.rounds, profile))
-    print(f"round of 16 x 8 rollouts: median {statistics.median(times):.3f} s ({', '.join(f'{t:.3f}' for t in times)})")
+    times, cpu, stats = asyncio.run(run(args.rounds, profile))
+    print(
+        f"round of 16 x 8 rollouts: median {statistics.median(times):.3f} s wall, {statistics.median(cpu):.3f} s CPU "
+        f"(both threads); wall {', '.join(f'{t:.3f}' for t in times)}"
+    )
     print(
         f"engine: {stats['requests']} requests, {stats['prefills']} distinct prompts prefilled in {stats['prefill_passes']} passes, "
         f"{stats['decode_steps']} decode steps, largest batch {stats['max_batch_size']}"

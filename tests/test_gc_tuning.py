@@ -83,3 +83,25 @@ async def test_env_generate_runs_its_rollouts_inside_it(mock: MockModelServer) -
     await env.generate(env.eval_rows(3), vf.ClientConfig(api_base_url=mock.url), "m")
     assert seen and all(threshold[0] == YOUNG_THRESHOLD for threshold in seen)
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_frozen_heap_freezes_what_is_alive_and_unfreezes_only_what_it_froze() -> None:
+    from v1._gc_tuning import frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    alive: list[list[int]] = [[1]]
+
+    def scanned() -> bool:
+        return any(candidate is alive for candidate in gc.get_objects())
+
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0 and not scanned()
+    assert gc.get_freeze_count() == 0 and scanned()
+    gc.freeze()  # the caller's own freeze (a pre-fork server, say) is theirs to undo
+    try:
+        before = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() >= before > 0
+    finally:
+        gc.unfreeze()

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from v1._entropy import uuid4_hex
 from v1._rollout_context import RolloutContext
 from v1._scoring import score_group, score_rollout
 from v1._toolbox import RolloutToolbox
@@ -437,7 +437,7 @@ class Harness:
         """Run rollouts together, score them as a group, then clean up, whatever failed."""
         tasks = [self._as_task(task) for task in tasks]
         states = states if states is not None else [State.for_task(task) for task in tasks]
-        group_id = uuid.uuid4().hex
+        group_id = uuid4_hex()
         try:
             results = await asyncio.gather(
                 *(self._rollout(t, s, group_id) for t, s in zip(tasks, states)), return_exceptions=True

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from v1._entropy import uuid4_hex
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
 from v1.mcp import ToolContent
@@ -149,7 +149,7 @@ class State(dict):  # type: ignore[type-arg]
         for key in data:
             _guard(key)
         super().__init__(
-            trajectory_id=uuid.uuid4().hex,
+            trajectory_id=uuid4_hex(),
             trajectory=[],
             is_completed=False,
             is_truncated=False,

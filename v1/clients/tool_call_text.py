@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from typing import Any
+
+from v1._entropy import token_hex
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -37,7 +38,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
         last = match.end()
         calls.append(
             {
-                "id": f"call_{secrets.token_hex(8)}",
+                "id": f"call_{token_hex(8)}",
                 "type": "function",
                 "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)},
             }

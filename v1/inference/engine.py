@@ -24,15 +24,15 @@ A trainer recomputes the same quantity with the same settings.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from v1._entropy import random_bits
 from v1.inference.sampling import LogitProcessing, processed_logits
 
 logger = logging.getLogger(__name__)
@@ -134,6 +134,9 @@ class Engine:
         cpu_threads: torch's intra-op threads for the engine thread's CPU work (OpenMP's count is
             per thread, so the rest of the process, a trainer say, keeps its own). One is fastest
             for small models: a multi-threaded step of a tiny model mostly waits on its threads.
+        on_step_end: called on the engine thread after each step's events were handed to the
+            requests' `on_event` (and after a failure's): where a consumer that buffers events
+            wakes its reader once per step instead of once per event.
     """
 
     def __init__(
@@ -144,8 +147,10 @@ class Engine:
         max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         max_model_len: int | None = None,
         cpu_threads: int = 1,
+        on_step_end: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
+        self.on_step_end = on_step_end
         self.cpu_threads = cpu_threads
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -251,14 +256,25 @@ class Engine:
                         self._retire()
             except Exception as exc:  # a failed step fails the requests in it, never the engine
                 logger.exception("inference step failed")
-                self._fail_all(exc)
+                self._fail_all(exc, admitted)
+            self._step_ended()
         self._fail_all(RuntimeError("the inference engine stopped"))
+        self._step_ended()
 
-    def _fail_all(self, error: BaseException) -> None:
+    def _step_ended(self) -> None:
+        if self.on_step_end is not None:
+            try:
+                self.on_step_end()
+            except Exception:  # a consumer's hook never stops the engine
+                logger.exception("the inference engine's on_step_end hook failed")
+
+    def _fail_all(self, error: BaseException, admitted: Iterable[GenerationRequest] = ()) -> None:
+        """End every request in the engine with `error`: running, waiting, and `admitted` (taken off the queue for a
+        prefill that failed before they joined the batch)."""
         with self._wake:
             waiting, self._waiting = self._waiting, []
         requests = {id(s.request): s.request for s in self._running}
-        requests.update({id(r): r for r in waiting})
+        requests.update({id(r): r for r in [*admitted, *waiting]})
         self._running = []
         self._keys, self._values = [], []
         self._mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
@@ -292,7 +308,7 @@ class Engine:
 
     def _sequences(self, request: GenerationRequest) -> list[Sequence]:
         """The request's `n` choices, each with its own generator seeded from the request's seed (or a random one)."""
-        base_seed = request.params.seed if request.params.seed is not None else secrets.randbits(62)
+        base_seed = request.params.seed if request.params.seed is not None else random_bits(62)
         sequences = []
         for index in range(request.n):
             generator = torch.Generator(device=self.device)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
-import uuid
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +33,14 @@ import torch
 from aiohttp import web
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from v1._entropy import uuid4_hex
 from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text
 from v1.clients.tool_call_text import parse_tool_calls
 from v1.inference.engine import DEFAULT_MAX_BATCH_SIZE, Engine, GenerationRequest, SamplingParams, TokenEvent, engine_info
+from v1.inference.loop_inbox import LoopInbox
+from v1.inference.prompt_cache import PromptCache
 from v1.inference.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -123,13 +126,28 @@ class InferenceServer:
         self.port = port
         self.max_n = max_n
         self.nemo_token_fields = nemo_token_fields
+        self._inboxes: dict[asyncio.AbstractEventLoop, LoopInbox] = {}
         self.engine = Engine(
-            model, tokenizer, max_batch_size=max_batch_size, max_model_len=max_model_len, cpu_threads=cpu_threads
+            model,
+            tokenizer,
+            max_batch_size=max_batch_size,
+            max_model_len=max_model_len,
+            cpu_threads=cpu_threads,
+            on_step_end=self._flush_events,
         )
         self._runner: web.AppRunner | None = None
         self._created = int(time.time())
         self.in_process_requests = 0
         """Whole answers given in process (`answer_in_process`), without HTTP."""
+        self.prompts = PromptCache()
+        """Chat prompts' token ids, rendered once per distinct prompt."""
+        self._token_texts: dict[int, str] = {}
+
+    def _flush_events(self) -> None:
+        """The engine's step ended: wake each loop with requests in flight once for the step's events."""
+        for inbox in list(self._inboxes.values()):
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to read them
+                inbox.flush()
 
     @property
     def url(self) -> str:
@@ -139,7 +157,7 @@ class InferenceServer:
     @property
     def stats(self) -> dict[str, Any]:
         """The engine's counters (requests, prefills, decode steps, largest batch, weight version, ...)."""
-        return engine_info(self.engine)
+        return {**engine_info(self.engine), "prompt_cache_hits": self.prompts.hits, "prompt_cache_misses": self.prompts.misses}
 
     @property
     def weight_version(self) -> int:
@@ -178,7 +196,7 @@ class InferenceServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await asyncio.to_thread(self.engine.stop)
+        await asyncio.to_thread(self.engine.stop)  # its last flush delivers the failures of requests in flight
 
     async def __aenter__(self) -> InferenceServer:
         await self.start()
@@ -273,7 +291,10 @@ class InferenceServer:
 
     async def _submit_chat(self, body: ChatRequest) -> tuple[list[int], Generation]:
         self._check_model(body)
-        prompt_ids = body.tokens if body.tokens is not None else await asyncio.to_thread(self._render_chat, body)
+        if body.tokens is not None:
+            prompt_ids = body.tokens
+        else:
+            prompt_ids = await self.prompts.ids(_prompt_key(body), lambda: self._render_chat(body))
         top = (body.top_logprobs or 0) if body.logprobs else 0
         return prompt_ids, self._submit([prompt_ids], body, top, default_max_tokens=None)
 
@@ -399,11 +420,12 @@ class InferenceServer:
                     param="messages",
                 )
         loop = asyncio.get_running_loop()
+        inbox = self._inboxes.get(loop) or self._inboxes.setdefault(loop, LoopInbox(loop))
         generation = Generation(prompts=prompts, n=body.n, queue=asyncio.Queue())
         for position, prompt in enumerate(prompts):
             max_tokens = body.requested_max_tokens() or default_max_tokens or limit - len(prompt)
             params = body.sampling_params(min(max_tokens, limit - len(prompt)), top_logprobs)
-            generation.requests.append(self._engine_request(prompt, params, body.n, position * body.n, generation, loop))
+            generation.requests.append(self._engine_request(prompt, params, body.n, position * body.n, generation, inbox))
         try:
             for engine_request in generation.requests:
                 self.engine.submit(engine_request)
@@ -413,10 +435,10 @@ class InferenceServer:
 
     @staticmethod
     def _engine_request(
-        prompt: list[int], params: SamplingParams, n: int, offset: int, generation: Generation, loop: asyncio.AbstractEventLoop
+        prompt: list[int], params: SamplingParams, n: int, offset: int, generation: Generation, inbox: LoopInbox
     ) -> GenerationRequest:
         def deliver(event: TokenEvent | None) -> None:
-            loop.call_soon_threadsafe(generation.queue.put_nowait, (offset + (event.index if event else 0), event))
+            inbox.put(generation.queue, (offset + (event.index if event else 0), event))
 
         return GenerationRequest(prompt_ids=prompt, params=params, on_event=deliver, n=n)
 
@@ -447,7 +469,10 @@ class InferenceServer:
     # -- answers ---------------------------------------------------------------------------
 
     def _token_text(self, token: int) -> str:
-        return str(self.tokenizer.decode([token], skip_special_tokens=False))
+        text = self._token_texts.get(token)
+        if text is None:  # at most one entry per vocabulary id
+            text = self._token_texts[token] = str(self.tokenizer.decode([token], skip_special_tokens=False))
+        return text
 
     def _chat_logprobs(self, choice: Choice) -> dict[str, Any]:
         content = []
@@ -517,7 +542,7 @@ class InferenceServer:
                 )
             rendered.append(entry)
         answer: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "id": f"chatcmpl-{uuid4_hex()}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
@@ -542,7 +567,7 @@ class InferenceServer:
                 entry["token_ids"] = choice.token_ids
             rendered.append(entry)
         return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
+            "id": f"cmpl-{uuid4_hex()}",
             "object": "text_completion",
             "created": int(time.time()),
             "model": self.model_name,
@@ -556,7 +581,7 @@ class InferenceServer:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         head = {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid4_hex()}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()),
             "model": self.model_name,
@@ -617,6 +642,18 @@ def _int_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return value
     return None
+
+
+def _prompt_key(body: ChatRequest) -> str:
+    """Everything `_render_chat` reads, as one string: equal keys render to equal token ids."""
+    rendered_from = [
+        body.messages,
+        body.tools,
+        body.chat_template_kwargs,
+        body.add_generation_prompt,
+        body.continue_final_message,
+    ]
+    return json.dumps(rendered_from, ensure_ascii=False, separators=(",", ":"))
 
 
 def _wants_tools(body: ChatRequest) -> bool:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from v1._entropy import token_hex
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ class OpenAIChunkWriter:
     def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
         self.request = request
         self.base = {
-            "id": response_id or f"{self.id_prefix}{secrets.token_hex(12)}",
+            "id": response_id or f"{self.id_prefix}{token_hex(12)}",
             "object": self.chunk_object,
             "created": int(time.time()),
             "model": model,

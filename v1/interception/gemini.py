@@ -28,10 +28,10 @@ function calls (each with its `id`); errors take Google's shape
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from v1._entropy import token_hex
 from v1.interception.dialect import (
     BadRequest,
     Dialect,
@@ -385,7 +385,7 @@ def _envelope(parts: list[dict[str, Any]], model: str, response_id: str) -> dict
 
 def render(response: Response, model: str, request: EndpointRequest) -> dict[str, Any]:
     """A `GenerateContentResponse` for a `Response`."""
-    body = _envelope(content_parts(response), model, response.id or f"resp_{secrets.token_hex(12)}")
+    body = _envelope(content_parts(response), model, response.id or f"resp_{token_hex(12)}")
     body["candidates"][0]["finishReason"] = _finish_reason(response)
     body["usageMetadata"] = _usage(response)
     return body
@@ -399,7 +399,7 @@ class StreamWriter:
 
     def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
         self.model = model
-        self.id = response_id or f"resp_{secrets.token_hex(12)}"
+        self.id = response_id or f"resp_{token_hex(12)}"
 
     def _chunk(self, parts: list[dict[str, Any]]) -> bytes:
         return sse(_envelope(parts, self.model, self.id))

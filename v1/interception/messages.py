@@ -17,11 +17,11 @@ Sampling args take Chat Completions names (`stop_sequences` -> `stop`,
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from v1._entropy import token_hex
 from v1.interception.dialect import (
     BadRequest,
     Dialect,
@@ -261,7 +261,7 @@ class StreamWriter:
     def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
         self.model = model
         self.request = request
-        self.id = response_id or f"msg_{secrets.token_hex(12)}"
+        self.id = response_id or f"msg_{token_hex(12)}"
         self.index = -1
         self.open: tuple[str, int | None] | None = None
         self.signed = False

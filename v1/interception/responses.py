@@ -18,11 +18,11 @@ not define as a sampling param (`SAMPLING`).
 from __future__ import annotations
 
 import itertools
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from v1._entropy import token_hex
 from v1.interception.dialect import (
     BadRequest,
     Dialect,
@@ -287,7 +287,7 @@ class StreamWriter:
     def __init__(self, model: str, request: EndpointRequest, response_id: str | None = None) -> None:
         self.model = model
         self.request = request
-        self.id = response_id or str(request.extra.get("response_id") or f"resp_{secrets.token_hex(12)}")
+        self.id = response_id or str(request.extra.get("response_id") or f"resp_{token_hex(12)}")
         self.request.extra["response_id"] = self.id
         self.numbers = itertools.count()
         self.index = -1
@@ -418,7 +418,7 @@ def remember_response(session: RolloutSession, request: EndpointRequest, respons
     if known is not None:
         request.extra["response_id"] = known[1]
         return
-    response_id = str(request.extra.get("response_id") or f"resp_{secrets.token_hex(12)}")
+    response_id = str(request.extra.get("response_id") or f"resp_{token_hex(12)}")
     session.response_ids[id(response)] = (response, response_id)
     assert isinstance(request.messages, list)
     session.response_history[response_id] = [*request.messages, response.message.to_chat_message()]

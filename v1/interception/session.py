@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from v1._calling import endpoint_calls
+from v1._entropy import token_urlsafe
 from v1._single_flight import SingleFlight
 from v1.clients.base import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -55,7 +55,7 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
 
 def new_key() -> str:
     """A fresh rollout key: the endpoint's only credential for one rollout's calls."""
-    return "v1-" + secrets.token_urlsafe(24)
+    return "v1-" + token_urlsafe(24)
 
 
 def step_tokens(response: Response) -> TrajectoryStepTokens | None:

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 import torch
 
+from v1._gc_tuning import freeze_heap, frozen_heap
 from v1.config import import_ref
 from v1.errors import ConfigError
 from v1.executors import RayExecutor, check_ray_address
@@ -436,7 +437,8 @@ async def train(
             await asyncio.to_thread(group.follow, prepared.worker)
             trainer = prepared.worker.trainer
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
-        return await lead(config, prepared, group, progress, on_step, started)
+        with frozen_heap():
+            return await lead(config, prepared, group, progress, on_step, started)
     finally:
         group.close()
 
@@ -531,9 +533,11 @@ async def lead(
                 executor=executor,
             )  # fmt: skip
             async with orchestrator:
+                first_step = trainer.step
                 window_start = time.perf_counter()
                 while trainer.step < config.max_steps:
                     batch = await orchestrator.next_batch()
+                    rollouts_done = time.perf_counter()
                     built = batch_samples(batch, config.max_seq_len, config.loss.scale_rewards)
                     if not built.samples:
                         raise ConfigError(
@@ -544,14 +548,19 @@ async def lead(
                     stats, weights = await on_ranks(
                         [TrainCommand(share, weight) for share in share_samples(built.samples, group.world_size)]
                     )
+                    trained = time.perf_counter()
                     await sync.push(weights, trainer.step)
                     await orchestrator.set_version(trainer.step)
                     now = time.perf_counter()
                     metrics = step_metrics(batch.step, batch, stats, built.counts, now - window_start)
+                    metrics["rollout_wait_s"] = rollouts_done - window_start
+                    metrics["weight_sync_s"] = now - trained
                     every = config.eval.every
                     if every and trainer.step % every == 0:
                         metrics["eval_reward"] = await evaluate(env, config, client)
                         bar.message(f"held-out eval at step {trainer.step}: reward {metrics['eval_reward']:.3f}")
+                    if trainer.step == first_step + 1:
+                        freeze_heap()  # the first step imported the SDK clients and filled the pools
                     window_start = time.perf_counter()
                     await asyncio.to_thread(metrics_log.write, metrics)
                     result.metrics.append(metrics)
