@@ -146,3 +146,21 @@ def test_import_v1_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--seed", "-1"], "--seed must be in 0..2**63-1, got -1"),
+        (["--seed", str(2**63)], "--seed must be in 0..2**63-1"),
+        (["--seed", "3", "--engine", "vllm"], "--seed is the builtin engine's"),
+    ],
+)
+def test_serve_cli_rejects_bad_seeds_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    config = tmp_path / "tiny.toml"
+    config.write_text("[tiny_model]\nhidden_size = 32\n")
+    assert main(["serve", str(config), "--port", "0", *options]) == 2
+    stderr = capsys.readouterr().err
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr

@@ -38,6 +38,12 @@ def add_parser(commands: Any) -> None:
         "--nemo-token-fields", action="store_true", help="also answer chat with NeMo-RL's message-level token ids"
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="builtin: reproducible sampling for requests without their own seed (default: random per request)",
+    )
+    parser.add_argument(
         "--engine", choices=["builtin", "vllm"], default="builtin", help="builtin (default) or vllm (its own venv on CPU)"
     )
     parser.add_argument(
@@ -128,6 +134,7 @@ async def serve(args: argparse.Namespace) -> None:
         max_model_len=args.max_model_len,
         cpu_threads=args.cpu_threads,
         nemo_token_fields=args.nemo_token_fields,
+        seed=args.seed,
     )
     async with server:
         print(f"serving {server.model_name!r} at {server.url}", flush=True)
@@ -186,6 +193,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not 0 <= args.port <= 65535:
         print(f"error: --port must be in 0..65535, got {args.port}", file=sys.stderr)
+        return 2
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        print(f"error: --seed must be in 0..2**63-1, got {args.seed}", file=sys.stderr)
+        return 2
+    if args.seed is not None and args.engine == "vllm":
+        print("error: --seed is the builtin engine's; give vLLM its own with --vllm-arg=--seed=N", file=sys.stderr)
         return 2
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -48,6 +49,7 @@ from v1.inference.protocol import (
     RequestError,
     parse_request,
 )
+from v1.inference.request_seeds import RequestSeeds
 from v1.inference.weights import load_state_dict
 from v1.interception.dialect import openai_error_body, sse
 
@@ -102,6 +104,9 @@ class InferenceServer:
         nemo_token_fields: answer chat with NeMo-RL's message-level token ids too
             (`message.prompt_token_ids`, `generation_token_ids`, `generation_log_probs`), as
             NeMo Gym's `vllm_model` does with `return_token_id_information`.
+        seed: makes sampling reproducible across runs: a request without its own `seed` gets one
+            from `RequestSeeds` (the k-th rollout of a prompt samples alike in every run, whatever
+            order concurrent requests arrive in). None: a random seed per request.
     """
 
     def __init__(
@@ -117,7 +122,9 @@ class InferenceServer:
         max_n: int = DEFAULT_MAX_N,
         cpu_threads: int = 1,
         nemo_token_fields: bool = False,
+        seed: int | None = None,
     ) -> None:
+        seeds = RequestSeeds(seed) if seed is not None else None  # refuses a seed out of range first
         model.eval()
         self.model = model
         self.tokenizer = tokenizer
@@ -142,6 +149,7 @@ class InferenceServer:
         self.prompts = PromptCache()
         """Chat prompts' token ids, rendered once per distinct prompt."""
         self._token_texts: dict[int, str] = {}
+        self._seeds = seeds
 
     def _flush_events(self) -> None:
         """The engine's step ended: wake each loop with requests in flight once for the step's events."""
@@ -425,6 +433,8 @@ class InferenceServer:
         for position, prompt in enumerate(prompts):
             max_tokens = body.requested_max_tokens() or default_max_tokens or limit - len(prompt)
             params = body.sampling_params(min(max_tokens, limit - len(prompt)), top_logprobs)
+            if params.seed is None and self._seeds is not None:
+                params = dataclasses.replace(params, seed=self._seeds.next(prompt, body.n, self.engine.weight_version))
             generation.requests.append(self._engine_request(prompt, params, body.n, position * body.n, generation, inbox))
         try:
             for engine_request in generation.requests:

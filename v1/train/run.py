@@ -119,7 +119,7 @@ async def inference_endpoint(
     if inference.weight_sync != "in_process":
         raise ConfigError(f"inference.weight_sync = {inference.weight_sync!r} needs inference.base_url (a running server)")
     async with InferenceServer(
-        served, tokenizer, model_name=inference.model_name, max_batch_size=builtin_batch_size(config)
+        served, tokenizer, model_name=inference.model_name, max_batch_size=builtin_batch_size(config), seed=config.seed
     ) as server:
         engine_info["engine"] = "builtin"
         yield server.url, InProcessWeightSync(server)
