@@ -33,7 +33,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from v1._entropy import random_bits
-from v1.inference.sampling import LogitProcessing, processed_logits
+from v1.inference.sampling import LogitProcessing, processed_logits, sample_from_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -357,6 +357,7 @@ class Engine:
         self._sample(list(self._running), output.logits[:, -1, :].float())
 
     def _sample(self, sequences: list[Sequence], logits: torch.Tensor) -> None:
+        """Each sequence's next token, sampled for the whole batch at once (greedy rows take the argmax)."""
         rows_by_processing: dict[LogitProcessing, list[int]] = {}
         for row, sequence in enumerate(sequences):
             rows_by_processing.setdefault(sequence.request.params.processing, []).append(row)
@@ -364,18 +365,22 @@ class Engine:
         for processing, rows in rows_by_processing.items():  # usually one: every row samples alike
             index = torch.tensor(rows, device=logits.device)
             all_logprobs[index] = torch.log_softmax(processed_logits(logits[index], processing), dim=-1)
-        for row, sequence in enumerate(sequences):
-            params = sequence.request.params
-            logprobs = all_logprobs[row]
-            if params.temperature == 0:
-                token = int(torch.argmax(logits[row]))
-            else:
-                token = int(torch.multinomial(logprobs.exp(), 1, generator=sequence.generator))
+        tokens = logits.argmax(dim=-1)
+        sampled = [row for row, sequence in enumerate(sequences) if sequence.request.params.temperature != 0]
+        if sampled:
+            uniforms = torch.cat(
+                [torch.rand(1, generator=sequences[row].generator, device=logits.device, dtype=torch.float64) for row in sampled]
+            )
+            index = torch.tensor(sampled, device=logits.device)
+            tokens[index] = sample_from_logprobs(all_logprobs[index], uniforms)
+        chosen = all_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
+        for row, (sequence, token) in enumerate(zip(sequences, tokens.tolist())):
             top: list[tuple[int, float]] = []
-            if params.top_logprobs:
-                values, ids = torch.topk(logprobs, min(params.top_logprobs, logprobs.shape[-1]))
+            if sequence.request.params.top_logprobs:
+                logprobs = all_logprobs[row]
+                values, ids = torch.topk(logprobs, min(sequence.request.params.top_logprobs, logprobs.shape[-1]))
                 top = list(zip(ids.tolist(), values.clamp(min=FILTERED_LOGPROB).tolist()))
-            self._append(sequence, token, float(logprobs[token]), top)
+            self._append(sequence, token, chosen[row], top)
 
     def _append(self, sequence: Sequence, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
         params = sequence.request.params

@@ -76,10 +76,28 @@ def processed_logits(logits: torch.Tensor, processing: LogitProcessing, keep: to
     return scaled.masked_fill(removed, float("-inf"))
 
 
+def sample_from_logprobs(log_probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of `log_probs` (``[B, V]``) by inverse transform: the token whose cumulative
+    probability first exceeds ``uniforms[b] * total`` (`uniforms`: ``[B]`` in ``[0, 1)``).
+
+    Exact for the row's distribution up to float64, one batched operation for the whole batch
+    (each row's uniform comes from its own seeded generator). A token of probability 0 (filtered
+    by top-k or top-p) is never returned.
+    """
+    probs = log_probs.double().exp()
+    cdf = probs.cumsum(dim=-1)
+    targets = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(1)
+    tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1).clamp(max=log_probs.shape[-1] - 1)
+    impossible = probs.gather(1, tokens.unsqueeze(1)).squeeze(1) == 0  # a target rounded up to the total
+    if bool(impossible.any()):
+        tokens[impossible] = probs[impossible].argmax(dim=-1)
+    return tokens
+
+
 def entropy_of(log_probs: torch.Tensor) -> torch.Tensor:
     """The entropy of each distribution in `log_probs` (``[..., V]``; ``-inf`` entries have probability 0)."""
     probs = log_probs.exp()
     return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(-1)
 
 
-__all__ = ["LogitProcessing", "entropy_of", "processed_logits"]
+__all__ = ["LogitProcessing", "entropy_of", "processed_logits", "sample_from_logprobs"]

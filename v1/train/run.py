@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -486,9 +488,13 @@ async def lead(
         )
 
     threads = trainer_cpu_threads(config, worker.trainer.device)
+    # One thread runs every rank command: torch's OpenMP thread team belongs to the thread that
+    # started it, and `asyncio.to_thread` would hop between pool threads, each building a team.
+    trainer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
 
     async def on_ranks(commands: list[Any]) -> Any:
-        return await asyncio.to_thread(call_with_torch_threads, threads, group.run, commands, worker)
+        call = functools.partial(call_with_torch_threads, threads, group.run, commands, worker)
+        return await asyncio.get_running_loop().run_in_executor(trainer_thread, call)
 
     bar = Progress(progress, config.max_steps, trainer.step)
     failed = True
@@ -591,6 +597,7 @@ async def lead(
             await asyncio.to_thread(executor.close)
         if wandb_run is not None:
             wandb_run.finish()
+        trainer_thread.shutdown(wait=False)
         await asyncio.to_thread(group.stop, worker, failed)
     result.wall_time_s = earlier_wall_time + time.time() - started
     await asyncio.to_thread(finish_outputs, result)
