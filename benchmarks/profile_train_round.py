@@ -6,10 +6,13 @@
 A round is what the trainer asks of the orchestrator per step: `Env.run_group` for 16 examples of
 the tiny recipe's taskset, 8 rollouts each, at the recipe's sampling args plus token ids and
 logprobs, through the harness and the interception endpoint (every call recorded) to the built-in
-inference server in this process, the trainer idle. The model is the recipe's tiny one, untrained
-(it answers 4 tokens). Prints seconds per round and the engine's counters (requests, distinct
-prompts prefilled, prefill passes, decode steps); with `--profile` the cProfile time by part of
-the stack (profiling slows everything about 2x: read the shares).
+inference server in this process (its batch the run's `max_concurrent`, as a training run
+sets it), the trainer idle, the heap frozen as a training run freezes it. The model is the
+recipe's tiny one, untrained (it answers 4 tokens). Prints wall and CPU seconds per round (CPU
+of both threads: close to the wall time means the two mostly take turns) and the engine's
+counters (requests, distinct prompts prefilled, prefill passes, decode steps); with
+`--profile` the cProfile time by part of the stack (profiling slows everything about 2x: read
+the shares).
 """
 
 from __future__ import annotations
