@@ -46,8 +46,11 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def saved_lines(run: Path) -> list[dict[str, Any]]:
+    """The complete lines of results.jsonl (a poll can land while the writer is mid-line; that line is not saved yet)."""
     path = run / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    text = path.read_text() if path.exists() else ""
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines()]
 
 
 def only_run(output_dir: Path) -> Path:
