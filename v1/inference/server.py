@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import threading
 import time
@@ -655,7 +656,8 @@ def _int_list(value: Any) -> list[int] | None:
 
 
 def _prompt_key(body: ChatRequest) -> str:
-    """Everything `_render_chat` reads, as one string: equal keys render to equal token ids."""
+    """A 128-bit digest of everything `_render_chat` reads: equal keys render to equal token ids, and a
+    long conversation (or an inline image) costs the cache 32 characters, not its whole text."""
     rendered_from = [
         body.messages,
         body.tools,
@@ -663,7 +665,8 @@ def _prompt_key(body: ChatRequest) -> str:
         body.add_generation_prompt,
         body.continue_final_message,
     ]
-    return json.dumps(rendered_from, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(rendered_from, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def _wants_tools(body: ChatRequest) -> bool:
