@@ -13,8 +13,9 @@ prompts, so memory stays bounded.
 from __future__ import annotations
 
 import hashlib
-from array import array
 from collections.abc import Sequence
+
+from v1.clients.renderer import ids_digest
 
 MAX_COUNTED_PROMPTS = 1 << 20
 """Distinct prompts counted per weight version before the counting starts afresh."""
@@ -29,7 +30,7 @@ class RequestSeeds:
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.seed = seed
-        self._counts: dict[bytes, int] = {}
+        self._counts: dict[str, int] = {}
         self._version = 0
 
     def next(self, prompt: Sequence[int], n: int, weight_version: int) -> int:
@@ -37,10 +38,10 @@ class RequestSeeds:
         if weight_version != self._version or len(self._counts) >= MAX_COUNTED_PROMPTS:
             self._counts.clear()
             self._version = weight_version
-        digest = hashlib.blake2b(array("q", prompt).tobytes(), digest_size=16).digest()
+        digest = ids_digest(prompt)
         earlier = self._counts.get(digest, 0)
         self._counts[digest] = earlier + n
-        mixed = hashlib.blake2b(f"{self.seed}:{weight_version}:{earlier}".encode() + digest, digest_size=8).digest()
+        mixed = hashlib.blake2b(f"{self.seed}:{weight_version}:{earlier}:{digest}".encode(), digest_size=8).digest()
         return int.from_bytes(mixed, "big") % MAX_SEED
 
 

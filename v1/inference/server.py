@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import json
 import threading
 import time
@@ -38,7 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from v1._entropy import uuid4_hex
 from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
-from v1.clients.renderer import bridge_prompt_ids, render_text
+from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest
 from v1.clients.tool_call_text import parse_tool_calls
 from v1.inference.engine import DEFAULT_MAX_BATCH_SIZE, Engine, GenerationRequest, SamplingParams, TokenEvent, engine_info
 from v1.inference.loop_inbox import LoopInbox
@@ -665,8 +664,7 @@ def _prompt_key(body: ChatRequest) -> str:
         body.add_generation_prompt,
         body.continue_final_message,
     ]
-    text = json.dumps(rendered_from, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return text_digest(json.dumps(rendered_from, ensure_ascii=False, separators=(",", ":")))
 
 
 def _wants_tools(body: ChatRequest) -> bool:
