@@ -78,16 +78,6 @@ def trainer_tokens_per_s(size: dict[str, int], samples: int, micro: int, complet
     return {"params": params, "tokens_per_step": samples * (24 + completion), "tokens_per_s": statistics.median(rates)}
 
 
-def toml_value(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + " }"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value)
-
-
 def seeded_config(path: str, seed: int, output_dir: Path) -> Path:
     """A copy of the recipe at `path` with every seed set to `seed`, writing to `output_dir`; returns the TOML's path."""
     config = TrainConfig.load(path)
@@ -99,13 +89,8 @@ def seeded_config(path: str, seed: int, output_dir: Path) -> Path:
             "model": config.model.model_copy(update={"tiny": {**(config.model.tiny or {}), "seed": seed}}),
         }
     )
-    data = config.model_dump(mode="json", exclude_none=True)
-    lines = [f"{key} = {toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
-    for section, fields in data.items():
-        if isinstance(fields, dict):
-            lines += [f"[{section}]", *(f"{key} = {toml_value(value)}" for key, value in fields.items())]
     toml = output_dir.with_suffix(".toml")
-    toml.write_text("\n".join(lines) + "\n")
+    toml.write_text(config.to_toml())
     assert TrainConfig.load(toml) == config, "the per-seed TOML must load back as the same config"
     return toml
 

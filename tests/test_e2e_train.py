@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -101,24 +100,9 @@ async def test_tiny_recipe_trains_syncs_weights_to_the_server_and_resumes(tmp_pa
     assert resumed.eval_before == summary["eval_before"]
 
 
-def toml_value(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + " }"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value)
-
-
 def write_toml(config: TrainConfig, path: Path) -> Path:
     """`config` as a TOML file (top-level fields, then one table per section)."""
-    data = config.model_dump(mode="json", exclude_none=True)
-    lines = [f"{key} = {toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
-    for section, fields in data.items():
-        if isinstance(fields, dict):
-            lines += [f"[{section}]", *(f"{key} = {toml_value(value)}" for key, value in fields.items())]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(config.to_toml())
     return path
 
 

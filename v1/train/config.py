@@ -7,6 +7,7 @@ fail with their path, like every v1 config.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -251,6 +252,27 @@ class TrainConfig(Config):
     def load(cls, path: str | Path) -> TrainConfig:
         """From a TOML file; a relative `output_dir` stays relative to the working directory."""
         return cls.from_toml(path)
+
+    def to_toml(self) -> str:
+        """This config as TOML that `load` reads back equal: top-level fields, then one table per section."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+        for section, fields in data.items():
+            if isinstance(fields, dict):
+                lines += [f"[{section}]", *(f"{key} = {_toml_value(value)}" for key, value in fields.items())]
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    """A JSON-mode value as TOML: inline tables, arrays, booleans; numbers and strings as JSON writes them,
+    which TOML reads alike (characters left as they are, but DEL, which TOML wants escaped)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_value(str(key))} = {_toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 __all__ = [
