@@ -223,6 +223,11 @@ class TrainConfig(Config):
         micro_batch_tokens: instead, pack samples into rows of at most this many tokens (one row
             per forward/backward; attention stays within each sample): memory follows tokens,
             not samples, and no padding is computed.
+        share_prefixes: in each padded micro-batch, run the tokens its samples share before their
+            first trained prediction (a group's prompt) once, not once per sample: the same
+            log-probabilities and gradients for less compute (a model that cannot, e.g. with
+            gradient checkpointing or a sliding-window cache, runs its own forward). Not with
+            `micro_batch_tokens`.
         max_seq_len: samples are cut to this many tokens (counted).
         checkpoint_every: save every this many steps (and always at the end); 0: only at the end.
         seed: torch's seed.
@@ -244,6 +249,7 @@ class TrainConfig(Config):
     max_steps: int = Field(100, ge=0)
     micro_batch_size: int = Field(16, ge=1)
     micro_batch_tokens: int | None = Field(None, ge=1)
+    share_prefixes: bool = True
     max_seq_len: int | None = Field(None, ge=1)
     checkpoint_every: int = Field(0, ge=0)
     seed: int = 0

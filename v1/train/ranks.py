@@ -94,6 +94,7 @@ class RankWorker:
         warmup = PolicyTrainer(
             self.model, config.loss.model_copy(update={"kl_coef": 0.0}), optim, max_steps=len(batches),
             micro_batch_size=config.micro_batch_size, micro_batch_tokens=config.micro_batch_tokens,
+            share_prefixes=config.share_prefixes,
             pad_id=self.trainer.pad_id, autocast_dtype=self.trainer.autocast_dtype,
         )  # fmt: skip
         history = [warmup.train_step(batch, sft=True) for batch in batches]

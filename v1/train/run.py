@@ -399,6 +399,7 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
         max_steps=config.max_steps,
         micro_batch_size=config.micro_batch_size,
         micro_batch_tokens=config.micro_batch_tokens,
+        share_prefixes=config.share_prefixes,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
         ref_model=reference,
         autocast_dtype=mixed,
@@ -621,6 +622,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
         max_steps=config.sft.steps,
         micro_batch_size=config.micro_batch_size,
         micro_batch_tokens=config.micro_batch_tokens,
+        share_prefixes=config.share_prefixes,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
         autocast_dtype=autocast_dtype(config.model, device),
     )

@@ -33,13 +33,21 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.utils.checkpoint import checkpoint
 
-from v1.inference.sampling import LogitProcessing, entropy_of, processed_logits
+from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
+from v1.train.logprobs import (
+    LOGPROB_CHUNK_TOKENS,
+    chunk_logprobs,
+    is_distributed,
+    output_head,
+    shared_prefix_logprobs,
+    token_logprobs,
+)
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
+from v1.train.shared_prefix import SharedPrefixBatch, micro_batches_by_prefix, shared_prefix_batch
 
 
 def current_rss_mb() -> float:
@@ -61,95 +69,6 @@ def lr_factor(step: int, optim: OptimConfig, max_steps: int) -> float:
     progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
     decay = 1.0 - progress if optim.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
-
-
-LOGPROB_CHUNK_TOKENS = 256
-"""Positions whose vocabulary-wide logits exist at once when log-probabilities are computed."""
-
-FINAL_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
-"""Model config fields that change logits after the output head: such models go through their own forward."""
-
-
-def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """The model's decoder body and output head when logits are exactly ``head(body(...))``, else None.
-
-    Under FSDP2 the root's parameters (the head's among them) are gathered by the root's forward
-    only, so a sharded model always runs its own forward.
-    """
-    config = getattr(model, "config", None)
-    if is_distributed() or any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
-        return None
-    get_head = getattr(model, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
-    body = getattr(model, "base_model", None)
-    if head is None or body is None or body is model:
-        return None
-    return body, head
-
-
-def chunk_logprobs(
-    states: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module | None, processing: LogitProcessing
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities of `targets` and (without grad) the entropies, for ``[N, H]`` hidden states (or ``[N, V]`` logits)."""
-    logits = (head(states) if head is not None else states).float()
-    log_probs = torch.log_softmax(processed_logits(logits, processing, keep=targets), dim=-1)
-    with torch.no_grad():
-        entropy = entropy_of(log_probs.detach())
-    return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy
-
-
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    targets: torch.Tensor,
-    processing: LogitProcessing = LogitProcessing(),
-    *,
-    position_ids: torch.Tensor | None = None,
-    where: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities of `targets` (``input_ids[:, 1:]``) and the entropy of each prediction, both ``[B, T-1]``.
-
-    Both are of the sampling distribution `processing` describes (logits / temperature, top-k,
-    top-p), as the inference server reports them. The vocabulary-wide part runs on
-    `LOGPROB_CHUNK_TOKENS` positions at a time and is recomputed in the backward pass, so no
-    ``[B, T, V]`` log-softmax is kept for autograd; the entropy never has a graph. With `where` (a
-    boolean ``[B, T-1]``, e.g. the loss mask) the output head runs on those positions only (a
-    prompt's predictions are never trained on) and both outputs are 0 elsewhere.
-    """
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
-    parts = output_head(model)
-    head: torch.nn.Module | None = None
-    if parts is None:
-        states = model(**inputs).logits[:, :-1]
-    else:
-        body, head = parts
-        states = body(**inputs).last_hidden_state[:, :-1]
-    flat_states = states.reshape(-1, states.shape[-1])
-    flat_targets = targets.reshape(-1)
-    selected = where.reshape(-1).nonzero().squeeze(-1) if where is not None and bool(where.any()) else None
-    if selected is not None:
-        flat_states, flat_targets = flat_states[selected], flat_targets[selected]
-    chosen, entropies = [], []
-    for start in range(0, flat_targets.shape[0], LOGPROB_CHUNK_TOKENS):
-        piece = slice(start, start + LOGPROB_CHUNK_TOKENS)
-        args = (flat_states[piece], flat_targets[piece], head, processing)
-        if torch.is_grad_enabled() and flat_states.requires_grad:
-            part, entropy = checkpoint(chunk_logprobs, *args, use_reentrant=False)
-        else:
-            part, entropy = chunk_logprobs(*args)
-        chosen.append(part)
-        entropies.append(entropy)
-    if selected is None:
-        return torch.cat(chosen).view_as(targets), torch.cat(entropies).view_as(targets)
-    at_selected, entropy_at_selected = torch.cat(chosen), torch.cat(entropies)
-    logprobs = at_selected.new_zeros(targets.numel()).index_copy(0, selected, at_selected)
-    entropy = entropy_at_selected.new_zeros(targets.numel()).index_copy(0, selected, entropy_at_selected)
-    return logprobs.view_as(targets), entropy.view_as(targets)
-
-
-def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
@@ -187,6 +106,9 @@ class PolicyTrainer:
             log-probabilities are recomputed under it, as the server reported them (SFT: raw).
         micro_batch_tokens: pack samples into rows of at most this many tokens (one row per
             forward/backward, attention within each sample) instead of `micro_batch_size` padded rows.
+        share_prefixes: run the tokens that samples of a micro-batch share before their first
+            prediction (a group's prompt) once per micro-batch (`v1.train.shared_prefix`); the
+            model's own forward when it cannot (see `shared_prefix_logprobs`). Not with packing.
     """
 
     def __init__(
@@ -202,12 +124,14 @@ class PolicyTrainer:
         autocast_dtype: torch.dtype | None = None,
         processing: LogitProcessing = LogitProcessing(),
         micro_batch_tokens: int | None = None,
+        share_prefixes: bool = False,
     ) -> None:
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1, not {micro_batch_tokens}")
         self.model = model
         self.processing = processing
         self.micro_batch_tokens = micro_batch_tokens
+        self.share_prefixes = share_prefixes and micro_batch_tokens is None and not is_distributed()
         self.loss = loss
         self.optim_config = optim
         self.max_steps = max_steps
@@ -264,17 +188,29 @@ class PolicyTrainer:
         """This rank's micro-batches, padded with loss-free ones to the most any rank has."""
         if self.micro_batch_tokens is not None:
             chunks = pack_by_tokens(samples, self.micro_batch_tokens)
+        elif self.share_prefixes:
+            chunks = micro_batches_by_prefix(samples, self.micro_batch_size)
         else:
             chunks = micro_batches(samples, self.micro_batch_size)
         idle = Sample([self.pad_id, self.pad_id], [0, 0], [0.0, 0.0], [0.0, 0.0])
         return chunks + [[idle]] * (self._global_max(len(chunks)) - len(chunks))
 
-    @staticmethod
     def _logprobs(
-        model: torch.nn.Module, batch: TensorBatch, packed: PackedRow | None, processing: LogitProcessing
+        self,
+        model: torch.nn.Module,
+        batch: TensorBatch,
+        packed: PackedRow | None,
+        shared: SharedPrefixBatch | None,
+        processing: LogitProcessing,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`token_logprobs` at `batch`'s loss positions, in its padded layout; from one packed row when `packed` is given."""
+        """`token_logprobs` at `batch`'s loss positions, in its padded layout: from one packed row
+        when `packed` is given, with each prefix run once when `shared` is (and the model can)."""
         where = batch.loss_mask > 0
+        if shared is not None:
+            result = shared_prefix_logprobs(model, shared, processing)
+            if result is not None:
+                return result
+            self.share_prefixes = False  # this model cannot: its own forward from now on
         if packed is None:
             return token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, processing, where=where)
         packed_where = torch.zeros_like(packed.targets, dtype=torch.bool)
@@ -325,6 +261,12 @@ class PolicyTrainer:
             "train_time_s": elapsed,
         }
 
+    def _shared_prefix_batch(self, chunk: Sequence[Sample]) -> SharedPrefixBatch | None:
+        if not self.share_prefixes:
+            return None
+        shared = shared_prefix_batch(chunk, self.pad_id)
+        return shared.to(self.device) if shared is not None else None
+
     def _update(self, samples: Sequence[Sample], sft: bool, total_tokens: float, total_sequences: float) -> dict[str, float]:
         """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW."""
         sums = {
@@ -344,12 +286,13 @@ class PolicyTrainer:
             input_tokens += batch.num_tokens if chunk[0].loss_tokens else 0
             processing = LogitProcessing() if sft else self.processing
             packed = packed_row(chunk).to(self.device) if self.micro_batch_tokens is not None else None
+            shared = self._shared_prefix_batch(chunk)
             with self._autocast():
-                logprobs, entropy = self._logprobs(self.model, batch, packed, processing)
+                logprobs, entropy = self._logprobs(self.model, batch, packed, shared, processing)
                 ref_logprobs = None
                 if self.ref_model is not None and self.loss.kl_coef > 0 and not sft:
                     with torch.no_grad():
-                        ref_logprobs, _ = self._logprobs(self.ref_model, batch, packed, processing)
+                        ref_logprobs, _ = self._logprobs(self.ref_model, batch, packed, shared, processing)
             mask = batch.loss_mask
             if sft:
                 loss = -(logprobs * mask).sum() / max(total_tokens, 1.0)
