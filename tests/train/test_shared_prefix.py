@@ -14,7 +14,13 @@ from v1.train.batch import Sample, collate  # noqa: E402
 from v1.train.config import OptimConfig  # noqa: E402
 from v1.train.logprobs import shared_prefix_logprobs, token_logprobs  # noqa: E402
 from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.shared_prefix import micro_batches_by_prefix, shared_prefix_batch, shared_prefix_length  # noqa: E402
+from v1.train.shared_prefix import (  # noqa: E402
+    micro_batches_by_prefix,
+    plan_micro_batches,
+    positions_run,
+    shared_prefix_batch,
+    shared_prefix_length,
+)
 from v1.train.trainer import PolicyTrainer  # noqa: E402
 
 
@@ -98,6 +104,22 @@ def test_micro_batches_keep_a_group_together() -> None:
     assert sorted(map(len, batches)) == [16, 16, 16, 16]
     for batch in batches:
         assert len({tuple(s.input_ids[: shared_prefix_length(s)]) for s in batch}) == 2
+
+
+def test_the_plan_groups_prompts_only_when_that_runs_fewer_positions() -> None:
+    short_answers = groups(seed=4, prompts=8, size=8)  # prompts of 6-27 tokens, answers of 1-4
+    plan = plan_micro_batches(short_answers, 16)
+    assert all(len({tuple(s.input_ids[: shared_prefix_length(s)]) for s in batch}) == 2 for batch in plan)
+    rng = random.Random(5)
+    long_answers = []
+    for _ in range(4):  # 3-token prompts, answers of 2 to 400 tokens
+        prompt = [rng.randrange(2, 60) for _ in range(3)]
+        for _ in range(8):
+            long_answers.append(completion(prompt, [rng.randrange(2, 60) for _ in range(rng.choice((2, 400)))], 1.0))
+    plan = plan_micro_batches(long_answers, 8)
+    lengths = [sorted(len(s.input_ids) for s in batch) for batch in plan]
+    assert all(batch[-1] - batch[0] < 10 for batch in lengths)  # similar lengths together, not prompts
+    assert positions_run(plan) < positions_run(micro_batches_by_prefix(long_answers, 8))
 
 
 class TokenCounter:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from v1.train.batch import Sample
+from v1.train.batch import Sample, micro_batches
 
 MAX_COST = 0.8
 """The layout is used when it runs at most this share of the tokens the padded layout would."""
@@ -41,6 +41,41 @@ def micro_batches_by_prefix(samples: Sequence[Sample], micro_batch_size: int) ->
 
     ordered = sorted(samples, key=key)
     return [ordered[start : start + micro_batch_size] for start in range(0, len(ordered), micro_batch_size)]
+
+
+def padded_positions(samples: Sequence[Sample]) -> int:
+    """Token positions the padded layout of `samples` runs."""
+    return len(samples) * max((len(sample.input_ids) for sample in samples), default=0)
+
+
+def shared_positions(samples: Sequence[Sample]) -> int | None:
+    """Token positions the shared-prefix layout of `samples` runs, or None when a sample has no prefix."""
+    lengths = [shared_prefix_length(sample) for sample in samples]
+    if not samples or min(lengths) < 1:
+        return None
+    prefixes = {tuple(sample.input_ids[:length]) for sample, length in zip(samples, lengths)}
+    longest_suffix = max(len(sample.input_ids) - length for sample, length in zip(samples, lengths))
+    return len(prefixes) * max(lengths) + len(samples) * longest_suffix
+
+
+def positions_run(chunks: Sequence[Sequence[Sample]], max_cost: float = MAX_COST) -> int:
+    """Token positions a step's micro-batches run, each in the layout the trainer would pick for it."""
+    total = 0
+    for chunk in chunks:
+        padded, shared = padded_positions(chunk), shared_positions(chunk)
+        total += shared if shared is not None and shared <= max_cost * padded else padded
+    return total
+
+
+def plan_micro_batches(samples: Sequence[Sample], micro_batch_size: int) -> list[list[Sample]]:
+    """Micro-batches that keep prompts together, or by length (less padding), whichever runs fewer token positions.
+
+    Grouping by prompt pays when prompts are a large part of each sample (short answers); with
+    long, varied completions, batching similar lengths saves more padding than the prompts cost.
+    """
+    by_prefix = micro_batches_by_prefix(samples, micro_batch_size)
+    by_length = micro_batches(samples, micro_batch_size)
+    return by_prefix if positions_run(by_prefix) < sum(map(padded_positions, by_length)) else by_length
 
 
 @dataclass
@@ -75,9 +110,10 @@ def shared_prefix_batch(samples: Sequence[Sample], pad_id: int = 0, max_cost: fl
 
     Too little: the layout would run more than `max_cost` of the padded layout's tokens.
     """
-    lengths = [shared_prefix_length(sample) for sample in samples]
-    if not samples or min(lengths) < 1:
+    shared = shared_positions(samples)
+    if shared is None or shared > max_cost * padded_positions(samples):
         return None
+    lengths = [shared_prefix_length(sample) for sample in samples]
     rows: dict[tuple[int, ...], int] = {}
     owner = [rows.setdefault(tuple(sample.input_ids[:length]), len(rows)) for sample, length in zip(samples, lengths)]
     prefixes = list(rows)
@@ -85,8 +121,6 @@ def shared_prefix_batch(samples: Sequence[Sample], pad_id: int = 0, max_cost: fl
     suffixes = [sample.input_ids[length:] for sample, length in zip(samples, lengths)]
     longest_suffix = max(map(len, suffixes))
     longest = max(len(sample.input_ids) for sample in samples)
-    if len(prefixes) * longest_prefix + len(samples) * longest_suffix > max_cost * len(samples) * longest:
-        return None
 
     def padded(values: Sequence[int], width: int, fill: int) -> list[int]:
         return [*values, *[fill] * (width - len(values))]
@@ -114,4 +148,14 @@ def shared_prefix_batch(samples: Sequence[Sample], pad_id: int = 0, max_cost: fl
     )
 
 
-__all__ = ["MAX_COST", "SharedPrefixBatch", "micro_batches_by_prefix", "shared_prefix_batch", "shared_prefix_length"]
+__all__ = [
+    "MAX_COST",
+    "SharedPrefixBatch",
+    "micro_batches_by_prefix",
+    "padded_positions",
+    "plan_micro_batches",
+    "positions_run",
+    "shared_positions",
+    "shared_prefix_batch",
+    "shared_prefix_length",
+]

@@ -47,7 +47,7 @@ from v1.train.logprobs import (
 )
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
-from v1.train.shared_prefix import SharedPrefixBatch, micro_batches_by_prefix, shared_prefix_batch
+from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
 
 def current_rss_mb() -> float:
@@ -189,7 +189,7 @@ class PolicyTrainer:
         if self.micro_batch_tokens is not None:
             chunks = pack_by_tokens(samples, self.micro_batch_tokens)
         elif self.share_prefixes:
-            chunks = micro_batches_by_prefix(samples, self.micro_batch_size)
+            chunks = plan_micro_batches(samples, self.micro_batch_size)
         else:
             chunks = micro_batches(samples, self.micro_batch_size)
         idle = Sample([self.pad_id, self.pad_id], [0, 0], [0.0, 0.0], [0.0, 0.0])
