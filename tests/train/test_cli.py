@@ -53,12 +53,14 @@ def test_sft_on_reference_answers_writes_a_model(tmp_path: Path) -> None:
     config.write_text(
         "micro_batch_size = 16\n[model]\ntiny = { hidden_size = 32, intermediate_size = 64 }\n"
         "[env]\nid = 'tasksets.first_letter'\n[sft]\nsteps = 3\nbatch_size = 8\nlr = 0.01\n"
+        "[optim]\nlr = 0.5\nwarmup_steps = 10\nschedule = 'cosine'\n"  # RL's schedule: not SFT's
     )
     result = v1("sft", str(config), "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "v1 sft: 3 steps" in result.stdout
     lines = [json.loads(line) for line in (tmp_path / "out" / "sft_metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3] and lines[-1]["loss"] < lines[0]["loss"]
+    assert [line["lr"] for line in lines] == [0.01, 0.01, 0.01]  # [sft] lr, constant, as v1 train's warm-up
     assert (tmp_path / "out" / "sft" / "model" / "config.json").is_file()
     assert (tmp_path / "out" / "sft" / "model" / "tokenizer.json").is_file()
 

@@ -168,6 +168,10 @@ class SFTSection(Config):
     lr: float = Field(1e-3, gt=0)
     warmup: bool = False
 
+    def optim(self, rl: OptimConfig) -> OptimConfig:
+        """The SFT run's optimizer: RL's AdamW settings at `lr`, constant (no RL warm-up or decay)."""
+        return rl.model_copy(update={"lr": self.lr, "warmup_steps": 0, "schedule": "constant"})
+
 
 class WandbConfig(Config):
     """Weights & Biases logging (the `wandb` package is imported only when enabled)."""

@@ -90,7 +90,7 @@ class RankWorker:
         The KL reference (when there is one) becomes the warmed-up policy: RL is anchored where it starts.
         """
         config = self.config
-        optim = config.optim.model_copy(update={"lr": config.sft.lr, "warmup_steps": 0, "schedule": "constant"})
+        optim = config.sft.optim(config.optim)
         warmup = PolicyTrainer(
             self.model, config.loss.model_copy(update={"kl_coef": 0.0}), optim, max_steps=len(batches),
             micro_batch_size=config.micro_batch_size, micro_batch_tokens=config.micro_batch_tokens,

@@ -618,7 +618,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
     trainer = PolicyTrainer(
         model,
         config.loss,
-        config.optim.model_copy(update={"lr": config.sft.lr}),
+        config.sft.optim(config.optim),
         max_steps=config.sft.steps,
         micro_batch_size=config.micro_batch_size,
         micro_batch_tokens=config.micro_batch_tokens,
