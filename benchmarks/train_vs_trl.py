@@ -2,6 +2,7 @@
 
     python benchmarks/train_vs_trl.py                       # both, seeds 0 1 2, 40 steps each
     python benchmarks/train_vs_trl.py --seeds 0 --steps 80 --frameworks v1
+    python benchmarks/train_vs_trl.py --lr 3e-3 --warmup-steps 0     # the earlier setting: 3e-3 from the first step
 
 Equal work: the recipe's tiny model (`configs/train/tiny_first_letter.toml`) after ONE SFT
 warm-up, saved once and loaded by both; the first_letter task (same prompts, same reward
@@ -9,8 +10,9 @@ function, same 400 training strings); per step 16 prompts x 8 generations, at mo
 at temperature 1, 2 optimizer updates on them in micro-batches of 64 (v1: `updates_per_step = 2`;
 TRL: `num_iterations = 2`, `gradient_accumulation_steps = 2`); the GRPO loss (per-sequence
 mean, clip 0.2), advantages reward minus the group mean without std scaling (v1's default;
-TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at a constant 3e-3, gradient norm
-clipped at 1.0; the same seed for each pair. v1 keeps every group (`filter_zero_variance =
+TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at the recipe's learning rate (2e-3,
+reached linearly over its first 10 steps; TRL gets the same schedule as a `LambdaLR` over its
+optimizer updates, two per step), gradient norm clipped at 1.0; the same seed for each pair. v1 keeps every group (`filter_zero_variance =
 false`: TRL trains on every group too) and is on-policy like TRL (`max_staleness = 0`;
 `--max-staleness 1` is the recipe's overlap, generating one step ahead); every rollout goes
 through the harness and the interception endpoint (recorded) to the built-in server. TRL generates each round in process with
@@ -45,7 +47,6 @@ GENERATIONS = 8
 MICRO_BATCH = 64
 UPDATES_PER_STEP = 2
 MAX_TOKENS = 4
-LR = 3e-3
 RESULT_PREFIX = "RESULT "
 
 
@@ -70,6 +71,20 @@ def thread_count(text: str) -> int:
     return value
 
 
+def learning_rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a learning rate in (0, 1], got {text}")
+    return value
+
+
+def warmup_count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"between 0 and 100000, got {value}")
+    return value
+
+
 def staleness(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 16:
@@ -77,11 +92,24 @@ def staleness(text: str) -> int:
     return value
 
 
-def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | None, max_staleness: int = 0) -> Any:
-    """The recipe at equal work: the SFT checkpoint as the model (or the tiny config, to make it), every group kept."""
+def recipe_config(
+    output_dir: Path,
+    seed: int,
+    steps: int,
+    checkpoint: Path | None,
+    max_staleness: int = 0,
+    lr: float | None = None,
+    warmup_steps: int | None = None,
+) -> Any:
+    """The recipe at equal work: the SFT checkpoint as the model (or the tiny config, to make it), every group kept.
+
+    `lr` and `warmup_steps` default to the recipe's.
+    """
     from v1.train.config import TrainConfig
 
     config = TrainConfig.load(RECIPE)
+    lr = config.optim.lr if lr is None else lr
+    warmup_steps = config.optim.warmup_steps if warmup_steps is None else warmup_steps
     update: dict[str, Any] = {"output_dir": str(output_dir), "max_steps": steps, "seed": seed, "micro_batch_size": MICRO_BATCH}
     if checkpoint is not None:
         update["model"] = config.model.model_copy(update={"path": str(checkpoint), "tiny": None})
@@ -98,7 +126,14 @@ def recipe_config(output_dir: Path, seed: int, steps: int, checkpoint: Path | No
     update["rollouts"] = config.rollouts.model_copy(update=rollouts)
     update["loss"] = config.loss.model_copy(update={"kind": "grpo", "kl_coef": 0.0, "scale_rewards": "none", "clip_low": 0.2})
     update["optim"] = config.optim.model_copy(
-        update={"lr": LR, "updates_per_step": UPDATES_PER_STEP, "max_grad_norm": 1.0, "schedule": "constant", "warmup_steps": 0}
+        update={
+            "lr": lr,
+            "updates_per_step": UPDATES_PER_STEP,
+            "max_grad_norm": 1.0,
+            "schedule": "constant",
+            "warmup_steps": warmup_steps,
+            "weight_decay": 0.0,
+        }
     )
     update["eval"] = config.eval.model_copy(update={"at_start": False, "at_end": True, "every": 0})
     return config.model_copy(update=update)
@@ -124,10 +159,12 @@ async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
         return await evaluate(env, config, config.inference.client_config(server.url))
 
 
-def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, max_staleness: int) -> dict[str, Any]:
+def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
     from v1.train.run import train
 
-    config = recipe_config(out / f"v1_seed{seed}", seed, steps, checkpoint, max_staleness)
+    config = recipe_config(
+        out / f"v1_seed{seed}", seed, steps, checkpoint, options.max_staleness, options.lr, options.warmup_steps
+    )
     started = time.perf_counter()
     result = asyncio.run(train(config))
     wall = time.perf_counter() - started
@@ -140,16 +177,18 @@ def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, max_staleness: in
     }
 
 
-def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) -> dict[str, Any]:
+def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from tasksets.first_letter import first_letter, train_rows
+    from v1.train.trainer import lr_factor
 
-    if threads:
-        torch.set_num_threads(threads)
+    if options.trl_threads:
+        torch.set_num_threads(options.trl_threads)
+    config = recipe_config(out, seed, steps, checkpoint, 0, options.lr, options.warmup_steps)
     tokens_per_round: list[int] = []
     ends: list[float] = []
 
@@ -181,8 +220,8 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) ->
         temperature=1.0,
         top_p=1.0,
         top_k=0,
-        learning_rate=LR,
-        lr_scheduler_type="constant",
+        learning_rate=config.optim.lr,
+        lr_scheduler_type="constant",  # replaced by v1's schedule below
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
@@ -196,7 +235,13 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) ->
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=0.0)
+    # v1's schedule counts steps of UPDATES_PER_STEP updates; TRL's scheduler steps once per update
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda update: lr_factor(update // UPDATES_PER_STEP, config.optim, steps)
+    )
     trainer = GRPOTrainer(
+        optimizers=(optimizer, schedule),
         model=model,
         reward_funcs=[reward],
         args=args,
@@ -208,7 +253,6 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) ->
     trainer.train()
     wall = time.perf_counter() - started
     step_s = [ends[i + UPDATES_PER_STEP] - ends[i] for i in range(0, len(ends) - UPDATES_PER_STEP, UPDATES_PER_STEP)]
-    config = recipe_config(out, seed, steps, checkpoint)
     eval_after = asyncio.run(held_out_reward(trainer.model.eval(), tokenizer, config))
     return {
         "step_s": step_s,
@@ -221,9 +265,9 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, threads: int) ->
 
 def child(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> None:
     if framework == "v1":
-        result = run_v1(out, seed, steps, checkpoint, options.max_staleness)
+        result = run_v1(out, seed, steps, checkpoint, options)
     else:
-        result = run_trl(out, seed, steps, checkpoint, options.trl_threads)
+        result = run_trl(out, seed, steps, checkpoint, options)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
@@ -231,7 +275,14 @@ def spawn(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, op
     """One (framework, seed) in a fresh process; its result, or an ``error`` with the output's tail."""
     command = [sys.executable, __file__, "--child", framework, "--out", str(out), "--seeds", str(seed), "--steps", str(steps)]
     command += ["--checkpoint", str(checkpoint), "--trl-threads", str(options.trl_threads)]
-    command += ["--max-staleness", str(options.max_staleness)]
+    command += [
+        "--max-staleness",
+        str(options.max_staleness),
+        "--lr",
+        repr(options.lr),
+        "--warmup-steps",
+        str(options.warmup_steps),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
@@ -274,6 +325,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="K",
         help="v1 generates up to K steps ahead (0: on-policy, as TRL; 1: the recipe's)",
     )
+    parser.add_argument("--lr", type=learning_rate, default=None, help="both frameworks' learning rate (default: the recipe's)")
+    parser.add_argument(
+        "--warmup-steps",
+        type=warmup_count,
+        default=None,
+        metavar="N",
+        help="steps to reach --lr linearly (default: the recipe's)",
+    )
     parser.add_argument("--child", choices=("v1", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -281,6 +340,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    recipe = recipe_config(args.out, 0, 1, None)
+    args.lr = recipe.optim.lr if args.lr is None else args.lr
+    args.warmup_steps = recipe.optim.warmup_steps if args.warmup_steps is None else args.warmup_steps
     if args.child:
         child(args.child, args.out, args.seeds[0], args.steps, args.checkpoint, args)
         return 0
@@ -294,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} CPUs", flush=True)
+    print(f"lr {args.lr:g}, reached over {args.warmup_steps} warm-up steps; {args.steps} steps", flush=True)
     checkpoint = make_checkpoint(args.out)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

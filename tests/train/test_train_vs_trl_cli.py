@@ -39,6 +39,11 @@ def test_without_trl_it_says_so_in_one_line_and_exits_2() -> None:
         (["--trl-threads", "-3"], "--trl-threads: between 0"),
         (["--max-staleness", "17"], "--max-staleness: between 0 and 16, got 17"),
         (["--frameworks", "verl"], "--frameworks: invalid choice: 'verl'"),
+        (["--lr", "0"], "--lr: a learning rate in (0, 1], got 0"),
+        (["--lr", "nan"], "--lr: a learning rate in (0, 1], got nan"),
+        (["--lr", "1e300"], "--lr: a learning rate in (0, 1], got 1e300"),
+        (["--lr", "fast"], "--lr: invalid learning_rate value: 'fast'"),
+        (["--warmup-steps", "-1"], "--warmup-steps: between 0 and 100000, got -1"),
     ],
 )
 def test_bad_flags_are_refused_with_the_flag_named(args: list[str], expected: str) -> None:
