@@ -22,6 +22,11 @@ from typing import Any
 
 from v1.errors import ConfigError, ModelError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("serve", help="serve a model (directory or tiny-model config) over OpenAI-compatible HTTP")
@@ -103,8 +108,6 @@ def tiny_config_from_file(path: Path) -> Any:
 
     source = str(path)
     if path.suffix == ".toml":
-        import tomllib
-
         try:
             document = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:

@@ -16,12 +16,16 @@ dependency with no wheel for the sandbox's Python fails step 1 with pip's messag
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-
-import tomllib
 
 from v1.errors import SandboxError
 from v1.sandbox.backend import Sandbox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 PIP = ["python", "-m", "pip", "-q", "--disable-pip-version-check"]
 PIP_ENV = {"PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1"}
