@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 from v1.inference.sampling import LogitProcessing  # noqa: E402
 from v1.train.batch import Sample, collate  # noqa: E402
 from v1.train.config import OptimConfig  # noqa: E402
-from v1.train.logprobs import shared_prefix_logprobs, token_logprobs  # noqa: E402
+from v1.train.logprobs import activation_checkpointing, shared_prefix_logprobs, token_logprobs  # noqa: E402
 from v1.train.losses import LossConfig  # noqa: E402
 from v1.train.shared_prefix import (  # noqa: E402
     micro_batches_by_prefix,
@@ -170,7 +170,7 @@ def test_a_model_that_cannot_share_runs_its_own_forward(model: object) -> None:
     policy = model()  # type: ignore[operator]
     if not policy.config.use_sliding_window:
         policy.gradient_checkpointing_enable()
-        assert policy.is_gradient_checkpointing
+        assert activation_checkpointing(policy)
     trainer = PolicyTrainer(policy, LossConfig(), OptimConfig(lr=1e-3), max_steps=1, micro_batch_size=16, share_prefixes=True)
     shared = trainer.train_step(samples)
     assert trainer.share_prefixes is False

@@ -129,6 +129,12 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def activation_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether the model recomputes activations in backward (transformers then returns no cache)."""
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.23; the older name warns there
+    return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
+
+
 def reusable_cache(cache: object) -> bool:
     """Whether a prefix pass's cache can be gathered per sample and extended: full attention, nothing windowed or quantized."""
     return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
@@ -143,7 +149,7 @@ def shared_prefix_logprobs(
     that is not plain full attention, or none at all (gradient checkpointing turns it off).
     """
     parts = output_head(model)
-    if parts is None or getattr(model, "is_gradient_checkpointing", False):
+    if parts is None or activation_checkpointing(model):
         return None
     body, head = parts
     cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).past_key_values
@@ -164,6 +170,7 @@ def shared_prefix_logprobs(
 __all__ = [
     "FINAL_LOGIT_TRANSFORMS",
     "LOGPROB_CHUNK_TOKENS",
+    "activation_checkpointing",
     "chunk_logprobs",
     "is_distributed",
     "logprobs_at",

@@ -68,7 +68,9 @@ def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any,
         raise ConfigError("[model]: set path (a save_pretrained folder) or tiny (a tiny-model config)")
     model.to(device)
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers >= 5.23 names it activation checkpointing (the old name warns there)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         model.config.use_cache = False
     return model, tokenizer, device
 

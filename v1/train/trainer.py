@@ -39,6 +39,7 @@ from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
 from v1.train.logprobs import (
     LOGPROB_CHUNK_TOKENS,
+    activation_checkpointing,
     chunk_logprobs,
     is_distributed,
     output_head,
@@ -131,7 +132,9 @@ class PolicyTrainer:
         self.model = model
         self.processing = processing
         self.micro_batch_tokens = micro_batch_tokens
-        self.share_prefixes = share_prefixes and micro_batch_tokens is None and not is_distributed()
+        self.share_prefixes = (
+            share_prefixes and micro_batch_tokens is None and not is_distributed() and not activation_checkpointing(model)
+        )
         self.loss = loss
         self.optim_config = optim
         self.max_steps = max_steps
