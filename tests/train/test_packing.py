@@ -12,9 +12,10 @@ transformers = pytest.importorskip("transformers")
 from v1.errors import ConfigError  # noqa: E402
 from v1.train.batch import Sample, collate  # noqa: E402
 from v1.train.config import OptimConfig, TrainConfig  # noqa: E402
+from v1.train.logprobs import token_logprobs  # noqa: E402
 from v1.train.losses import LossConfig  # noqa: E402
 from v1.train.packing import pack_by_tokens, packed_row  # noqa: E402
-from v1.train.trainer import PolicyTrainer, token_logprobs  # noqa: E402
+from v1.train.trainer import PolicyTrainer  # noqa: E402
 
 
 def qwen2(seed: int = 0) -> torch.nn.Module:

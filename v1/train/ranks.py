@@ -26,8 +26,9 @@ import torch.distributed as dist
 from v1.errors import ConfigError, Error
 from v1.train.batch import Sample
 from v1.train.config import DistributedConfig, TrainConfig
+from v1.train.logprobs import is_distributed
 from v1.train.outputs import checkpoint_dir, write_json
-from v1.train.trainer import PolicyTrainer, is_distributed
+from v1.train.trainer import PolicyTrainer
 
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 """The environment ``torchrun`` sets for each process; their presence means a multi-process run."""

@@ -37,15 +37,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
-from v1.train.logprobs import (
-    LOGPROB_CHUNK_TOKENS,
-    activation_checkpointing,
-    chunk_logprobs,
-    is_distributed,
-    output_head,
-    shared_prefix_logprobs,
-    token_logprobs,
-)
+from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
@@ -389,14 +381,4 @@ class PolicyTrainer:
         self.step = int(state["step"])
 
 
-__all__ = [
-    "PolicyTrainer",
-    "current_rss_mb",
-    "is_distributed",
-    "lr_factor",
-    "shard_with_fsdp2",
-    "token_logprobs",
-    "output_head",
-    "chunk_logprobs",
-    "LOGPROB_CHUNK_TOKENS",
-]
+__all__ = ["PolicyTrainer", "current_rss_mb", "lr_factor", "shard_with_fsdp2"]
