@@ -145,13 +145,18 @@ async def test_t4_symlink_swap_race_never_writes_outside_the_workspace(tmp_path:
     try:
         await sandbox.write_file("swapper.py", SWAPPER.encode())
         swapper = asyncio.ensure_future(sandbox.exec(["python", "swapper.py", str(victim), "4"], timeout=30))
-        await asyncio.sleep(1.0)
-        refused = 0
-        for _ in range(300):
+        link = sandbox.workspace / "swap-link"  # type: ignore[attr-defined]
+        for _ in range(400):  # the swapper's start can take seconds on a loaded machine
+            if link.is_symlink() or swapper.done():
+                break
+            await asyncio.sleep(0.05)
+        refused = writes = 0
+        while not swapper.done() and (writes < 300 or refused == 0):  # while it swaps: until a write has met the link
             try:
                 await sandbox.write_file("note.txt", b"other rollout's content")
             except vf.SandboxError:
                 refused += 1
+            writes += 1
         result = await swapper
     finally:
         await manager.delete(sandbox)
