@@ -217,13 +217,18 @@ def test_bad_sandbox_config_fails_with_the_field() -> None:
         get_backend("nope")
 
 
-async def test_creation_rate_limit_and_backend_preference(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_creation_rate_limit_and_backend_preference(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("V1_SANDBOX_CREATES_PER_SECOND", "20")
     manager = get_manager()
-    config = vf.SandboxConfig(prefer=["no-such-backend", "local"], backend="prime")
+    config = vf.SandboxConfig(prefer=["lcoal-typo", "local"], backend="prime")
     start = time.monotonic()
-    sandboxes = [await manager.create(config) for _ in range(5)]
+    with caplog.at_level("WARNING", logger="v1.sandbox.manager"):
+        sandboxes = [await manager.create(config) for _ in range(5)]
     assert time.monotonic() - start >= 4 / 20  # five creates at 20/s span at least four intervals
     assert all(type(sandbox).__name__ == "LocalSandbox" for sandbox in sandboxes)
+    skipped = [record.getMessage() for record in caplog.records if "lcoal-typo" in record.getMessage()]
+    assert len(skipped) == 1 and "unknown sandbox backend 'lcoal-typo'" in skipped[0]  # once, and why
     for sandbox in sandboxes:
         await manager.delete(sandbox)

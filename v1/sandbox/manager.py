@@ -58,13 +58,23 @@ def _creates_per_second() -> float | None:
     return float(raw) if raw else None
 
 
+_SKIPPED_PREFERENCES: set[str] = set()
+
+
 def resolve_backend_name(config: SandboxConfig) -> str:
-    """The first backend of `prefer` that is available here, else `config.backend`."""
+    """The first backend of `prefer` that is available here, else `config.backend`.
+
+    A preferred name with no backend here (a plugin installed elsewhere, or a typo) is skipped,
+    with one warning per name and process that says why.
+    """
     for name in config.prefer:
         try:
             if get_backend(name).available() is None:
                 return name
-        except ConfigError:
+        except ConfigError as exc:
+            if name not in _SKIPPED_PREFERENCES:
+                _SKIPPED_PREFERENCES.add(name)
+                logger.warning("sandbox prefer: skipping %r: %s", name, exc)
             continue
     return config.backend
 
