@@ -758,6 +758,13 @@ class Environment:
         ]
         return tools or None
 
+    async def teardown(self) -> None:
+        """The environment is done: its teardown handlers run (taskset, harness, toolsets, a classic
+        env's `@vf.teardown` methods; highest priority first) and its global-scope objects, MCP
+        servers and sandboxes close. `v1 eval` and `v1 train` call it once at the end; a handler's
+        failure is logged, not raised."""
+        await self.harness.teardown()
+
     def scoring_plan(self, independent_scoring: bool = False) -> dict[str, Any]:
         """What scores a rollout: per-rollout and group rewards/metrics, and how advantages are computed."""
         handlers = self.harness.handlers

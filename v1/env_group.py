@@ -74,6 +74,11 @@ class EnvGroup(Environment):
         """The first environment's harness: where defaults (client, model, sampling args) come from."""
         return next(iter(self.envs.values())).harness
 
+    async def teardown(self) -> None:
+        """Each environment's teardown, in order."""
+        for env in self.envs.values():
+            await env.teardown()
+
     @property
     def taskset(self) -> Taskset:  # type: ignore[override]
         raise ConfigError(f"EnvGroup {self.env_id} has one taskset per environment: use env_for(row).taskset or to_task(row)")

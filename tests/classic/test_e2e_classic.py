@@ -21,6 +21,7 @@ from classic_reverse import WORDS, responder
 import v1 as vf
 from v1.cli.main import main
 from v1.testing import MockModelServer
+from v1.testing.responders import failing
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -86,6 +87,48 @@ def test_v1_eval_runs_each_classic_kind_with_results_and_resume(
     if calls_per_rollout is not None:
         assert len(mock.requests) == 6 * calls_per_rollout
     assert json.loads((run / "metadata.json").read_text())["avg_reward"] == 1.0
+
+
+TORN_MODULE = """
+import os
+from pathlib import Path
+
+import v1 as vf
+from classic_reverse import answer_length, reversed_exactly, rows
+
+
+class Torn(vf.SingleTurnEnv):
+    def __init__(self, marker, **kwargs):
+        super().__init__(**kwargs)
+        self.marker = Path(marker)
+
+    @vf.teardown
+    async def release(self):
+        with self.marker.open("a") as log:
+            log.write("torn down\\n")
+
+
+def load_environment():
+    rubric = vf.Rubric([reversed_exactly, answer_length], [1.0, 0.0])
+    return Torn(os.environ["TEARDOWN_MARKER"], dataset=rows(), rubric=rubric, env_id="classic_torn")
+"""
+
+
+def test_v1_eval_tears_the_environment_down_once_at_the_end(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "classic_torn.py").write_text(TORN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker = tmp_path / "teardown.log"
+    monkeypatch.setenv("TEARDOWN_MARKER", str(marker))
+    args = ["eval", "classic_torn", "-b", mock.url, "-m", "mock", "-n", "3", "-r", "2", "--output-dir", str(tmp_path / "out")]
+    assert main(args) == 0, capsys.readouterr()
+    assert len(mock.requests) == 6
+    assert marker.read_text() == "torn down\n"  # once, after the rollouts
+    with MockModelServer(failing(401, "bad key"), model="mock") as refusing:
+        args[args.index(mock.url)] = refusing.url
+        assert main(args) != 0  # the run aborts at the bad key
+    assert marker.read_text() == "torn down\n" * 2  # and is torn down all the same
 
 
 def test_v1_view_serves_a_classic_run(mock: MockModelServer, kind_modules: Path, tmp_path: Path) -> None:

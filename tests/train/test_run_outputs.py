@@ -58,6 +58,16 @@ async def test_eval_every_and_summary_after_resume_are_cumulative(tmp_path: Path
     assert segment < resumed.wall_time_s < first.wall_time_s + segment  # the first segment's time up to step 2 counts
 
 
+async def test_the_environment_is_torn_down_once_when_the_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "teardown.log"
+    monkeypatch.setenv("TEARDOWN_MARKER", str(marker))
+    config = short_run(tmp_path / "run", 1)
+    env = config.env.model_copy(update={"id": "tests.train.torn_first_letter"})
+    result = await train(config.model_copy(update={"env": env}))
+    assert result.steps == 1
+    assert marker.read_text() == "torn down\n"
+
+
 async def test_resuming_step_0_pushes_the_checkpoint_to_an_external_server(tmp_path: Path) -> None:
     config = TrainConfig.load(RECIPE)
     model, tokenizer = build_tiny_model(config.model.tiny)

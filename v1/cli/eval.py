@@ -623,6 +623,7 @@ async def run_eval(plan: EvalPlan) -> tuple[GenerateMetadata, int, float]:
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGTERM)
+        await plan.env.teardown()
     new = result["metadata"].get("num_rollouts", 0) - (view.first or 0)
     return result["metadata"], new, time.perf_counter() - start
 

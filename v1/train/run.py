@@ -593,6 +593,8 @@ async def lead(
         failed = False
     finally:
         bar.close()
+        if env is not None:
+            await env.teardown()
         if executor is not None:
             result.executor = executor.describe()
             await asyncio.to_thread(executor.close)
