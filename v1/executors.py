@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import socket
 import time
@@ -30,6 +31,11 @@ from v1.env import EnvOrigin
 from v1.errors import ConfigError, Error
 from v1.loading import EnvSource
 from v1.task import Task
+
+TEARDOWN_TIMEOUT_S = 60.0
+"""How long closing an executor waits for its actors' environment teardowns."""
+
+logger = logging.getLogger(__name__)
 
 
 class RayActorsLost(Error):
@@ -110,6 +116,11 @@ class RolloutWorker:
             lambda keys, errors: retries.append((list(keys), list(errors))),
         )
         return [dict(output) for output in outputs], retries
+
+    async def teardown(self) -> None:
+        """The actor's environment is done (the executor is closing): its teardown, if it was loaded."""
+        if self._loading is not None and self.env is not None:
+            await self.env.teardown()
 
     async def run_group(
         self, position: int, rows: list[Any], model: str, sampling_args: Mapping[str, Any]
@@ -277,9 +288,14 @@ class RayExecutor:
             raise RayActorsLost(f"RayExecutor: all {len(self.pool)} Ray actors died; see the Ray logs (ray logs cluster) for why")
 
     def close_actors(self) -> None:
-        """Stop the actors (Ray stays up)."""
+        """Tear down the live actors' environments (at most `TEARDOWN_TIMEOUT_S`), then stop the actors (Ray stays up)."""
         if self.pool:
             ray = _import_ray()
+            pending = [actor.handle.teardown.remote() for actor in self.pool if actor.alive]
+            try:
+                ray.get(pending, timeout=TEARDOWN_TIMEOUT_S)
+            except Exception as exc:  # a dead actor or a teardown that hangs must not keep the executor open
+                logger.warning("RayExecutor: tearing down the actors' environments failed: %s", _unwrap(ray, exc))
             for actor in self.pool:
                 ray.kill(actor.handle)
         self.pool = []

@@ -89,46 +89,24 @@ def test_v1_eval_runs_each_classic_kind_with_results_and_resume(
     assert json.loads((run / "metadata.json").read_text())["avg_reward"] == 1.0
 
 
-TORN_MODULE = """
-import os
-from pathlib import Path
-
-import v1 as vf
-from classic_reverse import answer_length, reversed_exactly, rows
-
-
-class Torn(vf.SingleTurnEnv):
-    def __init__(self, marker, **kwargs):
-        super().__init__(**kwargs)
-        self.marker = Path(marker)
-
-    @vf.teardown
-    async def release(self):
-        with self.marker.open("a") as log:
-            log.write("torn down\\n")
-
-
-def load_environment():
-    rubric = vf.Rubric([reversed_exactly, answer_length], [1.0, 0.0])
-    return Torn(os.environ["TEARDOWN_MARKER"], dataset=rows(), rubric=rubric, env_id="classic_torn")
-"""
+def torn_down(marker: Path) -> list[int]:
+    """The processes that ran `classic_torn`'s teardown, one entry per call."""
+    return [int(line.rsplit(" ", 1)[1]) for line in marker.read_text().splitlines()] if marker.exists() else []
 
 
 def test_v1_eval_tears_the_environment_down_once_at_the_end(
     mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "classic_torn.py").write_text(TORN_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
     marker = tmp_path / "teardown.log"
     monkeypatch.setenv("TEARDOWN_MARKER", str(marker))
     args = ["eval", "classic_torn", "-b", mock.url, "-m", "mock", "-n", "3", "-r", "2", "--output-dir", str(tmp_path / "out")]
     assert main(args) == 0, capsys.readouterr()
     assert len(mock.requests) == 6
-    assert marker.read_text() == "torn down\n"  # once, after the rollouts
+    assert torn_down(marker) == [os.getpid()]  # once, after the rollouts
     with MockModelServer(failing(401, "bad key"), model="mock") as refusing:
         args[args.index(mock.url)] = refusing.url
         assert main(args) != 0  # the run aborts at the bad key
-    assert marker.read_text() == "torn down\n" * 2  # and is torn down all the same
+    assert torn_down(marker) == [os.getpid()] * 2  # and is torn down all the same
 
 
 def test_v1_view_serves_a_classic_run(mock: MockModelServer, kind_modules: Path, tmp_path: Path) -> None:
@@ -210,6 +188,24 @@ def test_classic_envs_on_ray_write_what_a_local_eval_writes(cluster: None, mock:
     by_key = {key(o): o for o in remote["outputs"]}
     assert all(len(by_key[key(o)]["trajectory"]) == len(o["trajectory"]) for o in local["outputs"])
     assert json.loads((tmp_path / "ray" / "metadata.json").read_text())["executor"]["kind"] == "ray"
+
+
+def test_ray_actors_tear_their_environments_down_when_the_executor_closes(
+    cluster: None, mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from v1.executors import RayExecutor
+
+    marker = tmp_path / "teardown.log"
+    monkeypatch.setenv("TEARDOWN_MARKER", str(marker))
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+    env = vf.load_environment("classic_torn")
+    options = {"runtime_env": {"env_vars": {"TEARDOWN_MARKER": str(marker)}}}
+    with RayExecutor(actors=2, num_cpus=0.5, actor_options=options) as executor:
+        result = asyncio.run(env.evaluate(client, "m", num_examples=4, rollouts_per_example=2, executor=executor))
+        assert result["metadata"]["num_rollouts"] == 8
+        assert torn_down(marker) == []  # not while the executor may still run rollouts
+    actors = torn_down(marker)
+    assert len(actors) == 2 and len(set(actors)) == 2 and os.getpid() not in actors  # each actor's own env, once
 
 
 def test_v1_eval_on_a_classic_module_with_a_bad_dataset_is_one_line_and_exit_2(
