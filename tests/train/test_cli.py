@@ -29,6 +29,8 @@ def v1(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ("output_dir = 3\n[env]\nid = 'x'\n", [], "field 'output_dir'"),
         ("[env]\nid = 'tasksets.first_letter'\n[rollouts]\nbogus = 1\n", [], "field 'rollouts.bogus': unknown field"),
         ("[env]\nid = 'tasksets.first_letter'\n[loss]\nkind = 'ppo'\n", [], "field 'loss.kind'"),
+        ("share_prefixes = 2\n[env]\nid = 'tasksets.first_letter'\n", [], "field 'share_prefixes'"),
+        ("share_prefixes = 'sometimes'\n[env]\nid = 'tasksets.first_letter'\n", [], "field 'share_prefixes'"),
         ("[env]\nid = 'tasksets.first_letter'\n", ["--max-steps", "-1"], "--max-steps must be >= 0"),
         ("[env]\nid = 'no_such_env_module'\n[model]\ntiny = {}\n", [], "no_such_env_module"),
         ("[env]\nid = 'tasksets.first_letter'\n", ["--resume"], "no checkpoint"),
