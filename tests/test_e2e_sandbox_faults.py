@@ -91,8 +91,14 @@ async def test_fork_bomb_memory_and_disk_hogs_fail_alone(mock: MockModelServer) 
     }
     # The fork bomb runs until the timeout and takes CPU from the others (cpu_cores is not enforced
     # locally): the timeout leaves the memory hog room to reach its limit on a busy 2-core machine.
-    h = harness(mock, program={"command": ["true"]}, sandbox={"memory_gb": 0.25, "disk_size_gb": 0.1}, timeout_seconds=10)
-    states = await h.run_group([{"prompt": name, "program": program} for name, program in programs.items()])
+    h = harness(
+        mock,
+        program={"command": ["true"]},
+        task_programs=programs,
+        sandbox={"memory_gb": 0.25, "disk_size_gb": 0.1},
+        timeout_seconds=10,
+    )
+    states = await h.run_group([{"prompt": name, "program": name} for name in programs])
     by_name = dict(zip(programs, states))
     for name in ("memory", "disk"):
         error = by_name[name]["error"]

@@ -316,7 +316,7 @@ def test_positive_max_turns_and_none_are_kept():
 
 @pytest.mark.parametrize("name", ["info", "tools", "toolsets", "sandbox", "program"])
 def test_mapping_fields_must_be_mappings(name):
-    with pytest.raises(v1.TaskError, match=rf"field '{name}': expected a mapping, got list"):
+    with pytest.raises(v1.TaskError, match=rf"field '{name}': expected a mapping( or a program name)?, got list"):
         v1.Task({name: ["a"]})
     assert v1.Task({name: {"a": 1}})[name] == {"a": 1}
     assert v1.Task({name: None})[name] is None

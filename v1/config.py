@@ -579,6 +579,9 @@ class HarnessConfig(_HandlerLists):
     """Config of a `Harness`. Subclass it to add harness-specific fields."""
 
     program: ProgramSpec | None = None
+    task_programs: dict[str, ProgramSpec] = {}
+    """Programs a task row may choose by name (`{"program": "name"}`): the harness's opt-in to rows
+    choosing a program. A row never names a command, `fn` or sandbox itself."""
     system_prompt: object | None = None
     system_prompt_strategy: SystemPromptStrategy = "HT"
     sandbox: SandboxConfig | None = None

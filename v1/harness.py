@@ -26,6 +26,7 @@ from v1.config import (
     ClientConfig,
     HandlerLike,
     HarnessConfig,
+    ProgramConfig,
     ProgramLike,
     SandboxLike,
     SystemPromptLike,
@@ -36,7 +37,7 @@ from v1.interception.server import get_endpoint
 from v1.interception.upstream import stop_at_timeout, upstream
 from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
 from v1.programs import Program, resolve_program
-from v1.programs.spec import merge_program, merge_sandbox, program_sandbox
+from v1.programs.spec import check_row_data, narrow_program, narrow_sandbox, program_sandbox
 from v1.sandbox.backend import EndpointTarget
 from v1.sandbox.scopes import RolloutSandboxes, SandboxScopes
 from v1.state import State
@@ -121,6 +122,8 @@ class Harness:
     Args:
         program: None (the default tool loop), a callable `(task, state)`, or a
             mapping/`ProgramConfig` (`{"base": True}`, `{"fn": "pkg.module:run"}`).
+        task_programs: programs a task row may choose by name (`{"program": "name"}`); without
+            them a row can only add data to the harness's program (see `v1.programs.spec`).
         system_prompt: the harness's system prompt (see `system_prompt_strategy`).
         client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
         model, sampling_args, max_turns: what to call and how; the task's
@@ -157,9 +160,11 @@ class Harness:
         max_seq_len: int | None = None,
         max_total_completion_tokens: int | None = None,
         taskset: Taskset | None = None,
+        task_programs: Mapping[str, ProgramLike] | None = None,
     ) -> None:
         given: dict[str, Any] = {
             "program": program,
+            "task_programs": dict(task_programs) if task_programs is not None else None,
             "system_prompt": system_prompt,
             "system_prompt_strategy": system_prompt_strategy,
             "sandbox": sandbox,
@@ -278,14 +283,15 @@ class Harness:
         return resolve_program(spec, self.config.sandbox, task_sandbox)
 
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:
-        """This rollout's program and its sandbox: the harness's, overridden by the task's fields."""
+        """This rollout's program and its sandbox: the harness's, narrowed by the task's fields (see `v1.programs.spec`)."""
+        row_program, row_sandbox = task.get("program"), task.get("sandbox")
         spec = self.config.program
-        if not task.get("program") and not task.get("sandbox"):
-            program, config = self.program, spec if not callable(spec) else None
-        else:
-            config = merge_program(spec if not callable(spec) else None, task.get("program"))
-            program = self.build_program(config if config is not None else spec, task.get("sandbox"))
-        sandbox = merge_sandbox(program_sandbox(config, self.config.sandbox), task.get("sandbox"))
+        if row_program or row_sandbox:
+            spec = narrow_program(spec, row_program, self.config.task_programs)
+        config = spec if isinstance(spec, ProgramConfig) else None
+        sandbox = narrow_sandbox(program_sandbox(config, self.config.sandbox), row_sandbox)
+        check_row_data(row_program, spec, sandbox)
+        program = self.build_program(spec, row_sandbox) if row_program or row_sandbox else self.program
         borrowed = state.runtime.borrowed.get("sandbox")
         state.runtime.sandboxes = borrowed or RolloutSandboxes(
             self.sandbox_scopes, state["trajectory_id"], group_id, sandbox, endpoint

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from v1.errors import TaskError
 
 PROMPT_ROLES = frozenset({"user", "assistant", "tool", "developer"})
-MAPPING_FIELDS = ("info", "tools", "toolsets", "sandbox", "program")
+MAPPING_FIELDS = ("info", "tools", "toolsets", "sandbox")
 
 
 def _refuse(*_: object, **__: object) -> NoReturn:
@@ -104,7 +104,8 @@ class Task(dict):  # type: ignore[type-arg]
 
     Common fields: `prompt` (user/developer/tool messages, never system),
     `system_prompt`, `answer`, `info`, `max_turns`, `tools`, `toolsets`,
-    `sandbox`, `program`. Other JSON fields are kept as they are. A string
+    `sandbox`, `program` (a mapping, or the name of one of the harness's
+    `task_programs`). Other JSON fields are kept as they are. A string
     `prompt` becomes one user message. `runtime` is refused: runtime data
     belongs on `State`.
 
@@ -128,6 +129,9 @@ class Task(dict):  # type: ignore[type-arg]
         for name in MAPPING_FIELDS:
             if merged.get(name) is not None and not isinstance(merged[name], Mapping):
                 raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(merged[name]).__name__}")
+        program = merged.get("program")
+        if program is not None and not isinstance(program, (Mapping, str)):
+            raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
         frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}
         super().__init__(frozen)
         self._frozen = False

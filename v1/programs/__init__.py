@@ -11,7 +11,7 @@ from v1.programs.base_loop import base_loop
 from v1.programs.command import CommandProgram
 from v1.programs.python import run_callable
 from v1.programs.sandboxed import SandboxedBaseLoop, SandboxedFunctionProgram
-from v1.programs.spec import merge_sandbox, program_sandbox
+from v1.programs.spec import narrow_sandbox, program_sandbox
 
 if TYPE_CHECKING:
     from v1._rollout_context import RolloutContext
@@ -41,7 +41,7 @@ def resolve_program(
         return lambda task, state, context: run_callable(fn, task, state)
     if spec.command is not None:
         return CommandProgram(spec)
-    sandbox = merge_sandbox(program_sandbox(spec, harness_sandbox), task_sandbox)
+    sandbox = narrow_sandbox(program_sandbox(spec, harness_sandbox), task_sandbox)
     if spec.fn is not None and sandbox is not None:
         return SandboxedFunctionProgram(spec)
     used = [name for name in PROCESS_FIELDS if getattr(spec, name)] + (["stdin"] if spec.stdin is not None else [])

@@ -1,67 +1,192 @@
-"""A rollout's program and sandbox settings: the harness's, overridden by the task's.
+"""A rollout's program and sandbox: the harness's, narrowed by the task row.
 
-A task's `program` field adds program data to the harness's: `env`, `files`,
-`dirs` and `bindings` are merged key by key (the task wins), `setup`, `args`
-and `artifacts` are appended, `stdin` replaces; a task that names a form
-(`base`, `fn` or `command`) replaces the harness's form. A task's `sandbox`
-field overrides the sandbox's fields one by one.
+A task row is outside data: it may narrow what the harness configured, never widen it
+(docs/sandbox.md, "Outside data"). From a row:
+
+- `program` as a name (or `program.name`) chooses one of the harness's `task_programs`: a
+  harness opts in by naming the programs its rows may choose. A row never names a form
+  (`command`, `fn`, `base`) itself.
+- `program.args`, `stdin`, `env`, `files` and `artifacts` add data: `env` and `files` are merged
+  key by key (the task wins), `args` and `artifacts` appended, `stdin` replaces. `env` can't set a
+  variable that chooses what code runs (`PATH`, `LD_*`, `PYTHON*`, ...) or the endpoint's;
+  `files` need a sandbox (beside a host program's code, an `openai.py` would run as the SDK);
+  `artifacts` are relative paths in a program's workspace. A `null` data field is absent.
+- `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
+  `{}`, `null` alike).
+- `sandbox` tightens the program's sandbox: limits no larger than the harness's, network only
+  off, its own `workdir` and `labels`; any other field must equal the harness's. On a program
+  with no sandbox, it runs the program in one (the defaults, tightened).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
+from typing import Any, Union
 
 from v1.config import ProgramConfig, SandboxConfig
-from v1.errors import ConfigError
+from v1.errors import ConfigError, TaskError
 
 FORMS = ("base", "fn", "command")
-MERGED = ("env", "files", "dirs", "bindings")
-APPENDED = ("setup", "args", "artifacts")
+DATA_FIELDS = ("args", "stdin", "env", "files", "artifacts")
+MERGED = ("env", "files")
+APPENDED = ("args", "artifacts")
+REFUSED_PROGRAM_FIELDS = {
+    "sandbox": "a row can't change the program's sandbox (use the row's 'sandbox' field to tighten it)",
+    "dirs": "a row can't copy host directories into the workspace",
+    "setup": "a row can't add setup commands",
+    "bindings": "a row can't add bindings (put the value in the row's env, files or stdin)",
+    **{form: "a row can't name a program; the harness offers programs by name in task_programs" for form in FORMS},
+}
+SANDBOX_LIMITS = (
+    "cpu_cores",
+    "memory_gb",
+    "disk_size_gb",
+    "gpu_count",
+    "timeout_minutes",
+    "command_timeout",
+    "install_timeout",
+    "setup_timeout",
+)
+SANDBOX_FREE = ("workdir", "labels")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CODE_CHOOSING_ENV = re.compile(
+    r"PATH|HOME|TMPDIR|SHELL|IFS|ENV|BASH_ENV|BASH_FUNC_.*|GCONV_PATH|LD_.*|DYLD_.*|PYTHON.*|NODE_.*|NPM_CONFIG_.*"
+    r"|PERL5?LIB|PERL5OPT|RUBYOPT|RUBYLIB|GIT_.*|PIP_.*|OPENAI_.*|ANTHROPIC_.*|V1_.*",
+    re.IGNORECASE,
+)
+"""Variables a row may not set: they choose what code runs, where it is found, or which endpoint it calls."""
+
+ProgramChoice = Union[ProgramConfig, Callable[..., Any]]
+"""A program a rollout may run: a config or an in-process callable."""
 
 
-def merge_program(base: ProgramConfig | None, override: Mapping[str, Any] | None) -> ProgramConfig | None:
-    """The harness's program config with a task's `program` field applied.
+def _refuse(field: str, why: str) -> TaskError:
+    return TaskError(f"task field '{field}': {why}; outside data narrows what the harness configured, never widens it")
+
+
+def narrow_program(
+    harness_program: ProgramChoice | None, row: Any, task_programs: Mapping[str, ProgramChoice]
+) -> ProgramChoice | None:
+    """The program of a rollout whose task row has a `program` field (see the module docs).
 
     Raises:
-        ConfigError: the task's field is not a valid program config (naming the field).
+        TaskError: the row asks for what the harness didn't allow (naming the field).
+        ConfigError: the merged program is not a valid program config.
     """
-    if not override:
+    if not row:
+        return harness_program
+    if isinstance(row, str):
+        row = {"name": row}
+    if not isinstance(row, Mapping):
+        raise TaskError(f"task field 'program': expected a mapping or a program name, got {type(row).__name__}")
+    for key in row:
+        if key in REFUSED_PROGRAM_FIELDS:
+            raise _refuse(f"program.{key}", REFUSED_PROGRAM_FIELDS[key])
+        if key not in (*DATA_FIELDS, "name"):
+            raise TaskError(f"task field 'program.{key}': unknown; a row may give 'name', {', '.join(DATA_FIELDS)}")
+    base = _chosen(harness_program, row.get("name"), task_programs)
+    data = {key: value for key, value in row.items() if key in DATA_FIELDS and value is not None}
+    if not data:
         return base
-    if not isinstance(override, Mapping):
-        raise ConfigError(f"task field 'program' must be a mapping of program fields, got {type(override).__name__}")
-    data: dict[str, Any] = base.model_dump(exclude_unset=True) if base is not None else {}
-    if any(form in override for form in FORMS):
-        for form in FORMS:
-            data.pop(form, None)
-    for key, value in override.items():
+    if not isinstance(base, ProgramConfig):
+        raise TaskError(
+            f"task field 'program.{next(iter(data))}': the harness's program runs in process and takes no program data"
+        )
+    _check_env(data.get("env"))
+    _check_artifacts(data.get("artifacts"))
+    merged: dict[str, Any] = base.model_dump(exclude_unset=True)
+    for key, value in data.items():
         if key in MERGED and isinstance(value, Mapping):
-            data[key] = {**data.get(key, {}), **value}
+            merged[key] = {**merged.get(key, {}), **value}
         elif key in APPENDED and isinstance(value, list):
-            data[key] = [*data.get(key, []), *value]
+            merged[key] = [*merged.get(key, []), *value]
         else:
-            data[key] = value
+            merged[key] = value
     try:
-        return ProgramConfig.from_config(data)
+        return ProgramConfig.from_config(merged)
     except ConfigError as exc:
         raise ConfigError(f"task field 'program': {exc}") from None
 
 
-def merge_sandbox(base: SandboxConfig | None, override: Mapping[str, Any] | None) -> SandboxConfig | None:
-    """The sandbox config with a task's `sandbox` field applied (None stays None without an override).
+def _chosen(harness_program: ProgramChoice | None, name: Any, task_programs: Mapping[str, ProgramChoice]) -> ProgramChoice | None:
+    if name is None:
+        return harness_program
+    if not task_programs:
+        raise _refuse("program.name", f"the harness offers no programs for rows to choose (asked for {name!r:.80})")
+    if not isinstance(name, str) or name not in task_programs:
+        raise TaskError(
+            f"task field 'program.name': {name!r:.80} is not one of the harness's task_programs {sorted(task_programs)}"
+        )
+    return task_programs[name]
+
+
+def _check_env(env: Any) -> None:
+    if not isinstance(env, Mapping):
+        return  # the config's validation names the wrong type
+    for name in env:
+        if not ENV_NAME.fullmatch(name):
+            raise TaskError(f"task field 'program.env': {name!r:.80} is not a variable name")
+        if CODE_CHOOSING_ENV.fullmatch(name):
+            raise _refuse(
+                f"program.env.{name}", "a row can't set a variable that chooses what code runs or which endpoint it calls"
+            )
+
+
+def _check_artifacts(artifacts: Any) -> None:
+    if not isinstance(artifacts, list):
+        return
+    for i, artifact in enumerate(artifacts):
+        path = artifact.get("path") if isinstance(artifact, Mapping) else artifact
+        if isinstance(path, str) and (PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts):
+            raise _refuse(f"program.artifacts[{i}]", f"{path!r:.80} is not a relative path inside the workspace")
+
+
+def check_row_data(row: Any, program: ProgramChoice | None, sandbox: SandboxConfig | None) -> None:
+    """Refuse a row's program data that needs a sandbox (or a workspace) the rollout doesn't have.
 
     Raises:
-        ConfigError: the task's field is not a valid sandbox config (naming the field).
+        TaskError: `files` for a program without a sandbox; `artifacts` for one with no workspace.
     """
-    if not override:
+    if not isinstance(row, Mapping) or sandbox is not None:
+        return
+    if row.get("files"):
+        raise _refuse("program.files", "a row's files need a sandbox (beside a host program's code they would run as it)")
+    is_command = isinstance(program, ProgramConfig) and program.command is not None
+    if row.get("artifacts") and not is_command:
+        raise _refuse("program.artifacts", "this program has no workspace of its own to collect a row's artifacts from")
+
+
+def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None:
+    """The program's sandbox tightened by a task row's `sandbox` field (see the module docs).
+
+    Raises:
+        TaskError: the row raises a limit, turns network on or changes another field (naming it).
+        ConfigError: the row's field is not a valid sandbox config (naming the field).
+    """
+    if not row:
         return base
-    if not isinstance(override, Mapping):
-        raise ConfigError(f"task field 'sandbox' must be a mapping of sandbox fields, got {type(override).__name__}")
-    data = base.model_dump(exclude_unset=True) if base is not None else {}
+    if not isinstance(row, Mapping):
+        raise TaskError(f"task field 'sandbox': expected a mapping of sandbox fields, got {type(row).__name__}")
+    current = base if base is not None else SandboxConfig()
     try:
-        return SandboxConfig.from_config({**data, **override})
+        narrowed = SandboxConfig.from_config({**current.model_dump(exclude_unset=True), **row})
     except ConfigError as exc:
         raise ConfigError(f"task field 'sandbox': {exc}") from None
+    for key in row:
+        was, now = getattr(current, key), getattr(narrowed, key)
+        if key in SANDBOX_FREE or now == was:
+            continue
+        if key in SANDBOX_LIMITS:
+            if now > was:
+                raise _refuse(f"sandbox.{key}", f"{now!r} is above the harness's {was!r}; a row may only lower a limit")
+        elif key == "network_access":
+            if now:
+                raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
+        else:
+            raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {was!r:.80})")
+    return narrowed
 
 
 def program_sandbox(program: ProgramConfig | None, harness_sandbox: SandboxConfig | None) -> SandboxConfig | None:
@@ -76,4 +201,4 @@ def program_sandbox(program: ProgramConfig | None, harness_sandbox: SandboxConfi
     return harness_sandbox
 
 
-__all__ = ["merge_program", "merge_sandbox", "program_sandbox"]
+__all__ = ["check_row_data", "narrow_program", "narrow_sandbox", "program_sandbox"]
