@@ -471,8 +471,9 @@ async def test_t11_without_libseccomp_the_backend_refuses_in_one_line(monkeypatc
 
 
 MOUNT_PROBE = """
-import sys
-for path in ["/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/environ", "/etc/passwd", "/etc/group"]:
+import glob, sys
+cmdlines = sorted(glob.glob("/proc/[0-9]*/cmdline"))  # pid 1 is bwrap: its argv once named every staging path
+for path in [*cmdlines, "/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/environ", "/etc/passwd", "/etc/group"]:
     sys.stdout.write(open(path, "rb").read().decode().replace("\\0", "\\n"))
 """
 
@@ -483,7 +484,7 @@ def _host_user_names() -> set[str]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="hidden where the host side is root (CI, containers); docs/sandbox.md")
-async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_environ(tmp_path: Path) -> None:
+async def test_t12_no_host_path_or_user_name_shows_in_cmdline_mountinfo_mounts_or_environ(tmp_path: Path) -> None:
     endpoint = socket.socket()
     endpoint.bind(("127.0.0.1", 0))
     manager = get_manager()
@@ -497,7 +498,7 @@ async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_enviro
         env = {"V1_CONTROL_SOCKET": inside_socket, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/r/probe/v1"}
         result = await sandbox.exec(["python", "probe.py"], env=env)
         local = sandbox  # the local backend's paths, to look for
-        host_paths = [local.root, local.workspace, local.run_dir, local.stage_dir, REPO, tmp_path]  # type: ignore[attr-defined]
+        host_paths = [local.root, local.workspace, local.run_dir, local.stage_dir, REPO, tmp_path, sandbox.id]  # type: ignore[attr-defined]
     finally:
         await manager.delete(sandbox)
         endpoint.close()
@@ -508,10 +509,12 @@ async def test_t12_no_host_path_or_user_name_shows_in_mountinfo_mounts_or_enviro
     # The running Python's prefix is bound at its own path (a venv names it); no other line names the host home.
     prefixes = {sys.prefix, sys.base_prefix}
     home = os.environ.get("HOME", "/root")
+    assert "/run/v1-launcher.py" in result.stdout  # the cmdlines were read
     mounts_and_environ = result.stdout.split("root:x:0:0:", 1)[0]
     lines = [line for line in mounts_and_environ.splitlines() if home in line and not any(p in line for p in prefixes)]
     assert lines == []
-    shown_names = {line.split(":", 1)[0] for line in result.stdout.splitlines() if line.count(":") >= 3}
+    databases = result.stdout[result.stdout.index("root:x:0:0:") :]
+    shown_names = {line.split(":", 1)[0] for line in databases.splitlines() if line.count(":") >= 3}
     assert shown_names == {"root", "sandbox", "nobody", "nogroup"}
     assert not _host_user_names() & set(result.stdout.replace(":", " ").split())
 

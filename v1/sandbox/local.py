@@ -126,10 +126,10 @@ def data_files() -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def command_files(env_args: bytes) -> Iterator[dict[str, int]]:
-    """One command's memory files, by name: "env" (its `--setenv` options), "seccomp" (its filter), and `data_files`."""
+def command_files() -> Iterator[dict[str, int]]:
+    """One command's memory files, by name: "seccomp" (its filter) and `data_files`."""
     with contextlib.ExitStack() as stack:
-        contents = {"env": env_args, "seccomp": filter_program(), **data_files()}
+        contents = {"seccomp": filter_program(), **data_files()}
         yield {name: stack.enter_context(_memory_file(content)) for name, content in contents.items()}
 
 
@@ -302,19 +302,23 @@ class LocalSandbox:
 
     # -- commands ------------------------------------------------------------------------
 
-    def bwrap_argv(
+    def bwrap_options(
         self,
-        argv: Sequence[str],
         env: Mapping[str, str],
         cwd: str,
         network: bool,
         fds: Mapping[str, int],
         endpoint_socket: Path | None = None,
-    ) -> list[str]:
-        """The command line of one command; `fds` are memory files (see `command_files`): its environment
-        (see `env_args`; never argv), its system-call filter (see `seccomp`) and the files of `data_files`.
-        `endpoint_socket` (its rollout's, in the run dir) is bound at `/run/v1/endpoint.sock`."""
-        args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
+    ) -> bytes:
+        """The `bwrap` options of one command, as the NUL-separated file `bwrap --args FD` reads.
+
+        They never reach argv: the sandbox's pid 1 is `bwrap`, and `/proc/1/cmdline` would show the
+        staging paths and the sandbox's id, and `ps` on the host the keys of its environment (last
+        here, see `env_args`). `fds` are memory files (see `command_files`): its system-call filter
+        (see `seccomp`) and the files of `data_files`. `endpoint_socket` (its rollout's, in the run
+        dir) is bound at `/run/v1/endpoint.sock`.
+        """
+        args = ["--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
         args += ["--seccomp", str(fds["seccomp"])]
         args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
         if network:
@@ -341,12 +345,17 @@ class LocalSandbox:
             args += ["--ro-bind", f"{run}/{endpoint_socket.name}", f"{RUN_DIR}/endpoint.sock"]
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
-        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv", "--args", str(fds["env"])]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
+        return b"".join(f"{arg}\0".encode() for arg in args) + self.env_args(env)
+
+    def bwrap_argv(self, argv: Sequence[str], options_fd: int, network: bool, endpoint_socket: Path | None = None) -> list[str]:
+        """The command line of one command: `bwrap`, its options file (see `bwrap_options`) and the launcher."""
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
         if endpoint_socket is not None and self.endpoint is not None and not network:
             spec["forward"] = [[self.endpoint.port, f"{RUN_DIR}/endpoint.sock", MAX_CONNECTIONS]]
+        args = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd)]
         args += ["--", sys.executable, "-I", "-S", "/run/v1-launcher.py", json.dumps(spec)]
         if self.cgroups is not None or self.user is not None:
             enter = {
@@ -450,8 +459,8 @@ class LocalSandbox:
     ) -> ExecResult:
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with command_files(self.env_args(env)) as fds:
-            argv = self.bwrap_argv(command, env, cwd, network, fds, endpoint_socket)
+        with command_files() as fds, _memory_file(self.bwrap_options(env, cwd, network, fds, endpoint_socket)) as options_fd:
+            argv = self.bwrap_argv(command, options_fd, network, endpoint_socket)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
@@ -460,7 +469,7 @@ class LocalSandbox:
                 stdin=stdin,
                 on_output=on_output,
                 running=self.processes,
-                pass_fds=tuple(fds.values()),
+                pass_fds=(*fds.values(), options_fd),
                 watch=disk.watch,
             )
         result.limit = "disk" if disk.exceeded else await self._limit_hit(before, result.exit_code)
