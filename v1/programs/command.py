@@ -7,7 +7,7 @@ beyond `PATH`/`LANG`: `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
 MCP server, the same secret as its bearer token), plus the program's `env` and `env.*` bindings. Before it runs, the
 program's `files`, `dirs` and `files.*` bindings are written into its working
 directory and its `setup` commands run (without the endpoint variables). A
-timeout kills the whole process tree. The exit status and the tails of stdout
+timeout kills the whole process tree, and so does v1's death, SIGKILL included. The exit status and the tails of stdout
 and stderr go to `state["program_result"]`; the completion is what the
 trajectory shows the model said.
 """
@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,12 +37,14 @@ if TYPE_CHECKING:
     from v1.state import State
     from v1.task import Task
 
+HOST_REAPER = Path(__file__).with_name("_host_reaper.py")
 TAIL_CHARS = 4000
 SETUP_TIMEOUT = 300.0
 
 
 class HostWorkspace:
-    """A temporary directory on the host; commands run in their own process group, killed at the end."""
+    """A temporary directory on the host; commands run in their own process group under a reaper
+    (`_host_reaper.py`) that kills all they leave behind when they end or when v1 dies."""
 
     def __init__(self) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="v1-program-"))
@@ -73,8 +76,9 @@ class HostWorkspace:
         on_output: OutputCallback | None = None,
         network: bool | None = None,
     ) -> ExecResult:
+        argv = [sys.executable, "-I", "-S", str(HOST_REAPER), str(os.getpid()), "--", *command]
         return await run_process(
-            command, env=dict(env or {}), cwd=cwd or self.workdir, timeout=timeout, stdin=stdin, on_output=on_output
+            argv, env=dict(env or {}), cwd=cwd or self.workdir, timeout=timeout, stdin=stdin, on_output=on_output
         )
 
     def remove(self) -> None:

@@ -1,0 +1,88 @@
+"""Runs an unsandboxed command so that it dies with v1 (standard library only, `python -I -S`).
+
+It asks the kernel for SIGTERM when its parent (v1) dies (`PR_SET_PDEATHSIG`) and adopts every
+orphaned descendant (`PR_SET_CHILD_SUBREAPER`), runs the command, and when the command exits
+or v1 dies, kills every process left under it, one that called `setsid` too. It exits with the command's status (128+N when signal N killed it).
+
+Usage: `_host_reaper.py PARENT_PID -- ARGV...`
+"""
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+EXIT_NOT_RUN = 127
+
+
+def _descendants() -> list[int]:
+    found: list[int] = []
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as file:
+                    children = [int(child) for child in file.read().split()]
+            except OSError:
+                continue
+            found += children
+            pending += children
+    return found
+
+
+def _kill_all() -> None:
+    """SIGKILL every descendant (its process group's members are among them)."""
+    for _ in range(3):  # a fork between the walk and the kill is caught on the next pass
+        left = _descendants()
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _on_parent_death(signum: int, frame: object) -> None:
+    _kill_all()
+    os._exit(128 + signal.SIGKILL)
+
+
+def main() -> int:
+    parent, argv = int(sys.argv[1]), sys.argv[3:]
+    libc = ctypes.CDLL(None, use_errno=True)
+    signal.signal(signal.SIGTERM, _on_parent_death)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # v1 died before the request took effect
+        return 128 + signal.SIGKILL
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            sys.stderr.write(f"cannot run {argv[0]!r}: {exc}\n")
+        os._exit(EXIT_NOT_RUN)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)  # adopted orphans are reaped here too
+        except ChildProcessError:
+            return EXIT_NOT_RUN
+        except InterruptedError:
+            continue
+        if pid == child:
+            break
+    _kill_all()
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
