@@ -1,5 +1,9 @@
 """Unsandboxed commands die with `v1 eval` (O1), and large task values reach a command (C2).
 
+C2: a 200 KB task field bound with `env.Q` failed `execve` (E2BIG) on the host and in the
+sandbox, blamed on the program. Now it is refused in one line naming the variable before
+anything runs, and the same value reaches the command as a file or on stdin.
+
 O1: a command program that leaves children behind (in its group, or in a session of its own)
 outlived a SIGKILL of `v1 eval`. Now each host command runs under a reaper that the kernel tells
 when v1 dies, and that kills everything under it.
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import v1 as vf
 from v1.testing import MockModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +91,49 @@ def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(
 @pytest.fixture(autouse=True)
 def private_sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("V1_SANDBOX_ROOT", str(tmp_path / "sandboxes"))
+
+
+BIG = "q" * 200_000
+
+
+def _harness(mock: MockModelServer, where: str, command: str, bindings: dict[str, str]) -> vf.Harness:
+    return vf.Harness(
+        program={"command": ["sh", "-c", command], "bindings": bindings},
+        sandbox={"memory_gb": 1} if where == "sandbox" else None,
+        client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
+        model="m",
+        timeout_seconds=120,
+    )
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+async def test_c2_a_200_kb_task_field_bound_to_env_is_one_line_and_the_others_run(mock: MockModelServer, where: str) -> None:
+    h = _harness(mock, where, 'printf %s "$Q" | wc -c', {"env.Q": "task.info.q"})
+    big, small = await h.run_group([{"prompt": "a", "info": {"q": BIG}}, {"prompt": "b", "info": {"q": "small"}}])
+    assert big["error"] is not None and big["error"]["type"] == "ProgramError", big["error"]
+    assert big["error"]["message"] == (
+        "program env 'Q' is 200003 bytes; one variable holds at most 131072 bytes: "
+        "pass a large value as a file ('files.NAME' binding) or on stdin ('stdin' binding)"
+    )
+    assert "program_result" not in big
+    assert small["error"] is None and small["program_result"]["stdout"].strip() == "5"
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+@pytest.mark.parametrize(
+    ("command", "bindings"),
+    [("wc -c < q.txt", {"files.q.txt": "task.info.q"}), ("wc -c", {"stdin": "task.info.q"})],
+    ids=["file", "stdin"],
+)
+async def test_c2_a_200_kb_task_field_reaches_the_command_as_a_file_or_on_stdin(
+    mock: MockModelServer, where: str, command: str, bindings: dict[str, str]
+) -> None:
+    state = await _harness(mock, where, command, bindings).run({"prompt": "a", "info": {"q": BIG}})
+    assert state["error"] is None and state["program_result"]["stdout"].strip() == str(len(BIG))
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+async def test_c2_200_kb_arguments_from_a_row_reach_the_command(mock: MockModelServer, where: str) -> None:
+    h = _harness(mock, where, 'echo "${#0} ${#1}"', {})
+    state = await h.run({"prompt": "a", "program": {"args": ["a" * 100_000, "b" * 100_000]}})
+    assert state["error"] is None and state["program_result"]["stdout"] == "100000 100000\n"

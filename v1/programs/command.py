@@ -4,8 +4,10 @@ The process gets the rollout's endpoint and nothing of the host's environment
 beyond `PATH`/`LANG`: `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
 `ANTHROPIC_API_KEY` (the rollout's URL and secret, never the upstream key),
 `V1_MODEL` and, when the rollout has visible tools, `V1_MCP_URL` (those tools as an
-MCP server, the same secret as its bearer token), plus the program's `env` and `env.*` bindings. Before it runs, the
-program's `files`, `dirs` and `files.*` bindings are written into its working
+MCP server, the same secret as its bearer token), plus the program's `env` and `env.*` bindings;
+a `stdin` binding replaces `stdin`. A value over the kernel's limit for one argument or variable
+(128 KiB) is refused in one line before anything runs: large values go as files or on stdin.
+Before it runs, the program's `files`, `dirs` and `files.*` bindings are written into its working
 directory and its `setup` commands run (without the endpoint variables). A
 timeout kills the whole process tree, and so does v1's death, SIGKILL included. The exit status and the tails of stdout
 and stderr go to `state["program_result"]`; the completion is what the
@@ -22,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from v1._bindings import Binding, BindingContext
 from v1.config import ProgramConfig
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from v1.task import Task
 
 HOST_REAPER = Path(__file__).with_name("_host_reaper.py")
+MAX_ARG_BYTES = 131072
+"""The most one argument or `NAME=value` may hold, its NUL included (Linux's `MAX_ARG_STRLEN`)."""
+EXEC_HEADROOM = 65536
+"""Room kept under the system's total for what v1 adds (its reaper or the sandbox's launcher)."""
 TAIL_CHARS = 4000
 SETUP_TIMEOUT = 300.0
 
@@ -105,22 +111,57 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-async def resolve_bindings(program: ProgramConfig, task: Task, state: State) -> tuple[dict[str, str], dict[str, str]]:
-    """(`env.*` bindings, `files.*` bindings) resolved to text for this rollout.
+class BoundValues(NamedTuple):
+    """A program's bindings resolved to text for one rollout."""
+
+    env: dict[str, str]
+    files: dict[str, str]
+    stdin: str | None
+
+
+async def resolve_bindings(program: ProgramConfig, task: Task, state: State) -> BoundValues:
+    """The `env.*`, `files.*` and `stdin` bindings resolved to text for this rollout.
 
     Raises:
-        ConfigError: a binding key is not `env.NAME` or `files.PATH`.
+        ConfigError: a binding key is not `env.NAME`, `files.PATH` or `stdin`.
     """
-    env: dict[str, str] = {}
-    files: dict[str, str] = {}
+    bound = BoundValues({}, {}, None)
     context = BindingContext(task, state, None)
     for key, source in program.bindings.items():
         kind, _, name = key.partition(".")
-        if kind not in ("env", "files") or not name:
-            raise ConfigError(f"program binding {key!r}: keys are 'env.NAME' or 'files.PATH'")
+        if key != "stdin" and (kind not in ("env", "files") or not name):
+            raise ConfigError(f"program binding {key!r}: keys are 'env.NAME', 'files.PATH' or 'stdin'")
         value = _text(await Binding(key, source).resolve(context))
-        (env if kind == "env" else files)[name] = value
-    return env, files
+        if key == "stdin":
+            bound = bound._replace(stdin=value)
+        else:
+            (bound.env if kind == "env" else bound.files)[name] = value
+    return bound
+
+
+def check_exec_size(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Refuse a command line or environment the kernel would refuse (`E2BIG`), naming the value.
+
+    Raises:
+        ProgramError: an argument or variable is over `MAX_ARG_BYTES`, or all of them over the system's total.
+    """
+    advice = "pass a large value as a file ('files.NAME' binding) or on stdin ('stdin' binding)"
+    for name, value in env.items():
+        size = len(f"{name}={value}".encode()) + 1
+        if size > MAX_ARG_BYTES:
+            raise ProgramError(
+                f"program env {name!r:.80} is {size} bytes; one variable holds at most {MAX_ARG_BYTES} bytes: {advice}"
+            )
+    for index, arg in enumerate(argv):
+        size = len(arg.encode()) + 1
+        if size > MAX_ARG_BYTES:
+            raise ProgramError(
+                f"program argument {index} is {size} bytes; one argument holds at most {MAX_ARG_BYTES} bytes: {advice}"
+            )
+    total = sum(len(text.encode()) + 9 for text in argv) + sum(len(f"{k}={v}".encode()) + 9 for k, v in env.items())
+    limit = os.sysconf("SC_ARG_MAX") - EXEC_HEADROOM
+    if total > limit:
+        raise ProgramError(f"the program's arguments and environment are {total} bytes, over the system's {limit}: {advice}")
 
 
 async def prepare_workspace(workspace: Workspace, program: ProgramConfig, files: Mapping[str, str]) -> None:
@@ -196,20 +237,18 @@ class CommandProgram:
         host = HostWorkspace() if sandbox is None else None
         workspace: Workspace = sandbox if sandbox is not None else cast(HostWorkspace, host)
         try:
-            bound_env, bound_files = await resolve_bindings(program, task, state)
-            await prepare_workspace(workspace, program, bound_files)
+            bound = await resolve_bindings(program, task, state)
             base = host_env() | {"HOME": workspace.workdir, "TMPDIR": tempfile.gettempdir()} if host is not None else {}
-            plain_env = base | program.env | bound_env
+            plain_env = base | program.env | bound.env
+            argv, env = [*(program.command or []), *program.args], plain_env | endpoint_env(state, sandbox)
+            check_exec_size(argv, env)
+            await prepare_workspace(workspace, program, bound.files)
             await run_setup(workspace, program.setup, plain_env, config.setup_timeout if config else SETUP_TIMEOUT)
             timeout = context.timeout_seconds
             if timeout is None and config is not None:
                 timeout = config.command_timeout
-            result = await workspace.exec(
-                [*(program.command or []), *program.args],
-                env=plain_env | endpoint_env(state, sandbox),
-                timeout=timeout,
-                stdin=program.stdin.encode() if program.stdin is not None else None,
-            )
+            stdin = bound.stdin if bound.stdin is not None else program.stdin
+            result = await workspace.exec(argv, env=env, timeout=timeout, stdin=stdin.encode() if stdin is not None else None)
             record_result(state, result)
             artifacts = declared_artifacts(context, program.artifacts)
             if artifacts:
@@ -220,4 +259,13 @@ class CommandProgram:
                 await asyncio.to_thread(host.remove)
 
 
-__all__ = ["CommandProgram", "HostWorkspace", "endpoint_env", "host_env", "prepare_workspace", "resolve_bindings"]
+__all__ = [
+    "BoundValues",
+    "CommandProgram",
+    "HostWorkspace",
+    "check_exec_size",
+    "endpoint_env",
+    "host_env",
+    "prepare_workspace",
+    "resolve_bindings",
+]

@@ -28,6 +28,7 @@ from v1.errors import ConfigError, SandboxError, StateFieldError
 from v1.programs.artifacts import collect_artifacts, declared_artifacts
 from v1.programs.base_loop import base_loop
 from v1.programs.command import (
+    check_exec_size,
     endpoint_env,
     prepare_workspace,
     raise_for_result,
@@ -212,9 +213,12 @@ class SandboxedFunctionProgram:
         config = sandboxes.program
         sandbox = await sandboxes.get("program")
         uploads = await install_package(sandbox, self.project, config.install_timeout)
-        bound_env, bound_files = await resolve_bindings(self.program, task, state)
-        await prepare_workspace(sandbox, self.program, bound_files)
-        await run_setup(sandbox, self.program.setup, self.program.env | bound_env, config.setup_timeout)
+        bound = await resolve_bindings(self.program, task, state)
+        if bound.stdin is not None:
+            raise ConfigError("a sandboxed fn's stdin carries its task and state; bind large values to files instead")
+        check_exec_size([], self.program.env | bound.env)
+        await prepare_workspace(sandbox, self.program, bound.files)
+        await run_setup(sandbox, self.program.setup, self.program.env | bound.env, config.setup_timeout)
         socket_paths = sandbox.control_socket_path(f"control-{secrets.token_hex(8)}.sock")
         if socket_paths is None:
             raise SandboxError(f"the {config.backend} sandbox backend has no control channel for sandboxed fn programs")
@@ -225,7 +229,7 @@ class SandboxedFunctionProgram:
             import_root = uploads if self.is_package else f"{uploads}/{self.project.name}"
             spec = {"fn": self.ref, "task": thaw(task), "state": snapshot, "model": state.get_model(), "path": import_root}
             await sandbox.write_file(f"{PACKAGE_DIR}/runner.py", RUNNER.read_bytes())
-            env = self.program.env | bound_env | endpoint_env(state, sandbox) | {"V1_CONTROL_SOCKET": socket_paths[1]}
+            env = self.program.env | bound.env | endpoint_env(state, sandbox) | {"V1_CONTROL_SOCKET": socket_paths[1]}
             timeout = context.timeout_seconds or config.command_timeout
             result = await sandbox.exec(
                 ["python", f"{sandbox.workdir}/{PACKAGE_DIR}/runner.py"],
@@ -261,8 +265,10 @@ class SandboxedBaseLoop:
         needed = bool(self.program.files or self.program.dirs or self.program.setup or artifacts)
         sandbox = await sandboxes.get("program") if sandboxes is not None and config is not None and needed else None
         if sandbox is not None and config is not None:
-            _, bound_files = await resolve_bindings(self.program, task, state)
-            await prepare_workspace(sandbox, self.program, bound_files)
+            bound = await resolve_bindings(self.program, task, state)
+            if bound.stdin is not None:
+                raise ConfigError("program binding 'stdin': the base loop runs no process to read it")
+            await prepare_workspace(sandbox, self.program, bound.files)
             await run_setup(sandbox, self.program.setup, self.program.env, config.setup_timeout)
         try:
             await base_loop(task, state, context)

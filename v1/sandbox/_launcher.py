@@ -121,7 +121,8 @@ def _watch(memory_bytes: int, max_processes: int) -> None:
 
 
 def main() -> int:
-    spec = json.loads(sys.argv[1])
+    with open(sys.argv[1]) as file:  # the spec's path (see local.LAUNCHER_SPEC)
+        spec = json.load(file)
     for name, value in spec.get("rlimits", {}).items():
         limit = getattr(resource, "RLIMIT_" + name)
         resource.setrlimit(limit, (value, value))

@@ -41,6 +41,7 @@ from v1.sandbox.seccomp import filter_program, seccomp_problem
 
 INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` (Fedora)"
 LAUNCHER = Path(__file__).with_name("_launcher.py")
+LAUNCHER_SPEC = "/run/v1-spec.json"
 ENTER = Path(__file__).with_name("_enter.py")
 RUN_DIR = "/run/v1"
 DEFAULT_MAX_PROCESSES = 512
@@ -126,10 +127,14 @@ def data_files() -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def command_files() -> Iterator[dict[str, int]]:
-    """One command's memory files, by name: "seccomp" (its filter) and `data_files`."""
+def command_files(launcher_spec: bytes) -> Iterator[dict[str, int]]:
+    """One command's memory files, by name: "seccomp" (its filter), `LAUNCHER_SPEC` and `data_files`.
+
+    The launcher's spec (the command's argv) is a file, not an argument: one argument holds at most
+    128 KiB, and a command's arguments may hold more.
+    """
     with contextlib.ExitStack() as stack:
-        contents = {"seccomp": filter_program(), **data_files()}
+        contents = {"seccomp": filter_program(), LAUNCHER_SPEC: launcher_spec, **data_files()}
         yield {name: stack.enter_context(_memory_file(content)) for name, content in contents.items()}
 
 
@@ -336,7 +341,7 @@ class LocalSandbox:
                 args += ["--ro-bind", path, path]
         for path in ETC_FILES:
             args += ["--ro-bind-try", path, path]
-        for inside in data_files():  # copied into bwrap's own tmpfs: no host path behind them
+        for inside in [LAUNCHER_SPEC, *data_files()]:  # copied into bwrap's own tmpfs: no host path behind them
             args += ["--ro-bind-data", str(fds[inside]), inside]
         for host, inside, writable in self.binds:
             args += ["--bind" if writable else "--ro-bind", self.staged.get(host, host), inside]
@@ -348,15 +353,19 @@ class LocalSandbox:
         args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
         return b"".join(f"{arg}\0".encode() for arg in args) + self.env_args(env)
 
-    def bwrap_argv(self, argv: Sequence[str], options_fd: int, network: bool, endpoint_socket: Path | None = None) -> list[str]:
-        """The command line of one command: `bwrap`, its options file (see `bwrap_options`) and the launcher."""
+    def launcher_spec(self, argv: Sequence[str], network: bool, endpoint_socket: Path | None = None) -> bytes:
+        """What the launcher runs (`argv`), with its rlimits, watch and endpoint relay: JSON at `LAUNCHER_SPEC`."""
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
         if endpoint_socket is not None and self.endpoint is not None and not network:
             spec["forward"] = [[self.endpoint.port, f"{RUN_DIR}/endpoint.sock", MAX_CONNECTIONS]]
+        return json.dumps(spec).encode()
+
+    def bwrap_argv(self, options_fd: int) -> list[str]:
+        """The command line of one command: `bwrap`, its options file (see `bwrap_options`) and the launcher."""
         args = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd)]
-        args += ["--", sys.executable, "-I", "-S", "/run/v1-launcher.py", json.dumps(spec)]
+        args += ["--", sys.executable, "-I", "-S", "/run/v1-launcher.py", LAUNCHER_SPEC]
         if self.cgroups is not None or self.user is not None:
             enter = {
                 "cgroups": [str(path) for path in self.cgroups.join_paths] if self.cgroups is not None else [],
@@ -459,8 +468,11 @@ class LocalSandbox:
     ) -> ExecResult:
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
-        with command_files() as fds, _memory_file(self.bwrap_options(env, cwd, network, fds, endpoint_socket)) as options_fd:
-            argv = self.bwrap_argv(command, options_fd, network, endpoint_socket)
+        with (
+            command_files(self.launcher_spec(command, network, endpoint_socket)) as fds,
+            _memory_file(self.bwrap_options(env, cwd, network, fds, endpoint_socket)) as options_fd,
+        ):
+            argv = self.bwrap_argv(options_fd)
             result = await run_process(
                 argv,
                 env={"PATH": "/usr/bin:/bin"},  # all that bwrap (the sandbox's pid 1) shows in /proc/1/environ
