@@ -234,3 +234,18 @@ async def test_odd_env_names_from_a_row_are_one_line(mock: MockModelServer, name
     state = await harness(mock, **ON_HOST).run({"prompt": "p", "program": {"env": {name: "v"}}})
     message = state["error"]["message"]
     assert message.startswith("task field 'program.env': ") and "is not a variable name" in message and len(message) < 300
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "/escape.txt", "link/pwned", "link/../../escape.txt"])
+async def test_row_files_stay_beneath_the_workspace_even_through_a_symlink(
+    mock: MockModelServer, tmp_path: Path, path: str
+) -> None:
+    # The harness's own setup leaves a symlink to a host directory in the workspace; the row aims through it.
+    target = tmp_path / "host-dir"
+    target.mkdir()
+    sandbox = {"memory_gb": 1, "setup_commands": [f"ln -s {target} link"]}
+    h = harness(mock, program={"command": ["sh", "-c", "ls"]}, sandbox=sandbox)
+    state = await h.run({"prompt": "p", "program": {"files": {path: "row data"}}})
+    assert state["error"] is not None and "\n" not in state["error"]["message"], state["error"]
+    assert list(target.iterdir()) == [] and not (tmp_path / "escape.txt").exists()
+    assert "program_result" not in state
