@@ -259,6 +259,8 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
+        # A row is outside data: it may lower a turn limit the user set, never raise it.
+        runtime.max_turns_ceiling = self.config.max_turns if "max_turns" in self.config.model_fields_set else None
         state["model"] = runtime.model
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:

@@ -249,3 +249,17 @@ async def test_row_files_stay_beneath_the_workspace_even_through_a_symlink(
     assert state["error"] is not None and "\n" not in state["error"]["message"], state["error"]
     assert list(target.iterdir()) == [] and not (tmp_path / "escape.txt").exists()
     assert "program_result" not in state
+
+
+async def test_a_row_lowers_the_users_turn_limit_but_never_raises_it(mock: MockModelServer) -> None:
+    async def chatty(task: vf.Task, state: vf.State) -> None:
+        while True:
+            await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
+
+    h = harness(mock, program=chatty, max_turns=3)
+    raised, lowered = await h.run_group([{"prompt": "a", "max_turns": 1000}, {"prompt": "b", "max_turns": 2}])
+    assert raised["stop_condition"] == "max_turns_reached" and len(raised["trajectory"]) == 3
+    assert lowered["stop_condition"] == "max_turns_reached" and len(lowered["trajectory"]) == 2
+    # With no limit set by the user, the harness's default is not a ceiling: the taskset's rows choose.
+    default = await harness(mock, program=chatty).run({"prompt": "c", "max_turns": 12})
+    assert len(default["trajectory"]) == 12
