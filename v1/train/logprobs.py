@@ -152,7 +152,7 @@ def shared_prefix_logprobs(
     if parts is None or activation_checkpointing(model):
         return None
     body, head = parts
-    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).past_key_values
+    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).cache
     if not reusable_cache(cache):
         return None
     cache.reorder_cache(batch.owner)
@@ -160,7 +160,7 @@ def shared_prefix_logprobs(
         input_ids=batch.suffix_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
     ).last_hidden_state[:, :-1]
     shape = torch.Size((batch.suffix_ids.shape[0], batch.width))

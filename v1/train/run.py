@@ -187,13 +187,15 @@ def advantage_scales(batch: StepBatch, scale_rewards: RewardScaling) -> list[flo
     return [1.0 / (statistics.pstdev(group.rewards or [0.0]) + REWARD_STD_EPSILON) for group in batch.groups]
 
 
-def batch_samples(batch: StepBatch, max_seq_len: int | None, scale_rewards: RewardScaling = "none") -> StateSamples:
+def batch_samples(
+    batch: StepBatch, max_seq_len: int | None, scale_rewards: RewardScaling = "none", mask_truncated: bool = False
+) -> StateSamples:
     """A step's samples, advantages scaled as `scale_rewards` says, each group's marked with its staleness
-    (so `mismatch_kl` can count fresh ones only)."""
+    (so `mismatch_kl` can count fresh ones only); rollouts whose generation was cut left out when `mask_truncated`."""
     built = StateSamples()
     scales = advantage_scales(batch, scale_rewards)
     for group, staleness, scale in zip(batch.groups, batch.staleness, scales, strict=True):
-        one = samples_from_states(group.states, max_seq_len, staleness, scale)
+        one = samples_from_states(group.states, max_seq_len, staleness, scale, mask_truncated)
         built.samples.extend(one.samples)
         built.counts.add(one.counts)
     return built
@@ -225,6 +227,7 @@ def step_metrics(step: int, batch: StepBatch, stats: dict[str, float], counts: A
         "new_sample_splits": counts.new_sample_splits,
         "steps_without_tokens": counts.steps_without_tokens,
         "truncated_samples": counts.truncated_samples,
+        "masked_truncated": counts.masked_truncated,
         "step_time_s": window_s,
         "rss_mb": current_rss_mb(),
     }
@@ -545,7 +548,14 @@ async def lead(
                 while trainer.step < config.max_steps:
                     batch = await orchestrator.next_batch()
                     rollouts_done = time.perf_counter()
-                    built = batch_samples(batch, config.max_seq_len, config.loss.scale_rewards)
+                    built = batch_samples(
+                        batch, config.max_seq_len, config.loss.scale_rewards, config.loss.mask_truncated_completions
+                    )
+                    if not built.samples and built.counts.masked_truncated:
+                        raise ConfigError(
+                            f"step {batch.step + 1}: every rollout was cut by a token limit and loss.mask_truncated_completions "
+                            "leaves it without loss: raise rollouts.sampling_args.max_tokens (or max_seq_len)"
+                        )
                     if not built.samples:
                         raise ConfigError(
                             "no rollout of this step has token ids: the server must return them "
