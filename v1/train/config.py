@@ -1,7 +1,7 @@
 """`TrainConfig`: one TOML file describes a training run (``v1 train CONFIG.toml``, ``v1 sft CONFIG.toml``).
 
 Sections: ``[model]``, ``[env]``, ``[inference]``, ``[rollouts]``, ``[loss]``, ``[optim]``,
-``[eval]``, ``[sft]``, ``[wandb]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
+``[eval]``, ``[sft]``, ``[wandb]``, ``[tensorboard]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
 fail with their path, like every v1 config.
 """
 
@@ -18,6 +18,22 @@ from v1.train.losses import LossConfig
 from v1.types import ClientType
 
 
+class LoraSection(Config):
+    """LoRA adapters (`peft`, the ``lora`` extra): only they train; the base weights stay frozen.
+
+    Args:
+        r: the adapters' rank.
+        alpha: their scale is ``alpha / r``.
+        dropout: dropout on the adapters' input.
+        target_modules: module names to adapt, or ``all-linear`` (every linear layer but the output head).
+    """
+
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = "all-linear"
+
+
 class ModelConfig(Config):
     """The policy: a local transformers model folder, or a tiny one built from a config.
 
@@ -28,6 +44,7 @@ class ModelConfig(Config):
         attn_implementation: ``auto`` picks ``flash_attention_2`` when flash-attn is installed and a GPU is used.
         gradient_checkpointing: recompute activations in the backward pass (less memory).
         device: ``auto`` (cuda when available, else cpu), or a torch device string.
+        lora: train LoRA adapters instead of every weight (`LoraSection`); absent: full fine-tuning.
     """
 
     path: str | None = None
@@ -36,6 +53,7 @@ class ModelConfig(Config):
     attn_implementation: str = "auto"
     gradient_checkpointing: bool = False
     device: str = "auto"
+    lora: LoraSection | None = None
 
 
 class EnvSection(Config):
@@ -186,6 +204,17 @@ class WandbConfig(Config):
     mode: Literal["online", "offline", "disabled"] = "online"
 
 
+class TensorBoardConfig(Config):
+    """TensorBoard logging: every numeric metric of each step as a scalar (the `tensorboard` extra; imported only when enabled).
+
+    Args:
+        log_dir: where the event files go; None: ``output_dir/tensorboard``.
+    """
+
+    enabled: bool = False
+    log_dir: str | None = None
+
+
 class DistributedConfig(Config):
     """Several training processes under ``torchrun`` (read only when torchrun's environment is set).
 
@@ -251,6 +280,7 @@ class TrainConfig(Config):
     eval: EvalSection
     sft: SFTSection
     wandb: WandbConfig
+    tensorboard: TensorBoardConfig
     distributed: DistributedConfig
     ray: RaySection | None = None
     output_dir: str = "outputs/train"
@@ -261,6 +291,15 @@ class TrainConfig(Config):
     max_seq_len: int | None = Field(None, ge=1)
     checkpoint_every: int = Field(0, ge=0)
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _lora_where_supported(self) -> TrainConfig:
+        if self.model.lora is not None and self.inference.weight_sync in ("vllm", "vllm_nccl"):
+            raise ValueError(
+                "model.lora with vLLM is not supported yet: it would push merged full weights every step, "
+                "where vLLM's LoRA adapters are the right way; use the built-in engine or v1 serve"
+            )
+        return self
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
@@ -294,11 +333,13 @@ __all__ = [
     "EnvSection",
     "EvalSection",
     "InferenceConfig",
+    "LoraSection",
     "ModelConfig",
     "OptimConfig",
     "RaySection",
     "RolloutsConfig",
     "SFTSection",
+    "TensorBoardConfig",
     "TrainConfig",
     "WandbConfig",
 ]

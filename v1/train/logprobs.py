@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from v1.inference.sampling import LogitProcessing, entropy_of, processed_logits
+from v1.train.lora import is_lora
 from v1.train.shared_prefix import SharedPrefixBatch
 
 LOGPROB_CHUNK_TOKENS = 256
@@ -31,6 +32,8 @@ def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
     Under FSDP2 the root's parameters (the head's among them) are gathered by the root's forward
     only, so a sharded model always runs its own forward.
     """
+    if is_lora(model):  # peft adapts the wrapped model's layers in place: its body and head are the LoRA model's
+        model = model.get_base_model()
     config = getattr(model, "config", None)
     if is_distributed() or any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
         return None

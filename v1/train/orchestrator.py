@@ -236,7 +236,7 @@ class Orchestrator:
                     counts.filtered_zero_variance += 1
                     self._zero_variance_in_a_row += 1
                     limit = self.config.max_zero_variance_in_a_row
-                    if limit and self._zero_variance_in_a_row >= limit:
+                    if limit and self._zero_variance_in_a_row >= limit and self._failure is None:
                         self._failure = ZeroVarianceError(
                             f"{self._zero_variance_in_a_row} groups in a row had no reward variance (all rewards equal; "
                             f"rollouts.max_zero_variance_in_a_row = {limit}): nothing to learn from; raise rollouts_per_example "

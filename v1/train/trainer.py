@@ -38,6 +38,7 @@ from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
 from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
+from v1.train.lora import is_lora, merged_state_dict
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
@@ -365,11 +366,13 @@ class PolicyTrainer:
         return stats
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight, detached on the CPU: what a weight sync sends.
+        """Every weight, detached on the CPU: what a weight sync sends (with LoRA, the adapters merged in).
 
         Under FSDP2 this is a collective (every rank must call it) and only rank 0 gets the
         gathered weights; the other ranks get an empty dict.
         """
+        if is_lora(self.model):
+            return merged_state_dict(self.model)
         if is_distributed():
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
