@@ -9,6 +9,7 @@ computes the same values with each distinct prefix of a micro-batch run once.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,7 @@ def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
     only, so a sharded model always runs its own forward.
     """
     if is_lora(model):  # peft adapts the wrapped model's layers in place: its body and head are the LoRA model's
-        model = model.get_base_model()
+        model = cast(Any, model).get_base_model()
     config = getattr(model, "config", None)
     if is_distributed() or any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
         return None
