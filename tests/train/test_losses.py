@@ -99,6 +99,10 @@ def test_bad_loss_config_names_the_field():
         LossConfig(kind="ppo")
     with pytest.raises(ConfigError, match="clip_low"):
         LossConfig(clip_low=2.0)
+    with pytest.raises(ConfigError, match="sampler_correction"):
+        LossConfig(sampler_correction="token_clip")
+    with pytest.raises(ConfigError, match=r"sampler_cap_min \(3.0\) must be below sampler_cap \(2.0\)"):
+        LossConfig(sampler_cap=2.0, sampler_cap_min=3.0)
 
 
 def trl_reference_loss(logprobs, old, sampling, advantages, mask, *, loss_type, eps_low, eps_high, level, mode, cap, cap_min):

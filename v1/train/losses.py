@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from v1.config import Config
 
@@ -84,6 +84,12 @@ class LossConfig(Config):
     sampler_cap: float = Field(3.0, gt=0.0)
     sampler_cap_min: float | None = Field(None, ge=0.0)
     mask_truncated_completions: bool = False
+
+    @model_validator(mode="after")
+    def _sampler_bounds_in_order(self) -> LossConfig:
+        if self.sampler_cap_min is not None and self.sampler_cap_min >= self.sampler_cap:
+            raise ValueError(f"sampler_cap_min ({self.sampler_cap_min}) must be below sampler_cap ({self.sampler_cap})")
+        return self
 
     @property
     def upper_clip(self) -> float:
