@@ -117,3 +117,23 @@ def test_collate_pads_right_and_masks_padding() -> None:
     assert batch.attention_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     assert batch.loss_mask.tolist() == [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
     assert batch.num_tokens == 6
+
+
+async def test_mask_truncated_completions_leaves_a_rollout_cut_by_max_tokens_without_loss() -> None:
+    with MockModelServer() as mock:
+        mock.script(
+            Reply.text("cut", completion_ids=ids("assistant: cut"), logprobs=[-0.1, -0.2], finish_reason="length"),
+            Reply.text("whole", completion_ids=ids("assistant: whole"), logprobs=[-0.3, -0.4]),
+        )
+        client = vf.ClientConfig(client_type="openai_chat_completions_token", api_base_url=mock.url, api_key_var="NONE")
+        harness = vf.Harness(client=client, model="m", max_turns=1)
+        cut = await harness.run({"prompt": "go", "answer": "x"})
+        whole = await harness.run({"prompt": "go", "answer": "x"})
+    for state in (cut, whole):
+        state["advantage"] = 1.0
+    assert cut["is_truncated"] and not whole["is_truncated"]
+    kept = samples_from_states([cut, whole])
+    assert kept.counts.samples == 2 and kept.counts.masked_truncated == 0
+    masked = samples_from_states([cut, whole], mask_truncated=True)
+    assert masked.counts.samples == 1 and masked.counts.masked_truncated == 1
+    assert masked.samples[0].inference_logprobs[-2:] == [-0.3, -0.4]

@@ -157,10 +157,23 @@ async def test_a_step_trains_on_what_it_has_once_max_groups_per_step_finished() 
 async def test_a_run_with_no_reward_variance_stops_with_a_clear_error() -> None:
     async with MockModelServer("no") as mock:
         client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
-        config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2)
-        async with Orchestrator(env_with(), client, "m", config, max_zero_variance_in_a_row=3) as orchestrator:
-            with pytest.raises(ZeroVarianceError, match="no reward variance"):
+        config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_zero_variance_in_a_row=3)
+        async with Orchestrator(env_with(), client, "m", config) as orchestrator:
+            with pytest.raises(ZeroVarianceError, match=r"^3 groups in a row .*rollouts.max_zero_variance_in_a_row = 3\)"):
                 await orchestrator.next_batch()
+
+
+async def test_no_zero_variance_limit_keeps_generating() -> None:
+    async with MockModelServer("no") as mock:
+        client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+        config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_zero_variance_in_a_row=0)
+        async with Orchestrator(env_with(), client, "m", config) as orchestrator:
+            collecting = asyncio.create_task(orchestrator.next_batch())
+            async with orchestrator._changed:
+                filtered = orchestrator._changed.wait_for(lambda: orchestrator._counts.filtered_zero_variance >= 8)
+                await asyncio.wait_for(filtered, 120)
+            assert not collecting.done()
+            collecting.cancel()
 
 
 async def test_a_failing_environment_surfaces_in_next_batch() -> None:

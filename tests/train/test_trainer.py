@@ -138,3 +138,26 @@ def test_logprobs_at_the_loss_positions_only_equal_the_full_ones_there_with_the_
     torch.testing.assert_close(
         token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets, where=nowhere)[0], full.detach()
     )
+
+
+def test_sampler_correction_weighs_tokens_by_the_trainer_over_sampler_ratio_and_clips_against_the_trainer() -> None:
+    model = tiny_model()
+    samples = on_policy_samples(tiny_model(seed=1), [1.0, -1.0, 0.5])  # sampled by other weights: a mismatch
+    batch = collate(samples)
+    with torch.no_grad():
+        trainer_logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.targets)
+    where = batch.loss_mask > 0
+    weights = torch.exp(trainer_logprobs - batch.inference_logprobs)[where]
+    ordered = weights.sort().values
+    half = len(ordered) // 2
+    cap = float(ordered[half - 1] + ordered[half]) / 2  # half the tokens' weights are truncated, none near the cap
+    loss = LossConfig(kind="grpo", sampler_correction="token_truncate", sampler_cap=cap)
+    trainer = PolicyTrainer(model, loss, OptimConfig(lr=1e-2, updates_per_step=2), max_steps=1, micro_batch_size=2)
+    stats = trainer.train_step(samples)
+    # the first update's ratio is against the trainer's own logprobs (1 everywhere); the weight carries the mismatch
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["sampler_weight_mean"] == pytest.approx(weights.clamp(max=cap).mean().item(), rel=1e-5)
+    assert stats["sampler_bounded_fraction"] == pytest.approx((weights > cap).float().mean().item())
+    assert 0 < stats["sampler_bounded_fraction"] < 1
+    uncorrected = PolicyTrainer(tiny_model(), LossConfig(kind="grpo"), OptimConfig(lr=1e-2), max_steps=1, micro_batch_size=2)
+    assert uncorrected.train_step(samples)["ratio_mean"] != pytest.approx(1.0, abs=1e-3)

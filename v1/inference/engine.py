@@ -296,11 +296,11 @@ class Engine:
         mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in rows], dtype=torch.long, device=self.device)
         position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
         output = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=DynamicCache(), use_cache=True
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=DynamicCache(), use_cache=True
         )
         sequences = [sequence for request in requests for sequence in self._sequences(request)]
         index = torch.tensor([rows[tuple(s.request.prompt_ids)] for s in sequences], dtype=torch.long, device=self.device)
-        cache = output.past_key_values
+        cache = output.cache
         keys = [layer.keys.index_select(0, index) for layer in cache.layers]
         values = [layer.values.index_select(0, index) for layer in cache.layers]
         self._join(sequences, keys, values, mask.index_select(0, index))
@@ -348,11 +348,11 @@ class Engine:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         )
-        self._keys = [layer.keys for layer in output.past_key_values.layers]
-        self._values = [layer.values for layer in output.past_key_values.layers]
+        self._keys = [layer.keys for layer in output.cache.layers]
+        self._values = [layer.values for layer in output.cache.layers]
         self._mask = attention_mask
         self._sample(list(self._running), output.logits[:, -1, :].float())
 

@@ -49,18 +49,21 @@ class Sample:
 
 @dataclass
 class SampleCounts:
-    """What batching met: samples built, turns that started a new sample, turns without tokens, truncations."""
+    """What batching met: samples built, turns that started a new sample, turns without tokens, truncations,
+    rollouts left without loss because generation was cut (``mask_truncated_completions``)."""
 
     samples: int = 0
     new_sample_splits: int = 0
     steps_without_tokens: int = 0
     truncated_samples: int = 0
+    masked_truncated: int = 0
 
     def add(self, other: SampleCounts) -> None:
         self.samples += other.samples
         self.new_sample_splits += other.new_sample_splits
         self.steps_without_tokens += other.steps_without_tokens
         self.truncated_samples += other.truncated_samples
+        self.masked_truncated += other.masked_truncated
 
 
 @dataclass
@@ -69,7 +72,15 @@ class StateSamples:
     counts: SampleCounts = field(default_factory=SampleCounts)
 
 
-def samples_from_state(state: Mapping[str, Any], max_seq_len: int | None = None, advantage_scale: float = 1.0) -> StateSamples:
+def generation_truncated(state: Mapping[str, Any]) -> bool:
+    """Whether generation was cut in this rollout: a turn ended on its token limit (``finish_reason`` length)
+    or the context reached ``max_seq_len`` (the endpoint marks both ``is_truncated``)."""
+    return bool(state.get("is_truncated")) or any(step.get("is_truncated") for step in state.get("trajectory") or [])
+
+
+def samples_from_state(
+    state: Mapping[str, Any], max_seq_len: int | None = None, advantage_scale: float = 1.0, mask_truncated: bool = False
+) -> StateSamples:
     """The samples of one finished rollout (a `State` or its `RolloutOutput`).
 
     Each trajectory step's advantage is its own when set, else the rollout's.
@@ -79,8 +90,13 @@ def samples_from_state(state: Mapping[str, Any], max_seq_len: int | None = None,
             completion mask and logprobs).
         max_seq_len: samples longer than this are cut to it (and counted as truncated).
         advantage_scale: every advantage is multiplied by this (``loss.scale_rewards``).
+        mask_truncated: a rollout whose generation was cut (`generation_truncated`) gives no
+            sample (``loss.mask_truncated_completions``), counted as ``masked_truncated``.
     """
     result = StateSamples()
+    if mask_truncated and generation_truncated(state):
+        result.counts.masked_truncated = 1
+        return result
     current: Sample | None = None
     rollout_advantage = float(state.get("advantage") or 0.0)
     reward = float(state.get("reward") or 0.0)
@@ -127,13 +143,17 @@ def samples_from_state(state: Mapping[str, Any], max_seq_len: int | None = None,
 
 
 def samples_from_states(
-    states: Iterable[Mapping[str, Any]], max_seq_len: int | None = None, staleness: int = 0, advantage_scale: float = 1.0
+    states: Iterable[Mapping[str, Any]],
+    max_seq_len: int | None = None,
+    staleness: int = 0,
+    advantage_scale: float = 1.0,
+    mask_truncated: bool = False,
 ) -> StateSamples:
     """`samples_from_state` over several rollouts (generated `staleness` steps behind, advantages times
-    `advantage_scale`), counts summed."""
+    `advantage_scale`, truncated ones masked when `mask_truncated`), counts summed."""
     total = StateSamples()
     for state in states:
-        one = samples_from_state(state, max_seq_len, advantage_scale)
+        one = samples_from_state(state, max_seq_len, advantage_scale, mask_truncated)
         for sample in one.samples:
             sample.staleness = staleness
         total.samples.extend(one.samples)
@@ -200,6 +220,7 @@ __all__ = [
     "StateSamples",
     "TensorBatch",
     "collate",
+    "generation_truncated",
     "micro_batches",
     "samples_from_state",
     "samples_from_states",

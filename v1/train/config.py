@@ -1,7 +1,7 @@
 """`TrainConfig`: one TOML file describes a training run (``v1 train CONFIG.toml``, ``v1 sft CONFIG.toml``).
 
 Sections: ``[model]``, ``[env]``, ``[inference]``, ``[rollouts]``, ``[loss]``, ``[optim]``,
-``[eval]``, ``[sft]``, ``[wandb]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
+``[eval]``, ``[sft]``, ``[wandb]``, ``[tensorboard]``, ``[distributed]`` and the run's own fields at the top level. Unknown fields
 fail with their path, like every v1 config.
 """
 
@@ -18,6 +18,22 @@ from v1.train.losses import LossConfig
 from v1.types import ClientType
 
 
+class LoraSection(Config):
+    """LoRA adapters (`peft`, the ``lora`` extra): only they train; the base weights stay frozen.
+
+    Args:
+        r: the adapters' rank.
+        alpha: their scale is ``alpha / r``.
+        dropout: dropout on the adapters' input.
+        target_modules: module names to adapt, or ``all-linear`` (every linear layer but the output head).
+    """
+
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = "all-linear"
+
+
 class ModelConfig(Config):
     """The policy: a local transformers model folder, or a tiny one built from a config.
 
@@ -28,6 +44,7 @@ class ModelConfig(Config):
         attn_implementation: ``auto`` picks ``flash_attention_2`` when flash-attn is installed and a GPU is used.
         gradient_checkpointing: recompute activations in the backward pass (less memory).
         device: ``auto`` (cuda when available, else cpu), or a torch device string.
+        lora: train LoRA adapters instead of every weight (`LoraSection`); absent: full fine-tuning.
     """
 
     path: str | None = None
@@ -36,6 +53,7 @@ class ModelConfig(Config):
     attn_implementation: str = "auto"
     gradient_checkpointing: bool = False
     device: str = "auto"
+    lora: LoraSection | None = None
 
 
 class EnvSection(Config):
@@ -103,6 +121,9 @@ class RolloutsConfig(Config):
         max_concurrent: rollouts in flight.
         sampling_args: sampling args of training rollouts (the harness's are merged under them).
         filter_zero_variance: drop groups whose rewards are all equal (no gradient), counted.
+        max_zero_variance_in_a_row: with `filter_zero_variance`, stop the run (`ZeroVarianceError`)
+            once this many groups in a row had all rewards equal: nothing left to learn from (1,024
+            groups: 8,192 rollouts at 8 per group; the tiny recipe, near its best, saw 130 in a row). 0: never stop.
         max_groups_per_step: once this many groups finished while a step's batch is collected
             (filtered ones included), the step trains on the groups it has (at least one) instead
             of generating on: a policy that answers most groups all right or all wrong can't stall
@@ -116,6 +137,7 @@ class RolloutsConfig(Config):
     max_concurrent: int = Field(64, ge=1)
     sampling_args: dict[str, Any] = Field(default_factory=lambda: {"temperature": 1.0, "max_tokens": 64})
     filter_zero_variance: bool = True
+    max_zero_variance_in_a_row: int = Field(1024, ge=0)
     max_groups_per_step: int | None = Field(None, ge=1)
     seed: int = 0
 
@@ -180,6 +202,17 @@ class WandbConfig(Config):
     project: str = "v1"
     name: str | None = None
     mode: Literal["online", "offline", "disabled"] = "online"
+
+
+class TensorBoardConfig(Config):
+    """TensorBoard logging: every numeric metric of each step as a scalar (the `tensorboard` extra; imported only when enabled).
+
+    Args:
+        log_dir: where the event files go; None: ``output_dir/tensorboard``.
+    """
+
+    enabled: bool = False
+    log_dir: str | None = None
 
 
 class DistributedConfig(Config):
@@ -247,6 +280,7 @@ class TrainConfig(Config):
     eval: EvalSection
     sft: SFTSection
     wandb: WandbConfig
+    tensorboard: TensorBoardConfig
     distributed: DistributedConfig
     ray: RaySection | None = None
     output_dir: str = "outputs/train"
@@ -257,6 +291,15 @@ class TrainConfig(Config):
     max_seq_len: int | None = Field(None, ge=1)
     checkpoint_every: int = Field(0, ge=0)
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _lora_where_supported(self) -> TrainConfig:
+        if self.model.lora is not None and self.inference.weight_sync in ("vllm", "vllm_nccl"):
+            raise ValueError(
+                "model.lora with vLLM is not supported yet: it would push merged full weights every step, "
+                "where vLLM's LoRA adapters are the right way; use the built-in engine or v1 serve"
+            )
+        return self
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
@@ -290,11 +333,13 @@ __all__ = [
     "EnvSection",
     "EvalSection",
     "InferenceConfig",
+    "LoraSection",
     "ModelConfig",
     "OptimConfig",
     "RaySection",
     "RolloutsConfig",
     "SFTSection",
+    "TensorBoardConfig",
     "TrainConfig",
     "WandbConfig",
 ]

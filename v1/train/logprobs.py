@@ -9,6 +9,7 @@ computes the same values with each distinct prefix of a micro-batch run once.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from v1.inference.sampling import LogitProcessing, entropy_of, processed_logits
+from v1.train.lora import is_lora
 from v1.train.shared_prefix import SharedPrefixBatch
 
 LOGPROB_CHUNK_TOKENS = 256
@@ -31,6 +33,8 @@ def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
     Under FSDP2 the root's parameters (the head's among them) are gathered by the root's forward
     only, so a sharded model always runs its own forward.
     """
+    if is_lora(model):  # peft adapts the wrapped model's layers in place: its body and head are the LoRA model's
+        model = cast(Any, model).get_base_model()
     config = getattr(model, "config", None)
     if is_distributed() or any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
         return None
@@ -152,7 +156,7 @@ def shared_prefix_logprobs(
     if parts is None or activation_checkpointing(model):
         return None
     body, head = parts
-    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).past_key_values
+    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).cache
     if not reusable_cache(cache):
         return None
     cache.reorder_cache(batch.owner)
@@ -160,7 +164,7 @@ def shared_prefix_logprobs(
         input_ids=batch.suffix_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
     ).last_hidden_state[:, :-1]
     shape = torch.Size((batch.suffix_ids.shape[0], batch.width))

@@ -15,6 +15,16 @@ Normalisation decides what one token weighs:
 
 With gradient accumulation the denominators are the whole step's (`total_tokens`,
 `total_sequences`), so splitting a step into micro-batches does not change its gradient.
+
+Two options change the ratio (both as TRL 1.16 computes them; formulas in docs/training.md):
+
+- ``importance_sampling_level = "sequence"`` (GSPO): one ratio per sequence, the exponential of
+  the mean log-ratio over its loss tokens, clipped and applied to every token of the sequence.
+- ``sampler_correction`` (TIS/MIS): the clipped ratio is taken against the trainer's own
+  log-probabilities before the step's first update (`old_logprobs`), and each token's loss is
+  multiplied by the sampler weight ``exp(old_logprobs - inference_logprobs)`` (per token, or
+  per sequence from the summed log-ratio), truncated to ``[sampler_cap_min, sampler_cap]`` or
+  set to 0 outside it: the sampler/trainer mismatch is corrected apart from the clip.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from v1.config import Config
 
@@ -32,6 +42,8 @@ if TYPE_CHECKING:
 LossKind = Literal["grpo", "dapo", "cispo"]
 Normalization = Literal["sequence", "token"]
 RewardScaling = Literal["none", "group", "batch"]
+ImportanceSamplingLevel = Literal["token", "sequence"]
+SamplerCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
 
 class LossConfig(Config):
@@ -50,6 +62,15 @@ class LossConfig(Config):
             mean by default, Dr. GRPO style) by the standard deviation of its group's rewards
             (``group``, GRPO's original normalisation) or of the step's (``batch``), plus 1e-4;
             ``none`` (every loss kind's default) leaves it as it is.
+        importance_sampling_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: the
+            exponential of each sequence's mean log-ratio, for all its tokens).
+        sampler_correction: ``none`` (the ratio is against the sampler's logprobs, as recorded), or
+            TIS/MIS on the sampler-vs-trainer ratio: ``token_truncate``, ``token_mask``,
+            ``sequence_truncate``, ``sequence_mask`` (TRL's `vllm_importance_sampling_mode` values).
+        sampler_cap: the sampler weight's upper bound (truncated to it, or masked above it).
+        sampler_cap_min: its lower bound (None: none).
+        mask_truncated_completions: a rollout cut by a token limit (a turn that ended on
+            ``max_tokens``, or the context reaching ``max_seq_len``) carries no loss.
     """
 
     kind: LossKind = "grpo"
@@ -58,6 +79,17 @@ class LossConfig(Config):
     normalization: Normalization | None = None
     kl_coef: float = Field(0.0, ge=0.0)
     scale_rewards: RewardScaling = "none"
+    importance_sampling_level: ImportanceSamplingLevel = "token"
+    sampler_correction: SamplerCorrection = "none"
+    sampler_cap: float = Field(3.0, gt=0.0)
+    sampler_cap_min: float | None = Field(None, ge=0.0)
+    mask_truncated_completions: bool = False
+
+    @model_validator(mode="after")
+    def _sampler_bounds_in_order(self) -> LossConfig:
+        if self.sampler_cap_min is not None and self.sampler_cap_min >= self.sampler_cap:
+            raise ValueError(f"sampler_cap_min ({self.sampler_cap_min}) must be below sampler_cap ({self.sampler_cap})")
+        return self
 
     @property
     def upper_clip(self) -> float:
@@ -81,6 +113,8 @@ class LossResult:
     loss_tokens: float
     ratio_sum: float
     kl_sum: float
+    sampler_weight_sum: float = 0.0
+    sampler_bounded_tokens: float = 0.0
 
 
 class TokenObjective(Protocol):
@@ -120,6 +154,36 @@ OBJECTIVES: dict[str, TokenObjective] = {
 }
 
 
+def sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, 1]``: each row's mean of `values` over its mask (0 for a row with none)."""
+    return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0))[:, None]
+
+
+def log_importance_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: ImportanceSamplingLevel) -> torch.Tensor:
+    """The log of the clipped ratio: per token (``[B, T]``), or each sequence's mean log-ratio (GSPO, ``[B, 1]``)."""
+    return log_ratio if level == "token" else sequence_mean(log_ratio, mask)
+
+
+def sampler_weights(
+    old_logprobs: torch.Tensor, inference_logprobs: torch.Tensor, mask: torch.Tensor, config: LossConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TIS/MIS: the weight ``exp(old - inference)`` bounded as `config.sampler_correction` says, and where
+    the bound acted (truncated or masked). ``[B, T]`` at token level, ``[B, 1]`` at sequence level (the
+    summed log-ratio, as TRL sums it)."""
+    import torch
+
+    mode = config.sampler_correction
+    log_ratio = torch.nan_to_num((old_logprobs - inference_logprobs) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(dim=1, keepdim=True)
+    weight = torch.exp(log_ratio)
+    low = config.sampler_cap_min if config.sampler_cap_min is not None else 0.0
+    outside = (weight > config.sampler_cap) | (weight < low)
+    if mode.endswith("truncate"):
+        return weight.clamp(min=low, max=config.sampler_cap), outside
+    return weight.masked_fill(outside, 0.0), outside
+
+
 def policy_loss(
     logprobs: torch.Tensor,
     inference_logprobs: torch.Tensor,
@@ -128,6 +192,7 @@ def policy_loss(
     config: LossConfig,
     *,
     ref_logprobs: torch.Tensor | None = None,
+    old_logprobs: torch.Tensor | None = None,
     total_tokens: float | None = None,
     total_sequences: float | None = None,
 ) -> LossResult:
@@ -140,6 +205,8 @@ def policy_loss(
         loss_mask: ``[B, T]``, 1 where a token carries loss (completion tokens), else 0.
         config: the loss settings.
         ref_logprobs: ``[B, T]`` under the reference policy, required when ``config.kl_coef > 0``.
+        old_logprobs: ``[B, T]`` the trainer's before the step's first update, required when
+            ``config.sampler_correction`` is not ``none``.
         total_tokens: loss tokens in the whole step (token normalisation); this batch's when None.
         total_sequences: sequences with loss tokens in the whole step (sequence normalisation).
     """
@@ -148,8 +215,16 @@ def policy_loss(
     mask = loss_mask.to(logprobs.dtype)
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
-    ratio = torch.exp(logprobs - inference_logprobs)
+    correcting = config.sampler_correction != "none"
+    if correcting and old_logprobs is None:
+        raise ValueError(f"sampler_correction = {config.sampler_correction!r} needs old_logprobs")
+    baseline = old_logprobs if correcting and old_logprobs is not None else inference_logprobs
+    ratio = torch.exp(log_importance_weights(logprobs - baseline, mask, config.importance_sampling_level)).expand_as(logprobs)
     per_token, clipped = OBJECTIVES[config.kind](logprobs, ratio, advantages, config)
+    weight = bounded = torch.zeros_like(logprobs)
+    if correcting:
+        weight, bounded = (part.expand_as(logprobs) for part in sampler_weights(baseline, inference_logprobs, mask, config))
+        per_token = per_token * weight
     kl = torch.zeros_like(logprobs)
     if config.kl_coef > 0:
         if ref_logprobs is None:
@@ -172,16 +247,23 @@ def policy_loss(
             loss_tokens=float(mask.sum().item()),
             ratio_sum=float((ratio.detach() * mask).sum().item()),
             kl_sum=float((kl.detach() * mask).sum().item()),
+            sampler_weight_sum=float((weight.detach() * mask).sum().item()),
+            sampler_bounded_tokens=float((bounded.to(mask.dtype) * mask).sum().item()),
         )
 
 
 __all__ = [
     "OBJECTIVES",
+    "ImportanceSamplingLevel",
     "LossConfig",
     "LossKind",
     "LossResult",
     "Normalization",
     "RewardScaling",
+    "SamplerCorrection",
     "TokenObjective",
+    "log_importance_weights",
     "policy_loss",
+    "sampler_weights",
+    "sequence_mean",
 ]

@@ -10,6 +10,7 @@ import torch
 from v1.errors import ConfigError
 from v1.inference.tiny import build_tiny_model
 from v1.train.config import ModelConfig
+from v1.train.lora import is_adapter_folder, with_lora
 
 
 def resolve_device(name: str) -> torch.device:
@@ -44,13 +45,15 @@ def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any,
 
     Args:
         config: the `[model]` section.
-        path: load this folder instead of `config.path` / `config.tiny` (a checkpoint to resume from).
+        path: load this folder instead of `config.path` / `config.tiny` (a checkpoint to resume from;
+            with `config.lora`, a saved adapter loads onto the configured base model).
 
     Raises:
         ConfigError: when neither a path nor a tiny config is given, or the folder can't be loaded.
     """
     device = resolve_device(config.device)
-    source = path or config.path
+    adapter = path if config.lora is not None and path is not None and is_adapter_folder(path) else None
+    source = config.path if adapter is not None else path or config.path
     model: Any
     if source is not None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -72,6 +75,8 @@ def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any,
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
         model.config.use_cache = False
+    if config.lora is not None:
+        model = with_lora(model, config.lora, adapter)
     return model, tokenizer, device
 
 

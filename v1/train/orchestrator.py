@@ -102,7 +102,6 @@ class Orchestrator:
         start_step: the step the next batch is for (a resumed run's step count).
         cursor: the next position in the data order (from `checkpoint_state`).
         pending: positions started before a checkpoint and not trained on: started first.
-        max_zero_variance_in_a_row: give up (ZeroVarianceError) after this many filtered groups in a row.
         executor: where groups run (`LocalExecutor` by default; `RayExecutor` for Ray actors).
     """
 
@@ -116,7 +115,6 @@ class Orchestrator:
         start_step: int = 0,
         cursor: int = 0,
         pending: Sequence[int] = (),
-        max_zero_variance_in_a_row: int = 2000,
         executor: Executor | None = None,
     ) -> None:
         self.env = env
@@ -139,7 +137,6 @@ class Orchestrator:
         self._producer: asyncio.Task[None] | None = None
         self._zero_variance_in_a_row = 0
         self._taking = 0
-        self._max_zero_variance_in_a_row = max_zero_variance_in_a_row
         self.started_positions: list[int] = []
 
     # -- data order -------------------------------------------------------------------------
@@ -238,10 +235,12 @@ class Orchestrator:
                 if self.config.filter_zero_variance and max(rewards) == min(rewards):
                     counts.filtered_zero_variance += 1
                     self._zero_variance_in_a_row += 1
-                    if self._zero_variance_in_a_row >= self._max_zero_variance_in_a_row:
+                    limit = self.config.max_zero_variance_in_a_row
+                    if limit and self._zero_variance_in_a_row >= limit and self._failure is None:
                         self._failure = ZeroVarianceError(
-                            f"{self._zero_variance_in_a_row} groups in a row had no reward variance (all rewards equal): "
-                            "nothing to learn from; raise rollouts_per_example or the sampling temperature, or use an easier taskset"
+                            f"{self._zero_variance_in_a_row} groups in a row had no reward variance (all rewards equal; "
+                            f"rollouts.max_zero_variance_in_a_row = {limit}): nothing to learn from; raise rollouts_per_example "
+                            "or the sampling temperature, use a harder or easier taskset, or raise the limit (0: never stop)"
                         )
                 else:
                     self._zero_variance_in_a_row = 0

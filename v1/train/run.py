@@ -43,6 +43,7 @@ from v1.inference.server import InferenceServer
 from v1.loading import load_environment
 from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
+from v1.train.lora import inference_copy
 from v1.train.losses import RewardScaling
 from v1.train.model import autocast_dtype, load_policy
 from v1.train.orchestrator import Orchestrator, StepBatch
@@ -59,6 +60,7 @@ from v1.train.ranks import (
     under_torchrun,
 )
 from v1.train.sft import samples_from_answers, samples_from_results
+from v1.train.trackers import open_trackers
 from v1.train.trainer import PolicyTrainer, current_rss_mb, shard_with_fsdp2
 from v1.train.vllm_engine import nccl_sync, vllm_endpoint
 from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
@@ -187,13 +189,15 @@ def advantage_scales(batch: StepBatch, scale_rewards: RewardScaling) -> list[flo
     return [1.0 / (statistics.pstdev(group.rewards or [0.0]) + REWARD_STD_EPSILON) for group in batch.groups]
 
 
-def batch_samples(batch: StepBatch, max_seq_len: int | None, scale_rewards: RewardScaling = "none") -> StateSamples:
+def batch_samples(
+    batch: StepBatch, max_seq_len: int | None, scale_rewards: RewardScaling = "none", mask_truncated: bool = False
+) -> StateSamples:
     """A step's samples, advantages scaled as `scale_rewards` says, each group's marked with its staleness
-    (so `mismatch_kl` can count fresh ones only)."""
+    (so `mismatch_kl` can count fresh ones only); rollouts whose generation was cut left out when `mask_truncated`."""
     built = StateSamples()
     scales = advantage_scales(batch, scale_rewards)
     for group, staleness, scale in zip(batch.groups, batch.staleness, scales, strict=True):
-        one = samples_from_states(group.states, max_seq_len, staleness, scale)
+        one = samples_from_states(group.states, max_seq_len, staleness, scale, mask_truncated)
         built.samples.extend(one.samples)
         built.counts.add(one.counts)
     return built
@@ -225,6 +229,7 @@ def step_metrics(step: int, batch: StepBatch, stats: dict[str, float], counts: A
         "new_sample_splits": counts.new_sample_splits,
         "steps_without_tokens": counts.steps_without_tokens,
         "truncated_samples": counts.truncated_samples,
+        "masked_truncated": counts.masked_truncated,
         "step_time_s": window_s,
         "rss_mb": current_rss_mb(),
     }
@@ -384,9 +389,11 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     model, tokenizer, device = load_policy(config.model, str(checkpoint / "model") if checkpoint else None)
     reference = load_reference(config, model, output_dir, checkpoint)
     builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
-    served = copy.deepcopy(model) if group.is_leader and builtin_here else None
+    served = inference_copy(model) if group.is_leader and builtin_here else None
     mixed = autocast_dtype(config.model, device)
     architectures = None
+    if group.distributed and config.model.lora is not None:
+        raise ConfigError("model.lora under torchrun is not supported yet (FSDP2 over a peft model is untested): run one process")
     if group.distributed:
         architectures = [type(model).__name__]
         model = shard_with_fsdp2(model, bf16=mixed is torch.bfloat16)
@@ -480,13 +487,7 @@ async def lead(
     assert metrics_log is not None
     result = TrainResult(output_dir, trainer.step, eval_before=run_state.get("eval_before"))
     earlier_wall_time = float(run_state.get("wall_time_s", 0.0))  # the run's segments before this resume
-    wandb_run = None
-    if config.wandb.enabled:
-        import wandb
-
-        wandb_run = wandb.init(
-            project=config.wandb.project, name=config.wandb.name, mode=config.wandb.mode, config=config.model_dump(mode="json")
-        )
+    trackers = open_trackers(config)
 
     threads = trainer_cpu_threads(config, worker.trainer.device)
     # One thread runs every rank command: torch's OpenMP thread team belongs to the thread that
@@ -545,7 +546,14 @@ async def lead(
                 while trainer.step < config.max_steps:
                     batch = await orchestrator.next_batch()
                     rollouts_done = time.perf_counter()
-                    built = batch_samples(batch, config.max_seq_len, config.loss.scale_rewards)
+                    built = batch_samples(
+                        batch, config.max_seq_len, config.loss.scale_rewards, config.loss.mask_truncated_completions
+                    )
+                    if not built.samples and built.counts.masked_truncated:
+                        raise ConfigError(
+                            f"step {batch.step + 1}: every rollout was cut by a token limit and loss.mask_truncated_completions "
+                            "leaves it without loss: raise rollouts.sampling_args.max_tokens (or max_seq_len)"
+                        )
                     if not built.samples:
                         raise ConfigError(
                             "no rollout of this step has token ids: the server must return them "
@@ -572,8 +580,8 @@ async def lead(
                     await asyncio.to_thread(metrics_log.write, metrics)
                     result.metrics.append(metrics)
                     bar.update(metrics)
-                    if wandb_run is not None:
-                        wandb_run.log(metrics, step=metrics["step"])
+                    for tracker in trackers:
+                        tracker.log(metrics, metrics["step"])
                     if on_step is not None:
                         on_step(metrics)
                     every = config.checkpoint_every
@@ -598,8 +606,8 @@ async def lead(
         if executor is not None:
             result.executor = executor.describe()
             await asyncio.to_thread(executor.close)
-        if wandb_run is not None:
-            wandb_run.finish()
+        for tracker in trackers:
+            tracker.close()
         trainer_thread.shutdown(wait=False)
         await asyncio.to_thread(group.stop, worker, failed)
     result.wall_time_s = earlier_wall_time + time.time() - started

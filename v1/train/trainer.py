@@ -38,6 +38,7 @@ from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
 from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
+from v1.train.lora import is_lora, merged_state_dict
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
@@ -241,7 +242,9 @@ class PolicyTrainer:
         updates = 1 if sft else self.optim_config.updates_per_step
         for param_group in self.optimizer.param_groups:  # the scheduler's next step sets the full rate again
             param_group["lr"] *= weight
-        stats = [self._update(samples, sft, total_tokens, total_sequences) for _ in range(updates)]
+        chunks = self._micro_batches(samples)
+        old_logprobs: list[torch.Tensor] = []  # the first update's, before it steps: the policy the step starts from
+        stats = [self._update(chunks, sft, total_tokens, total_sequences, old_logprobs) for _ in range(updates)]
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.scheduler.step()
         self.step += 1
@@ -262,8 +265,14 @@ class PolicyTrainer:
         shared = shared_prefix_batch(chunk, self.pad_id)
         return shared.to(self.device) if shared is not None else None
 
-    def _update(self, samples: Sequence[Sample], sft: bool, total_tokens: float, total_sequences: float) -> dict[str, float]:
-        """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW."""
+    def _update(
+        self, chunks: list[list[Sample]], sft: bool, total_tokens: float, total_sequences: float, old_logprobs: list[torch.Tensor]
+    ) -> dict[str, float]:
+        """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW.
+
+        With a sampler correction, `old_logprobs` holds each micro-batch's log-probabilities before the
+        step's first update: that update fills it, the later ones read it.
+        """
         sums = {
             "loss": 0.0,
             "entropy": 0.0,
@@ -273,10 +282,13 @@ class PolicyTrainer:
             "mismatch_kl": 0.0,
             "stale_kl": 0.0,
             "fresh_tokens": 0.0,
+            "sampler_weight": 0.0,
+            "sampler_bounded": 0.0,
             "tokens": 0.0,
         }
         input_tokens = 0
-        for chunk in self._micro_batches(samples):
+        correcting = not sft and self.loss.sampler_correction != "none"
+        for index, chunk in enumerate(chunks):
             batch = collate(chunk, self.pad_id).to(self.device)
             input_tokens += batch.num_tokens if chunk[0].loss_tokens else 0
             processing = LogitProcessing() if sft else self.processing
@@ -293,6 +305,8 @@ class PolicyTrainer:
                 loss = -(logprobs * mask).sum() / max(total_tokens, 1.0)
                 sums["loss"] += float(loss.detach())
             else:
+                if correcting and index == len(old_logprobs):
+                    old_logprobs.append(logprobs.detach())
                 result = policy_loss(
                     logprobs,
                     batch.inference_logprobs,
@@ -300,6 +314,7 @@ class PolicyTrainer:
                     mask,
                     self.loss,
                     ref_logprobs=ref_logprobs,
+                    old_logprobs=old_logprobs[index] if correcting else None,
                     total_tokens=total_tokens,
                     total_sequences=total_sequences,
                 )
@@ -308,6 +323,8 @@ class PolicyTrainer:
                 sums["clipped"] += result.clipped_tokens
                 sums["ratio"] += result.ratio_sum
                 sums["kl"] += result.kl_sum
+                sums["sampler_weight"] += result.sampler_weight_sum
+                sums["sampler_bounded"] += result.sampler_bounded_tokens
                 with torch.no_grad():
                     gap = (batch.inference_logprobs - logprobs.detach()) * mask
                     fresh = torch.tensor([s.staleness == 0 for s in chunk], device=self.device)[:, None]
@@ -322,36 +339,40 @@ class PolicyTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, entropy_sum, clipped, ratio_sum, kl_sum, mismatch, stale, fresh_tokens, tokens, seen = self._global_sum(
-            *(sums[name] for name in ("loss", "entropy", "clipped", "ratio", "kl", "mismatch_kl", "stale_kl", "fresh_tokens")),
-            sums["tokens"],
-            float(input_tokens),
-        )
-        per_token = max(tokens, 1.0)
+        totals = dict(zip([*sums, "seen"], self._global_sum(*sums.values(), float(input_tokens))))
+        per_token = max(totals["tokens"], 1.0)
         stats: dict[str, float] = {
-            "loss": loss_sum,
-            "entropy": entropy_sum / per_token,
+            "loss": totals["loss"],
+            "entropy": totals["entropy"] / per_token,
             "grad_norm": float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm),
-            "loss_tokens": tokens,
-            "trainer_tokens": seen,
+            "loss_tokens": totals["tokens"],
+            "trainer_tokens": totals["seen"],
         }
         if not sft:
+            stale_tokens = totals["tokens"] - totals["fresh_tokens"]
             stats |= {
-                "clip_fraction": clipped / per_token,
-                "ratio_mean": ratio_sum / per_token,
-                "kl": kl_sum / per_token,
-                "mismatch_kl": mismatch / max(fresh_tokens, 1.0),
-                "stale_kl": stale / max(tokens - fresh_tokens, 1.0),
-                "fresh_tokens": fresh_tokens,
+                "clip_fraction": totals["clipped"] / per_token,
+                "ratio_mean": totals["ratio"] / per_token,
+                "kl": totals["kl"] / per_token,
+                "mismatch_kl": totals["mismatch_kl"] / max(totals["fresh_tokens"], 1.0),
+                "stale_kl": totals["stale_kl"] / max(stale_tokens, 1.0),
+                "fresh_tokens": totals["fresh_tokens"],
+            }
+        if correcting:
+            stats |= {
+                "sampler_weight_mean": totals["sampler_weight"] / per_token,
+                "sampler_bounded_fraction": totals["sampler_bounded"] / per_token,
             }
         return stats
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight, detached on the CPU: what a weight sync sends.
+        """Every weight, detached on the CPU: what a weight sync sends (with LoRA, the adapters merged in).
 
         Under FSDP2 this is a collective (every rank must call it) and only rank 0 gets the
         gathered weights; the other ranks get an empty dict.
         """
+        if is_lora(self.model):
+            return merged_state_dict(self.model)
         if is_distributed():
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
