@@ -8,6 +8,7 @@ import threading
 import aiohttp
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.inference import InferenceServer, build_tiny_model
 from v1.inference.loop_inbox import LoopInbox
 
@@ -77,7 +78,7 @@ def test_a_failed_prefill_ends_its_requests_then_calls_on_step_end() -> None:
         vocab = len(tokenizer)
         bad = GenerationRequest(prompt_ids=[vocab + 5], params=SamplingParams(max_tokens=2), on_event=seen.append)
         engine.submit(bad)  # an id past the embedding table: the step fails
-        assert ended.wait(10)  # after the failure was delivered, on the same thread
+        assert ended.wait(HANG_S)  # after the failure was delivered, on the same thread
         assert seen == [None] and isinstance(bad.error, IndexError), "the admitted request was never ended: its reader hangs"
     finally:
         engine.stop()
