@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
-from v1.programs.install import project_dependencies
+from v1.programs.install import build_requirements, project_dependencies
 from v1.programs.sandboxed import _read_host_file, install_package
 from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
@@ -218,10 +219,18 @@ def _python_script(body: str) -> str:
     )
 
 
+def _site_dirs() -> list[str]:
+    """The folders this interpreter imports installed packages from (a venv's own, its base's, .pth additions)."""
+    return [entry for entry in sys.path if Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir()]
+
+
 def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
     venv = Path("/tmp") / f"v1-venv-test-{os.getpid()}"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    # Not --system-site-packages: from inside a venv that would see the *base* Python's packages, not this one's.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     try:
+        (site,) = venv.glob("lib/python*/site-packages")
+        (site / "outer.pth").write_text("\n".join(_site_dirs()) + "\n")
         body = """
         async def main():
             sandbox = await get_manager().create(vf.SandboxConfig())
@@ -231,7 +240,7 @@ def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
         """
         env = os.environ | {"PYTHONPATH": str(REPO)}
         done = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", _python_script(body)], capture_output=True, text=True, env=env, timeout=120
+            [str(venv / "bin" / "python"), "-c", _python_script(body)], capture_output=True, text=True, env=env, timeout=HANG_S
         )
     finally:
         subprocess.run(["rm", "-rf", str(venv)], check=True)
@@ -357,6 +366,9 @@ def test_t10_direct_references_and_options_are_refused_as_dependencies(tmp_path:
     (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'x'\ndependencies = [{dependency!r}]\n".replace("'", '"'))
     with pytest.raises(vf.SandboxError, match="not a plain requirement"):
         project_dependencies(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(f"[build-system]\nrequires = [{dependency!r}]\n".replace("'", '"'))
+    with pytest.raises(vf.SandboxError, match=r"\[build-system\]\.requires: .* is not a plain requirement"):
+        build_requirements(tmp_path)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nobody", "1.5"])
