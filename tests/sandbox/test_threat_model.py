@@ -19,6 +19,7 @@ import pytest
 
 import v1 as vf
 from tests.tools.patience import HANG_S
+from tests.tools.venvs import venv_seeing_these_packages
 from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
 from v1.programs.install import build_requirements, project_dependencies
@@ -219,18 +220,10 @@ def _python_script(body: str) -> str:
     )
 
 
-def _site_dirs() -> list[str]:
-    """The folders this interpreter imports installed packages from (a venv's own, its base's, .pth additions)."""
-    return [entry for entry in sys.path if Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir()]
-
-
 def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
     venv = Path("/tmp") / f"v1-venv-test-{os.getpid()}"
-    # Not --system-site-packages: from inside a venv that would see the *base* Python's packages, not this one's.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     try:
-        (site,) = venv.glob("lib/python*/site-packages")
-        (site / "outer.pth").write_text("\n".join(_site_dirs()) + "\n")
+        venv_seeing_these_packages(venv)  # not --system-site-packages: from inside a venv, that sees the base Python's
         body = """
         async def main():
             sandbox = await get_manager().create(vf.SandboxConfig())
