@@ -64,8 +64,12 @@ def test_env_args_reach_load_environment(mock: MockModelServer, capsys: pytest.C
         ("[" * 100_000, "command line: -a/--env-args: expected a JSON object"),
         ('{"word": ' + "9" * 100_000 + "}", "command line: -a/--env-args: expected a JSON object"),
         ('{"colour": "red"}', "habits_env: habits_env:load_environment refused env_args ['colour']"),
+        (
+            '{"repeat": "x"}',
+            "command line: -a/--env-args: habits_env's load_environment(**{'repeat': 'x'}) raised TypeError: can't multiply",
+        ),
     ],
-    ids=["malformed", "not-an-object", "deep", "huge-number", "unknown-keyword"],
+    ids=["malformed", "not-an-object", "deep", "huge-number", "unknown-keyword", "refused-value"],
 )
 def test_bad_env_args_are_one_line_and_exit_2(
     mock: MockModelServer, capsys: pytest.CaptureFixture[str], value: str, expected: str
@@ -120,3 +124,12 @@ def test_no_model_runs_the_default_model_and_says_so(
     said = f"v1 eval: model openai/gpt-4.1-mini at {mock.url} (the default; choose another with -m MODEL)"
     assert said in err.splitlines(), err
     assert [request.body["model"] for request in mock.requests] == ["served-default"]
+
+
+def test_the_default_model_is_named_when_its_server_cannot_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = tmp_path / "endpoints.toml"
+    registry.write_text('["openai/gpt-4.1-mini"]\nmodel = "gpt-4.1-mini"\nurl = "http://127.0.0.1:9/v1"\n')
+    assert v1_eval(CONFIG, "-e", str(registry), "-n", "1", "--no-save") == 3
+    [line] = error_lines(capsys.readouterr().err)
+    assert line.startswith("v1 eval: error: cannot connect to the model server at http://127.0.0.1:9/v1"), line
+    assert line.endswith("(model openai/gpt-4.1-mini at http://127.0.0.1:9/v1 (the default; choose another with -m MODEL))"), line

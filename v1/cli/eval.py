@@ -334,7 +334,16 @@ def load_env(
                 "set its fields with --taskset.FIELD VALUE / --harness.FIELD VALUE"
             )
         return load_toml_environment(target, taskset, harness)
-    return load_id_environment(target, taskset, harness, env_args=env_args)
+    if not env_args:
+        return load_id_environment(target, taskset, harness)
+    try:
+        return load_id_environment(target, taskset, harness, env_args=env_args)
+    except Error:
+        raise
+    except Exception as exc:  # the loader refusing the user's keywords its own way (a KeyError, a ValueError, ...)
+        raise ConfigError(
+            f"command line: {FLAGS['env_args']}: {target}'s load_environment(**{dict(env_args)!r:.80}) raised {_first_line(exc)}"
+        ) from None
 
 
 def _named(config: ClientConfig, field: str) -> bool:
@@ -456,7 +465,7 @@ def _not_a_setting(env: Environment, key: str) -> str:
     )
     return (
         f"{FLAGS['extra_env_kwargs']}: {key!r:.60} is not a setting of {type(env).__name__} {env.env_id!r}: ignored "
-        f"(a vf-eval option this environment does not take; its settings: {', '.join(setters) or 'none'})"
+        f"(a vf-eval option this environment does not take; -x sets, for example: {', '.join(setters) or 'its attributes'})"
     )
 
 
@@ -605,7 +614,7 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
     }
     if saved is not None and model is not None:  # else the server names the model: checked after asking it
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
-    model, warnings = check_server(client, model)
+    model, warnings = check_server_saying(client, model, notes)
     assert model is not None  # check_server names one or raises
     if saved is not None:
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
@@ -628,6 +637,16 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         )
     config = eval_config(settings, env, client, model, {"taskset": taskset_overrides, "harness": harness_overrides})
     return EvalPlan(env, settings, client, model, rows, writer, [*ignored, *warnings], config, executor, notes)
+
+
+def check_server_saying(client: ClientConfig, model: str | None, notes: list[str]) -> tuple[str | None, list[str]]:
+    """`check_server`, whose refusal also carries the run's notes (which model it would have run)."""
+    try:
+        return check_server(client, model)
+    except ServerUnusable as exc:
+        if not notes:
+            raise
+        raise ServerUnusable(f"{exc} ({'; '.join(notes)})") from None
 
 
 def stopped_the_run(output: Mapping[str, Any]) -> bool:
