@@ -27,8 +27,8 @@ async def test_items_wait_for_the_flush_then_arrive_in_order_with_one_drain() ->
     assert first.empty() and second.empty() and inbox.drains == 0, "items arrived before the producer flushed"
     await asyncio.to_thread(inbox.flush)
     await asyncio.to_thread(inbox.flush)  # nothing new: no second wake-up
-    got_first = [await asyncio.wait_for(first.get(), 5) for _ in range(50)]
-    got_second = [await asyncio.wait_for(second.get(), 5) for _ in range(50)]
+    got_first = [await asyncio.wait_for(first.get(), HANG_S) for _ in range(50)]
+    got_second = [await asyncio.wait_for(second.get(), HANG_S) for _ in range(50)]
     await asyncio.sleep(0.01)
     assert got_first == list(range(1, 100, 2)) and got_second == list(range(0, 100, 2))
     assert inbox.drains == 1

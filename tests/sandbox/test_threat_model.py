@@ -201,7 +201,7 @@ async def test_t6_fifo_and_symlink_loop_artifacts_are_refused_and_the_others_kep
             ArtifactConfig(path="loop-a", optional=True),
             ArtifactConfig(path="good.txt"),
         ]
-        await asyncio.wait_for(collect_artifacts(state, specs, sandbox.read_file), 10)
+        await asyncio.wait_for(collect_artifacts(state, specs, sandbox.read_file), HANG_S)
     finally:
         await manager.delete(sandbox)
     assert state["artifacts"] == {"good.txt": "kept\n"}
@@ -392,7 +392,7 @@ async def test_t6_an_unsandboxed_programs_fifo_artifact_is_refused_at_once(tmp_p
     (tmp_path / "good.txt").write_text("kept")
     state = vf.State()
     specs = [ArtifactConfig(path=str(fifo)), ArtifactConfig(path=str(tmp_path / "good.txt"))]
-    await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), 10)
+    await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), HANG_S)
     assert state["artifacts"] == {str(tmp_path / "good.txt"): "kept"}
     assert "not a regular file" in state["error"]["message"]
 
