@@ -129,3 +129,11 @@ def test_every_sandboxed_program_form_runs_from_a_plain_venv(plain_venv: Path, t
         assert result["v1"].startswith(str(REPO)), (form, result["v1"])  # the checkout, through the venv's editable install
         assert result["error"] is None, (form, result["error"])
         assert result["completion"] == [{"role": "assistant", "content": "SHOUT THIS"}], form
+
+
+def test_v1_doctor_finds_nothing_broken_in_a_plain_venv(plain_venv: Path) -> None:
+    """No [train] extra is no problem; the console script works without PYTHONPATH."""
+    doctor = plain_venv.parent / "v1"
+    done = subprocess.run([str(doctor), "doctor"], env=user_environment(), capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("v1 doctor: no problems found"), done.stdout
