@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.tools.patience import HANG_S
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 VARYING = [
@@ -91,7 +93,7 @@ def test_readme_eval_output_is_what_v1_eval_prints(tmp_path: Path) -> None:
         )
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     assert normalise(result.stderr + result.stdout) == normalise(shown)
 

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.tools.gate import Gate
+from tests.tools.patience import HANG_S, wait_until
 from v1.cli.main import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -60,14 +60,6 @@ def eval_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "v1.cli.main", "eval", *args]
 
 
-def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def saved_lines(run: Path) -> list[dict[str, Any]]:
     path = run / "results.jsonl"
     if not path.exists():
@@ -88,13 +80,13 @@ def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate]
     args = (CONFIG, "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out))
     process = subprocess.Popen(eval_command(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: out.exists() and any(out.iterdir()), "the run folder")
+        wait_until(lambda: out.exists() and any(out.iterdir()), "the run folder", process=process)
         run = only_run(out)
         # 24 requests pass (8 groups of 3); the next ones are held, so the run is surely mid-way.
-        wait_for(lambda: len(saved_lines(run)) == 24 and gate.seen > 24, "8 saved groups and a held request")
+        wait_until(lambda: len(saved_lines(run)) == 24 and gate.seen > 24, "8 saved groups and a held request", process=process)
         assert process.poll() is None
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -110,7 +102,9 @@ def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate]
         results.write(json.dumps(partial) + "\n" + json.dumps(saved[1])[:50])
     gate.release()
 
-    resumed = subprocess.run(eval_command(*args, "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        eval_command(*args, "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S
+    )
     assert resumed.returncode == 0, resumed.stderr
     final = saved_lines(run)
     keys = [(o["example_id"], o["rollout_index"]) for o in final]
@@ -127,7 +121,7 @@ def test_eval_end_to_end_killed_then_resumed(gated: tuple[MockModelServer, Gate]
 
     # The same eval uninterrupted: every aggregate matches the resumed run's.
     fresh_out = tmp_path / "fresh"
-    fresh = subprocess.run(eval_command(*args[:-1], str(fresh_out)), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    fresh = subprocess.run(eval_command(*args[:-1], str(fresh_out)), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S)
     assert fresh.returncode == 0, fresh.stderr
     uninterrupted = json.loads((only_run(fresh_out) / "metadata.json").read_text())
     assert {k: metadata[k] for k in AGGREGATES} == {k: uninterrupted[k] for k in AGGREGATES}
@@ -169,12 +163,13 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
         text=True,
     )
     try:
-        wait_for(
+        wait_until(
             lambda: out.exists() and any(out.iterdir()) and len(saved_lines(only_run(out))) == 24 and gate.seen >= 30,
             "held requests",
+            process=process,
         )
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=HANG_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -300,7 +295,7 @@ def test_bad_input_exit_code_from_a_real_process(tmp_path: Path) -> None:
     config = tmp_path / "env.toml"
     config.write_text(textwrap.dedent("[env.harness]\nmax_turns = 0\n"))
     result = subprocess.run(
-        eval_command(str(config), "-m", "m", "-b", "http://127.0.0.1:9/v1"), capture_output=True, text=True, timeout=60
+        eval_command(str(config), "-m", "m", "-b", "http://127.0.0.1:9/v1"), capture_output=True, text=True, timeout=HANG_S
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (

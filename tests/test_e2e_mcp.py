@@ -7,7 +7,6 @@ import asyncio
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S, wait_until
 from v1.testing import MockModelServer, MockRequest, Reply
 
 SERVER = str(Path(__file__).parent / "tools" / "mcp_server.py")
@@ -224,25 +224,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
 @pytest.fixture
 def http_server(marker: str) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen([sys.executable, SERVER, "--http", str(port), "--marker", marker], stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the MCP HTTP server did not start") from None
-                time.sleep(0.1)
+        wait_until(lambda: _answers(url), "the MCP HTTP server to start", process=process)
         yield url
     finally:
         process.terminate()
-        process.wait(10)
+        process.wait(HANG_S)
 
 
 async def test_streamable_http_server_by_url(mock: MockModelServer, make_harness: Any, http_server: str) -> None:

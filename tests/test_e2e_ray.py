@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.cli.main import main
 from v1.executors import RayExecutor, shippable_clients
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -235,7 +236,7 @@ def second_node(cluster: str) -> Iterator[subprocess.Popen[str]]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while ray.cluster_resources().get("CPU", 0) < 3:  # the node joined and its CPU is schedulable
             assert node.poll() is None, node.stderr.read() if node.stderr else ""
             assert time.monotonic() < deadline, "the second Ray node did not join"
@@ -244,7 +245,7 @@ def second_node(cluster: str) -> Iterator[subprocess.Popen[str]]:
     finally:
         os.killpg(node.pid, signal.SIGTERM)  # its raylet and workers share the group; other Rays are not touched
         try:
-            node.wait(timeout=30)
+            node.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:
             os.killpg(node.pid, signal.SIGKILL)
             node.wait()

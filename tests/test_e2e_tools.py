@@ -10,6 +10,7 @@ from typing import Any, Literal
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 
 
@@ -169,7 +170,7 @@ async def test_parallel_tool_calls_run_concurrently_and_results_keep_call_order(
 
     async def waiter() -> str:
         """Waits until the other tool has started."""
-        await asyncio.wait_for(arrived.wait(), 10)  # deadlocks (then times out) if calls run one by one
+        await asyncio.wait_for(arrived.wait(), HANG_S)  # deadlocks (then times out) if calls run one by one
         return "waited"
 
     async def signaller() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer
 
 
@@ -23,6 +24,6 @@ async def test_256_concurrent_sync_programs_with_sync_stops_finish(mock: MockMod
         model="m",
         stops=[vf.stop(never)],
     )
-    states = await asyncio.wait_for(asyncio.gather(*(harness.run({"prompt": "p"}) for _ in range(256))), timeout=120)
+    states = await asyncio.wait_for(asyncio.gather(*(harness.run({"prompt": "p"}) for _ in range(256))), timeout=HANG_S)
     assert [state["error"] for state in states] == [None] * 256
     assert all(len(state["trajectory"]) == 2 for state in states)

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import v1
+from tests.tools.patience import HANG_S
 from v1.lifecycle import (
     SINGLE_ARGS,
     SPEC_ATTRIBUTE,
@@ -356,7 +357,7 @@ async def test_sync_handler_does_not_block_the_loop():
         return 1.0
 
     call = asyncio.create_task(Handler.build(blocking, "reward").call(rollout_arguments(task, state)))
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), HANG_S)
     assert not call.done()
     release.set()
     assert await call == 1.0

@@ -7,6 +7,7 @@ import json
 import threading
 from typing import Literal, Optional
 
+import jsonschema
 import pytest
 from pydantic import BaseModel
 
@@ -134,7 +135,23 @@ def test_schema_without_arguments():
 
 
 def test_schema_is_json():
-    json.dumps([tool.model_dump() for tool in v1.Toolset([search, add, async_echo]).tools])
+    """Each tool survives a JSON round trip unchanged, and its parameters are a JSON Schema that accepts a real call."""
+    tools = [tool.model_dump() for tool in v1.Toolset([search, add, async_echo]).tools]
+    assert json.loads(json.dumps(tools)) == tools  # no tuples, sets or non-string keys hiding in the dump
+    calls = {
+        "search": {"query": "q", "mode": "thorough", "limit": 3, "tags": ["a"], "origin": {"x": 1, "y": 2}},
+        "add": {"a": 1, "b": 2},
+        "async_echo": {"text": "hi"},
+    }
+    assert [tool["name"] for tool in tools] == list(calls)
+    for tool in tools:
+        validator = jsonschema.Draft202012Validator(tool["parameters"])
+        validator.check_schema(tool["parameters"])
+        assert validator.is_valid(calls[tool["name"]]), tool["name"]
+        assert not validator.is_valid({**calls[tool["name"]], "unexpected": 1}), tool["name"]
+    search_schema = jsonschema.Draft202012Validator(tools[0]["parameters"])
+    assert not search_schema.is_valid({"query": "q", "mode": "slow"})  # the Literal became an enum
+    assert not search_schema.is_valid({"mode": "fast"})  # query is required
 
 
 def test_unannotated_arguments_accept_anything():

@@ -33,6 +33,11 @@ except ImportError:  # pragma: no cover
     from typing_extensions import Self
 
 
+OPENAI_BASE_URL_VAR = "OPENAI_BASE_URL"
+"""When set, `ClientConfig`'s default URL (as for the OpenAI SDK); its key is then read from `OPENAI_API_KEY_VAR`."""
+OPENAI_API_KEY_VAR = "OPENAI_API_KEY"
+
+
 def import_ref(ref: str, field: str = "ref") -> Any:
     """Import the object a ``"package.module:attr.path"`` reference names.
 
@@ -443,6 +448,19 @@ class ClientConfig(Config):
     max_retries: int = Field(10, ge=0)
     extra_headers: dict[str, str] = {}
     extra_headers_from_state: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _openai_environment_defaults(self) -> ClientConfig:
+        """As the OpenAI SDK does: `OPENAI_BASE_URL`, when set, is the default URL, and `OPENAI_API_KEY` then the default key.
+
+        Written past validation so the fields stay unset (`model_fields_set`): a default, not a URL the user named.
+        """
+        url = os.environ.get(OPENAI_BASE_URL_VAR)
+        if url and "api_base_url" not in self.model_fields_set:
+            self.__dict__["api_base_url"] = url
+            if "api_key_var" not in self.model_fields_set:
+                self.__dict__["api_key_var"] = OPENAI_API_KEY_VAR
+        return self
 
     @field_validator("client_type")
     @classmethod

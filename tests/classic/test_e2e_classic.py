@@ -19,6 +19,7 @@ import pytest
 from classic_reverse import WORDS, responder
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.cli.main import main
 from v1.testing import MockModelServer
 from v1.testing.responders import failing
@@ -133,7 +134,7 @@ def test_v1_view_serves_a_classic_run(mock: MockModelServer, kind_modules: Path,
         assert rollout["reward"] == 1.0
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_S)
 
 
 def test_bad_env_args_and_taskset_fields_are_one_clear_error(kind_modules: Path) -> None:

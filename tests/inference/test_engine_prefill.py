@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from tests.tools.patience import HANG_S
 from v1.inference import build_tiny_model
 from v1.inference.engine import PREFILL_TOKEN_BUDGET, Engine, GenerationRequest, SamplingParams, TokenEvent, _prefill_chunks
 
@@ -47,7 +48,7 @@ def test_requests_admitted_together_share_one_prefill_pass_and_match_a_forward_p
         with engine._wake:  # the scheduler admits nothing until every request is queued (the condition's lock is reentrant)
             for prompt, sink in zip(prompts, collected):
                 engine.submit(GenerationRequest(prompt_ids=prompt, params=greedy, on_event=sink))
-        assert all(sink.done.wait(30) for sink in collected)
+        assert all(sink.done.wait(HANG_S) for sink in collected)
     finally:
         engine.stop()
     assert engine.stats.requests == 5

@@ -8,6 +8,7 @@ import threading
 import aiohttp
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.inference import InferenceServer, build_tiny_model
 from v1.inference.loop_inbox import LoopInbox
 
@@ -26,8 +27,8 @@ async def test_items_wait_for_the_flush_then_arrive_in_order_with_one_drain() ->
     assert first.empty() and second.empty() and inbox.drains == 0, "items arrived before the producer flushed"
     await asyncio.to_thread(inbox.flush)
     await asyncio.to_thread(inbox.flush)  # nothing new: no second wake-up
-    got_first = [await asyncio.wait_for(first.get(), 5) for _ in range(50)]
-    got_second = [await asyncio.wait_for(second.get(), 5) for _ in range(50)]
+    got_first = [await asyncio.wait_for(first.get(), HANG_S) for _ in range(50)]
+    got_second = [await asyncio.wait_for(second.get(), HANG_S) for _ in range(50)]
     await asyncio.sleep(0.01)
     assert got_first == list(range(1, 100, 2)) and got_second == list(range(0, 100, 2))
     assert inbox.drains == 1
@@ -77,7 +78,7 @@ def test_a_failed_prefill_ends_its_requests_then_calls_on_step_end() -> None:
         vocab = len(tokenizer)
         bad = GenerationRequest(prompt_ids=[vocab + 5], params=SamplingParams(max_tokens=2), on_event=seen.append)
         engine.submit(bad)  # an id past the embedding table: the step fails
-        assert ended.wait(10)  # after the failure was delivered, on the same thread
+        assert ended.wait(HANG_S)  # after the failure was delivered, on the same thread
         assert seen == [None] and isinstance(bad.error, IndexError), "the admitted request was never ended: its reader hangs"
     finally:
         engine.stop()

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.tools.patience import HANG_S
 from v1.cli.main import main
 from v1.inference import build_tiny_model, save_tiny_model
 
@@ -114,7 +115,7 @@ def test_serve_cli_serves_a_tiny_config(tmp_path: Path) -> None:
         assert len(chat["choices"][0]["message"]["generation_token_ids"]) == 2, "--nemo-token-fields reached the server"
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        process.communicate(timeout=HANG_S)
 
 
 @pytest.mark.parametrize(

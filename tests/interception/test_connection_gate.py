@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.interception.connection_gate import MAX_CONNECTIONS, connection_limit, raise_descriptor_limit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,18 +192,18 @@ async def test_a_connection_being_answered_is_never_evicted_an_idle_one_is() -> 
     busy_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     await busy_writer.drain()
     idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
-    await asyncio.wait_for(begun.wait(), 5)  # the first one's request is being answered
+    await asyncio.wait_for(begun.wait(), HANG_S)  # the first one's request is being answered
 
     async def both_accepted() -> None:  # aiohttp has no event for a connection made
         while len(server.connections) < 2:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
-    await asyncio.wait_for(both_accepted(), 5)
+    await asyncio.wait_for(both_accepted(), HANG_S)
     _, third_writer = await asyncio.open_connection("127.0.0.1", port)  # over the limit: the idle one goes
-    assert await asyncio.wait_for(idle_reader.read(), 5) == b""
+    assert await asyncio.wait_for(idle_reader.read(), HANG_S) == b""
     assert gate.evicted == 1 and gate.refused == 0
     release.set()
-    assert (await asyncio.wait_for(busy_reader.readuntil(b"done"), 5)).startswith(b"HTTP/1.1 200")
+    assert (await asyncio.wait_for(busy_reader.readuntil(b"done"), HANG_S)).startswith(b"HTTP/1.1 200")
     for writer in (busy_writer, idle_writer, third_writer):
         writer.close()
     gate.close()

@@ -72,7 +72,7 @@ async def test_s2_s3_a_bare_url_dependency_is_refused_before_pip_reaches_the_hos
     assert seen == []
     assert state["error"] is not None and state["error"]["type"] == "SandboxError", state["error"]
     message = state["error"]["message"]
-    assert f"dependency '{url}/evil-0.tar.gz' is not a plain requirement" in message and "\n" not in message
+    assert f"[project.dependencies]: '{url}/evil-0.tar.gz' is not a plain requirement" in message and "\n" not in message
     assert "ran" not in state
 
 

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S, wait_until
 from v1.testing import MockModelServer
 
 SCRIPT = """
@@ -44,10 +44,7 @@ def started(tmp_path: Path, mock: MockModelServer) -> Iterator[tuple[subprocess.
 
 def _wait_started(tmp_path: Path, process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
     ledger = tmp_path / "root" / "ledger"
-    deadline = time.monotonic() + 60
-    while not (ledger.is_dir() and any(ledger.iterdir()) and _sleepers()):
-        assert time.monotonic() < deadline and process.poll() is None, "the sandboxed program never started"
-        time.sleep(0.05)
+    wait_until(lambda: ledger.is_dir() and any(ledger.iterdir()) and _sleepers(), "the sandboxed program", process=process)
     return process
 
 
@@ -72,7 +69,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_sigterm_deletes_the_sandbox(tmp_path: Path, started: tuple[subprocess.Popen[bytes], dict[str, str]]) -> None:
     process, env = started
     process.send_signal(signal.SIGTERM)
-    assert process.wait(30) != 0
+    assert process.wait(HANG_S) != 0
     assert _cli(env, "list").stdout.splitlines()[1] == "no sandboxes"
     assert not any((tmp_path / "root" / "local").iterdir())
     assert _sleepers() == []
@@ -83,11 +80,8 @@ def test_after_sigkill_list_shows_and_reap_deletes_leftovers(
 ) -> None:
     process, env = started
     process.send_signal(signal.SIGKILL)
-    process.wait(30)
-    deadline = time.monotonic() + 10
-    while _sleepers() and time.monotonic() < deadline:  # bwrap dies with its parent, its PID namespace with it
-        time.sleep(0.05)
-    assert _sleepers() == []
+    process.wait(HANG_S)
+    wait_until(lambda: not _sleepers(), "bwrap to die with its parent (its PID namespace with it)")
     [record] = [json.loads(line) for line in _cli(env, "list", "--json").stdout.splitlines()]
     assert record["backend"] == "local" and record["owner_pid"] == process.pid and not record["owner_alive"]
     reaped = _cli(env, "reap")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.sandbox.backend import EndpointTarget
 from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
 from v1.testing import MockModelServer
@@ -42,15 +43,15 @@ async def test_connections_past_the_cap_get_a_503_and_slow_heads_are_dropped(tmp
             writer.write(b"POST /r/x/v1/chat/completions HTTP/1.1\r\n")  # a head that never ends
         await asyncio.sleep(0.1)
         reader, writer = await asyncio.open_unix_connection(path)
-        refused = await asyncio.wait_for(reader.read(), 5)
+        refused = await asyncio.wait_for(reader.read(), HANG_S)
         assert refused.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in refused
         assert json.loads(refused.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_connections"
         for reader, _ in held:  # the slowloris heads are dropped at head_timeout
-            assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert await asyncio.wait_for(reader.read(), HANG_S) == b""
         assert relay.open == 0 and relay.refused == 1
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert (await asyncio.wait_for(reader.read(), 5)).endswith(b"ok")
+        assert (await asyncio.wait_for(reader.read(), HANG_S)).endswith(b"ok")
     finally:
         unix.close()
         server.close()
@@ -170,11 +171,11 @@ async def test_a_malformed_or_endless_head_never_reaches_the_endpoint(tmp_path: 
     try:
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\nX-V1-Rollout: b\r\n\r\n")
-        answer = await asyncio.wait_for(reader.read(), 5)
+        answer = await asyncio.wait_for(reader.read(), HANG_S)
         assert answer.startswith(b"HTTP/1.1 400") and json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"]
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n")  # past MAX_HEAD_BYTES, no end
-        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert await asyncio.wait_for(reader.read(), HANG_S) == b""
     finally:
         unix.close()
         server.close()
@@ -191,7 +192,7 @@ async def test_a_rollouts_socket_is_shared_by_its_commands_and_goes_with_the_las
         await relays.release("a")
         reader, writer = await asyncio.open_unix_connection(str(first))  # the other command still reaches it
         writer.write(b"GET /r/a/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert (await asyncio.wait_for(reader.read(), 5)).endswith(b"ok")
+        assert (await asyncio.wait_for(reader.read(), HANG_S)).endswith(b"ok")
         await relays.release("a")
         assert not first.exists() and other.exists() and list(relays.servers) == ["b"]
         with pytest.raises(OSError):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.sandbox import EndpointTarget, get_backend, get_manager, list_sandboxes, reap_sandboxes, sandbox_root
 from v1.sandbox import manager as manager_module
 
@@ -186,7 +187,7 @@ async def test_host_wide_cap_makes_creators_wait(monkeypatch: pytest.MonkeyPatch
         assert await asyncio.to_thread(refusals.acquire, timeout=10)
     assert not second.done()
     await manager.delete(first)
-    await manager.delete(await asyncio.wait_for(second, 5))
+    await manager.delete(await asyncio.wait_for(second, HANG_S))
 
 
 async def test_reap_deletes_leftovers_of_dead_processes(private_root: Path) -> None:

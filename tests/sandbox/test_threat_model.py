@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
+from tests.tools.venvs import venv_seeing_these_packages
 from v1.config import ArtifactConfig
 from v1.programs.artifacts import collect_artifacts
-from v1.programs.install import project_dependencies
+from v1.programs.install import build_requirements, project_dependencies
 from v1.programs.sandboxed import _read_host_file, install_package
 from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
 from v1.sandbox.limits import cgroup_support
@@ -199,7 +201,7 @@ async def test_t6_fifo_and_symlink_loop_artifacts_are_refused_and_the_others_kep
             ArtifactConfig(path="loop-a", optional=True),
             ArtifactConfig(path="good.txt"),
         ]
-        await asyncio.wait_for(collect_artifacts(state, specs, sandbox.read_file), 10)
+        await asyncio.wait_for(collect_artifacts(state, specs, sandbox.read_file), HANG_S)
     finally:
         await manager.delete(sandbox)
     assert state["artifacts"] == {"good.txt": "kept\n"}
@@ -220,8 +222,8 @@ def _python_script(body: str) -> str:
 
 def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
     venv = Path("/tmp") / f"v1-venv-test-{os.getpid()}"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     try:
+        venv_seeing_these_packages(venv)  # not --system-site-packages: from inside a venv, that sees the base Python's
         body = """
         async def main():
             sandbox = await get_manager().create(vf.SandboxConfig())
@@ -231,7 +233,7 @@ def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
         """
         env = os.environ | {"PYTHONPATH": str(REPO)}
         done = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", _python_script(body)], capture_output=True, text=True, env=env, timeout=120
+            [str(venv / "bin" / "python"), "-c", _python_script(body)], capture_output=True, text=True, env=env, timeout=HANG_S
         )
     finally:
         subprocess.run(["rm", "-rf", str(venv)], check=True)
@@ -357,6 +359,9 @@ def test_t10_direct_references_and_options_are_refused_as_dependencies(tmp_path:
     (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'x'\ndependencies = [{dependency!r}]\n".replace("'", '"'))
     with pytest.raises(vf.SandboxError, match="not a plain requirement"):
         project_dependencies(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(f"[build-system]\nrequires = [{dependency!r}]\n".replace("'", '"'))
+    with pytest.raises(vf.SandboxError, match=r"\[build-system\]\.requires: .* is not a plain requirement"):
+        build_requirements(tmp_path)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nobody", "1.5"])
@@ -387,7 +392,7 @@ async def test_t6_an_unsandboxed_programs_fifo_artifact_is_refused_at_once(tmp_p
     (tmp_path / "good.txt").write_text("kept")
     state = vf.State()
     specs = [ArtifactConfig(path=str(fifo)), ArtifactConfig(path=str(tmp_path / "good.txt"))]
-    await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), 10)
+    await asyncio.wait_for(collect_artifacts(state, specs, _read_host_file), HANG_S)
     assert state["artifacts"] == {str(tmp_path / "good.txt"): "kept"}
     assert "not a regular file" in state["error"]["message"]
 

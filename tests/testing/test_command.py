@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.tools.patience import HANG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = {
     "type": "function",
@@ -38,7 +40,7 @@ def serving(*args: str, pythonpath: str = "") -> Iterator[str]:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1"), process.stderr.read() if process.stderr else ""
         yield url
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=HANG_S) == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply, echo, mock_token_ids
 
 
@@ -376,7 +377,7 @@ def test_cli_prints_its_url_and_answers() -> None:
         [sys.executable, "-m", "v1.testing", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        line = read_line(process, timeout=20)
+        line = read_line(process, timeout=HANG_S)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", line), line
         response = httpx.post(
             f"{line}/chat/completions", json={"messages": [{"role": "user", "content": "ping over cli"}]}, timeout=10
@@ -388,7 +389,7 @@ def test_cli_prints_its_url_and_answers() -> None:
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in sse_events(stream)[:-1]) == "a b"
     finally:
         process.terminate()
-        returncode = process.wait(timeout=10)
+        returncode = process.wait(timeout=HANG_S)
     assert returncode == 0  # SIGTERM stops it cleanly
 
 

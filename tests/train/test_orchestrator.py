@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 from v1.train.config import RolloutsConfig
 from v1.train.orchestrator import ENV_INTERFACE, Orchestrator, ZeroVarianceError
@@ -53,7 +54,7 @@ def alternating(request: MockRequest) -> Reply:
 async def until(orchestrator: Orchestrator, condition: Callable[[], bool]) -> None:
     """Wait on the orchestrator's own condition (every group finishing notifies it) until `condition()` holds."""
     async with orchestrator._changed:
-        await asyncio.wait_for(orchestrator._changed.wait_for(condition), 30)
+        await asyncio.wait_for(orchestrator._changed.wait_for(condition), HANG_S)
 
 
 ANSWERS = itertools.cycle(["yes", "no"])

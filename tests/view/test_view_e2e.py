@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +150,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield Site(url, runs, a, b, not_a_run, process)
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_S)
 
 
 def run_id(site: Site, path: Path) -> str:

@@ -2,8 +2,10 @@
 
 Settings come from the config file's ``[eval]`` table, then ``V1_EVAL_*``
 environment variables, then flags (pydantic-settings). ``-m`` names a model at
-``-b BASE_URL`` (default: the one model the server lists), or an endpoint id of the
-registry (``configs/endpoints.toml``).
+``-b BASE_URL`` (default: ``$OPENAI_BASE_URL``; no ``-m``: the one model the server lists),
+or an endpoint id of the registry (``configs/endpoints.toml``); with no ``-m`` and no URL,
+`DEFAULT_MODEL` runs, as with vf-eval. ``-a JSON`` passes keywords to a classic
+``load_environment``; a ``-x`` key the environment has no setting for is a warning.
 Results stream to ``OUTPUT_DIR/ENV--MODEL--TIME/{results.jsonl,metadata.json}``;
 ``--resume PATH`` finishes an interrupted run with the settings saved in it.
 Bad input is one line on stderr and exit code 2, before anything is written; the
@@ -41,7 +43,7 @@ from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
 from v1.clients.endpoints import client_config_for, load_endpoints
-from v1.config import ClientConfig, read_toml
+from v1.config import OPENAI_BASE_URL_VAR, ClientConfig, read_toml
 from v1.env import Environment
 from v1.errors import ConfigError, Error
 from v1.eval_config import (
@@ -81,6 +83,9 @@ class ExitCode(enum.IntEnum):
 RESUME_MUST_MATCH = ("env_id", "model", "num_examples", "rollouts_per_example", "sampling_args", "independent_scoring")
 SAVED_SETTINGS_FIELD = "eval_settings"
 """The `metadata.json` field holding what `v1 eval` was given, so that `--resume PATH` alone can run the rest."""
+DEFAULT_MODEL = "openai/gpt-4.1-mini"
+"""The model `v1 eval` runs when nothing names one (vf-eval's default): an endpoint id of the registry, else a model
+name at `ClientConfig`'s default URL."""
 NOT_SAVED = frozenset(
     {"resume", "save_to_hf_hub", "fail_on_error", "ray", "ray_actors", "ray_actor_concurrency", "verbose", "debug"}
 )
@@ -104,6 +109,7 @@ class EvalSettings(BaseSettings):
     independent_scoring: bool = False
     max_retries: MaxRetries = 0
     state_columns: list[str] = []
+    env_args: dict[str, Any] = {}
     extra_env_kwargs: dict[str, Any] = {}
     verbose: bool = False
     debug: bool = False
@@ -137,6 +143,7 @@ FLAGS = {
     "rollouts_per_example": "-r/--rollouts-per-example",
     "max_concurrent": "-c/--max-concurrent",
     "sampling_args": "-s/--sampling-args",
+    "env_args": "-a/--env-args",
     "extra_env_kwargs": "-x/--extra-env-kwargs",
     "verbose": "-v/--verbose",
     "debug": "-d/--debug",
@@ -162,8 +169,10 @@ def add_parser(commands: Any) -> None:
         help="a TOML config file (configs/x.toml) or an environment module/id (optional with --resume)",
     )
     s = argparse.SUPPRESS
-    parser.add_argument("-m", "--model", default=s, help="model name (with -b) or endpoint id from the registry")
-    parser.add_argument("-b", "--base-url", default=s, help="OpenAI-compatible base URL")
+    parser.add_argument(
+        "-m", "--model", default=s, help=f"model name (with -b) or endpoint id from the registry (default {DEFAULT_MODEL})"
+    )
+    parser.add_argument("-b", "--base-url", default=s, help="OpenAI-compatible base URL (default $OPENAI_BASE_URL)")
     parser.add_argument("-k", "--api-key-var", default=s, help="environment variable holding the API key")
     parser.add_argument(
         "-e",
@@ -175,6 +184,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("-r", "--rollouts-per-example", type=int, default=s, help="rollouts per example (default 3)")
     parser.add_argument("-c", "--max-concurrent", type=int, default=s, help="most rollouts in flight (default 32)")
     parser.add_argument("-s", "--sampling-args", default=s, help="sampling args as JSON, e.g. '{\"temperature\": 0.7}'")
+    parser.add_argument(
+        "-a",
+        "--env-args",
+        default=s,
+        metavar="JSON",
+        help="keyword arguments of the environment's load_environment as a JSON object, e.g. '{\"num_examples\": 100}'",
+    )
     parser.add_argument(
         "-x",
         "--extra-env-kwargs",
@@ -270,7 +286,7 @@ def _json_object_flag(field: str, text: str) -> dict[str, Any]:
 
 def load_settings(flags: dict[str, Any], file: str | None, file_table: dict[str, Any]) -> EvalSettings:
     """Settings from file < environment < flags; a problem names where the bad value came from."""
-    for field in ("sampling_args", "extra_env_kwargs"):
+    for field in ("sampling_args", "env_args", "extra_env_kwargs"):
         if isinstance(flags.get(field), str):
             flags[field] = _json_object_flag(field, flags[field])
     token = _file_settings.set(file_table)
@@ -307,11 +323,27 @@ def read_eval_table(target: str) -> tuple[str | None, dict[str, Any]]:
     return target, table
 
 
-def load_env(target: str, taskset: dict[str, Any], harness: dict[str, Any]) -> Environment:
-    """The environment of a config file or a module/id, with the command line's overrides."""
+def load_env(
+    target: str, taskset: dict[str, Any], harness: dict[str, Any], env_args: Mapping[str, Any] | None = None
+) -> Environment:
+    """The environment of a config file or a module/id, with the command line's overrides and ``-a`` keywords."""
     if _is_config_file(target):
+        if env_args:
+            raise ConfigError(
+                f"command line: {FLAGS['env_args']}: {target} is a config file, whose loader takes no keywords; "
+                "set its fields with --taskset.FIELD VALUE / --harness.FIELD VALUE"
+            )
         return load_toml_environment(target, taskset, harness)
-    return load_id_environment(target, taskset, harness)
+    if not env_args:
+        return load_id_environment(target, taskset, harness)
+    try:
+        return load_id_environment(target, taskset, harness, env_args=env_args)
+    except Error:
+        raise
+    except Exception as exc:  # the loader refusing the user's keywords its own way (a KeyError, a ValueError, ...)
+        raise ConfigError(
+            f"command line: {FLAGS['env_args']}: {target}'s load_environment(**{dict(env_args)!r:.80}) raised {_first_line(exc)}"
+        ) from None
 
 
 def _named(config: ClientConfig, field: str) -> bool:
@@ -324,28 +356,48 @@ def _named_base_url(settings: EvalSettings, env: Environment) -> str | None:
     return settings.base_url or (client.api_base_url if client is not None and _named(client, "api_base_url") else None)
 
 
-def resolve_client(settings: EvalSettings, env: Environment) -> tuple[ClientConfig, str | None]:
-    """The client config and model name (None: ask the server): flags and settings over the registry alias over the env's harness."""
-    harness_config = env.harness.config
-    base = harness_config.client or ClientConfig()
-    model = settings.model or harness_config.model
-    base_url = _named_base_url(settings, env)
-    key_named = settings.api_key_var is not None or _named(base, "api_key_var")
-    if base_url is None:
-        if not model:
-            raise ConfigError("no model: pass -m MODEL_OR_ENDPOINT_ID (with -b BASE_URL for a plain model name)")
-        registry_path = Path(settings.endpoints)
+def default_model(settings: EvalSettings, env: Environment) -> str | None:
+    """`DEFAULT_MODEL` when nothing names a model or a URL (no ``-m``, ``-b``, harness model or URL, ``$OPENAI_BASE_URL``)."""
+    named = settings.model or env.harness.config.model or _named_base_url(settings, env) or os.environ.get(OPENAI_BASE_URL_VAR)
+    return None if named else DEFAULT_MODEL
+
+
+def _registry_client(
+    settings: EvalSettings, model: str, base: ClientConfig, by_default: bool
+) -> tuple[ClientConfig, str, bool] | None:
+    """The registry's client, model name and whether it names a key, for an endpoint id; None: a model name at `base`'s
+    default URL (``$OPENAI_BASE_URL``, or `DEFAULT_MODEL` at ClientConfig's default)."""
+    registry_path = Path(settings.endpoints)
+    registry = load_endpoints(registry_path) if registry_path.is_file() else {}
+    if model not in registry:
+        if by_default or os.environ.get(OPENAI_BASE_URL_VAR):
+            return None
         if not registry_path.is_file():
             raise ConfigError(f"-m {model}: no endpoint registry at {registry_path}; pass -b BASE_URL, or -e REGISTRY")
-        registry = load_endpoints(registry_path)
-        if model not in registry:
-            raise ConfigError(
-                f"-m {model}: no endpoint {model!r} in {registry_path} (known: {', '.join(sorted(registry)) or 'none'}); "
-                "pass -b BASE_URL to call a model by name"
-            )
-        variants = registry[model]
-        client, model = client_config_for(model, variants, base)
-        key_named = key_named or any("key" in variant.model_fields_set for variant in variants)
+        raise ConfigError(
+            f"-m {model}: no endpoint {model!r} in {registry_path} (known: {', '.join(sorted(registry)) or 'none'}); "
+            "pass -b BASE_URL (or set $OPENAI_BASE_URL) to call a model by name"
+        )
+    variants = registry[model]
+    client, name = client_config_for(model, variants, base)
+    return client, name, any("key" in variant.model_fields_set for variant in variants)
+
+
+def resolve_client(settings: EvalSettings, env: Environment) -> tuple[ClientConfig, str | None]:
+    """The client config and model name (None: ask the server): flags and settings over the registry alias over the env's
+    harness; ``$OPENAI_BASE_URL`` where ``-b`` would go; `DEFAULT_MODEL` when nothing names a model or a URL."""
+    harness_config = env.harness.config
+    base = harness_config.client or ClientConfig()
+    by_default = default_model(settings, env)
+    model = settings.model or harness_config.model or by_default
+    base_url = _named_base_url(settings, env)
+    key_named = settings.api_key_var is not None or _named(base, "api_key_var")
+    found = _registry_client(settings, model, base, by_default is not None) if base_url is None and model else None
+    if found is not None:
+        client, model, registry_key = found
+        key_named = key_named or registry_key
+    elif base_url is None:  # $OPENAI_BASE_URL, or the default model at ClientConfig's default URL
+        client = base
     else:
         client = ClientConfig({**base.model_dump(), "api_base_url": base_url})
     if settings.api_key_var is not None:
@@ -407,26 +459,46 @@ def _settable_from_json(env: Environment, key: str) -> bool:
     return callable(getattr(env, f"set_{key}", None)) or isinstance(getattr(env, key, ()), JSON_VALUES)
 
 
-def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> None:
+def _not_a_setting(env: Environment, key: str) -> str:
+    setters = sorted(
+        name[4:] for name in dir(env) if name.startswith("set_") and name != "set_kwargs" and not name[4:].startswith("_")
+    )
+    return (
+        f"{FLAGS['extra_env_kwargs']}: {key!r:.60} is not a setting of {type(env).__name__} {env.env_id!r}: ignored "
+        f"(a vf-eval option this environment does not take; -x sets, for example: {', '.join(setters) or 'its attributes'})"
+    )
+
+
+def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> list[str]:
     """``-x JSON``: each key set with `env.set_kwargs`, and recorded in the env's `EnvSource` for Ray actors.
 
+    A key the environment has no setting for (a command line copied from vf-eval, say) is left out, with a warning.
+
+    Returns:
+        One warning per key left out.
+
     Raises:
-        ConfigError: an unknown key, or a value its setter refuses, as one line.
+        ConfigError: a value its setter refuses, as one line.
     """
-    flag = FLAGS["extra_env_kwargs"]
+    applied: dict[str, Any] = {}
+    warnings = []
     for key, value in extra.items():
-        unknown = f"command line: {flag}: unknown setting {key!r} for {type(env).__name__} {env.env_id!r}"
         if not _settable_from_json(env, key):
-            raise ConfigError(unknown)
+            warnings.append(_not_a_setting(env, key))
+            continue
         try:
             env.set_kwargs(**{key: value})
         except Exception as exc:  # a setter refusing the value, whatever it raises
             if isinstance(exc, ConfigError) and "unknown setting" in str(exc):
-                raise ConfigError(unknown) from None
+                warnings.append(_not_a_setting(env, key))
+                continue
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            flag = FLAGS["extra_env_kwargs"]
             raise ConfigError(f"command line: {flag}: {key!r}: bad value {value!r:.60}: {reason}"[:400]) from None
-    if extra and isinstance(env.source, EnvSource):  # Ray actors load the env again from its source: they apply them too
-        env.source = dataclasses.replace(env.source, env_kwargs={**env.source.env_kwargs, **extra})
+        applied[key] = value
+    if applied and isinstance(env.source, EnvSource):  # Ray actors load the env again from its source: they apply them too
+        env.source = dataclasses.replace(env.source, env_kwargs={**env.source.env_kwargs, **applied})
+    return warnings
 
 
 def eval_config(
@@ -479,6 +551,8 @@ class EvalPlan:
     config: EvalConfig
     """The run as the seed's `EvalConfig`: what `run_eval` reads its counts, sampling and client from."""
     executor: RayExecutor | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What the user should know that is not a problem (the default model running), one line each."""
 
 
 def plan_run(args: argparse.Namespace) -> EvalPlan:
@@ -522,9 +596,12 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
     if settings.ray is None and ({"ray_actors", "ray_actor_concurrency"} & settings.model_fields_set):
         raise ConfigError("--ray-actors and --ray-actor-concurrency need --ray [ADDRESS]")
     configure_logging(settings)
-    env = load_env(target, taskset_overrides, harness_overrides)
-    apply_extra_env_kwargs(env, settings.extra_env_kwargs)
+    env = load_env(target, taskset_overrides, harness_overrides, settings.env_args)
+    ignored = apply_extra_env_kwargs(env, settings.extra_env_kwargs)
     client, model = resolve_client(settings, env)
+    notes = [f"model {DEFAULT_MODEL} at {client.api_base_url} (the default; choose another with -m MODEL)"] * bool(
+        default_model(settings, env)
+    )
     rows = env.eval_rows(settings.num_examples)
     for position, row in enumerate(rows):  # a bad row is bad input: found before the run folder exists
         env.to_task(row if "example_id" in row else {**row, "example_id": position})
@@ -537,7 +614,7 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
     }
     if saved is not None and model is not None:  # else the server names the model: checked after asking it
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
-    model, warnings = check_server(client, model)
+    model, warnings = check_server_saying(client, model, notes)
     assert model is not None  # check_server names one or raises
     if saved is not None:
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
@@ -559,7 +636,17 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
             redo=stopped_the_run,
         )
     config = eval_config(settings, env, client, model, {"taskset": taskset_overrides, "harness": harness_overrides})
-    return EvalPlan(env, settings, client, model, rows, writer, warnings, config, executor)
+    return EvalPlan(env, settings, client, model, rows, writer, [*ignored, *warnings], config, executor, notes)
+
+
+def check_server_saying(client: ClientConfig, model: str | None, notes: list[str]) -> tuple[str | None, list[str]]:
+    """`check_server`, whose refusal also carries the run's notes (which model it would have run)."""
+    try:
+        return check_server(client, model)
+    except ServerUnusable as exc:
+        if not notes:
+            raise
+        raise ServerUnusable(f"{exc} ({'; '.join(notes)})") from None
 
 
 def stopped_the_run(output: Mapping[str, Any]) -> bool:
@@ -689,6 +776,8 @@ def run(args: argparse.Namespace) -> int:
     except Error as exc:
         say(f"v1 eval: error: {exc}")
         return ExitCode.BAD_INPUT
+    for note in plan.notes:
+        say(f"v1 eval: {note}")
     for warning in plan.warnings:
         say(f"v1 eval: warning: {warning}")
     writer, settings = plan.writer, plan.settings
@@ -743,12 +832,14 @@ if __name__ == "__main__":
 
 
 __all__ = [
+    "DEFAULT_MODEL",
     "EvalPlan",
     "EvalSettings",
     "ExitCode",
     "add_parser",
     "apply_extra_env_kwargs",
     "configure_logging",
+    "default_model",
     "eval_config",
     "check_resume",
     "exit_status",

@@ -14,6 +14,7 @@ import sys
 
 import v1
 from v1.cli import demo
+from v1.cli import doctor as doctor_command
 from v1.cli import eval as eval_command
 from v1.cli import init as init_command
 from v1.cli import sandbox as sandbox_command
@@ -22,7 +23,7 @@ from v1.cli import train as train_command
 from v1.cli import view as view_command
 from v1.cli.standalone import OneLineErrorParser
 
-COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command, view_command)
+COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command, view_command, doctor_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

