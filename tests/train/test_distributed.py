@@ -107,17 +107,20 @@ GONE_WITHIN_S = 120.0
 """The bound on every process ending after one is killed (the ranks check their launcher every 0.5 s)."""
 
 
-def short_recipe(recipe: Path, folder: Path, max_steps: int, **updates: object) -> Path:
-    """`recipe` cut to a few steps (2 SFT steps, 8 held-out examples), checkpointing every step, written to `folder`."""
+def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None) -> Path:
+    """`recipe` cut to a few RL steps (8 held-out examples), checkpointing every step, written to `folder`.
+
+    The recipe's SFT warm-up stays whole unless `sft_steps` says: without it the random model's
+    rewards are all equal and no group trains.
+    """
     config = TrainConfig.load(recipe)
     config = config.model_copy(
         update={
+            "sft": config.sft.model_copy(update={"steps": sft_steps or config.sft.steps}),
             "output_dir": str(folder / "out"),
             "max_steps": max_steps,
             "checkpoint_every": 1,
-            "sft": config.sft.model_copy(update={"steps": 2}),
             "eval": config.eval.model_copy(update={"num_examples": 8}),
-            **updates,
         }
     )
     folder.mkdir(parents=True, exist_ok=True)
@@ -136,22 +139,24 @@ def metrics(config: Path) -> list[dict[str, float]]:
 
 
 def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_checkpoint(tmp_path: Path) -> None:
-    two = short_recipe(RECIPE, tmp_path / "two", max_steps=2)
-    one = short_recipe(RECIPE, tmp_path / "one", max_steps=2)
+    # 3 SFT steps: enough for rewards that differ within groups; few enough that the float noise of
+    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts)
+    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3)
+    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3)
     done = torchrun("-m", "v1.train", str(two), "--no-progress", timeout=DEADLINE_S)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "v1 train: 2 steps" in done.stdout
+    assert "v1 train: 3 steps" in done.stdout
     single = subprocess.run(
         [sys.executable, "-m", "v1.train", str(one), "--no-progress"], cwd=ROOT, env=child_env(),
         capture_output=True, text=True, timeout=DEADLINE_S, check=False,
     )  # fmt: skip
     assert single.returncode == 0, single.stderr[-3000:]
     sharded, whole = metrics(two), metrics(one)
-    assert len(sharded) == len(whole) == 2
+    assert len(sharded) == len(whole) == 3
     for step_two, step_one in zip(sharded, whole, strict=True):
         for key in COMPARED:  # rank 0 samples the rollouts either way: the same data, split, same denominators
             assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
-    model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_2" / "model"
+    model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_3" / "model"
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     from transformers import AutoModelForCausalLM
 
@@ -273,3 +278,78 @@ def test_killing_one_rank_ends_the_other_with_one_line(tmp_path: Path) -> None:
         assert "Signal 9 (SIGKILL)" in stderr or "exitcode  : -9" in stderr, stderr[-3000:]
     finally:
         launch.close()
+
+
+# --- the same with the vLLM engine (CPU build, its managed venv: built on first use, minutes) ---
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> Path:
+    from v1.inference.vllm_env import vllm_python
+
+    return vllm_python()
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def started_engine(launch: Launch) -> int | None:
+    """The session of the vLLM server rank 0 started (its API server's pid), once started."""
+    rank_0 = launch.ranks().get(0)
+    found = [pid for pid in children(rank_0) if "vllm" in cmdline(pid)] if rank_0 is not None else []
+    return found[0] if found else None
+
+
+def engine_session(launch: Launch) -> int:
+    session = started_engine(launch)
+    assert session is not None, "rank 0 runs no vLLM"
+    return session
+
+
+def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vllm_ready: Path) -> None:
+    from v1.inference.vllm_server import session_members
+
+    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=2)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: started_engine(launch) is not None, "vLLM started")
+        session = engine_session(launch)
+        assert launch.process.wait(timeout=DEADLINE_S) == 0, launch.stderr()[-3000:]
+    finally:
+        launch.close()
+    assert [line["step"] for line in metrics(config)] == [1, 2]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["inference"]["engine"] == "vllm"
+    model_dir = tmp_path / "out" / "checkpoints" / "step_2" / "model"
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert session_members(session) == []
+
+
+@pytest.mark.parametrize("victim", ["engine", "rank 0", "launcher"])
+def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path, victim: str) -> None:
+    from v1.inference.vllm_server import session_members
+    from v1.train.outputs import latest_checkpoint
+
+    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=200)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: launch.trained(1), "the first step")
+        ranks, session = launch.ranks(), engine_session(launch)
+        target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
+        os.kill(target, signal.SIGKILL)
+        every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
+        wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", GONE_WITHIN_S)
+        stderr = launch.stderr()
+        expected = {
+            "engine": f"vLLM (pid {session}) exited -9 mid-run",
+            "rank 0": "rank 1: stopped by SIGTERM",
+            "launcher": "rank 0: the launcher (torchrun)",
+        }[victim]
+        assert expected in stderr, stderr[-3000:]
+    finally:
+        launch.close()
+    assert latest_checkpoint(tmp_path / "out") is not None
