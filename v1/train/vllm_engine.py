@@ -149,7 +149,8 @@ def vllm_gpus(config: TrainConfig, trainer_gpus: int, visible: str | None, gpu_c
         gpu_count: GPUs this process sees.
 
     Raises:
-        ConfigError: no GPU left for vLLM, an index out of range, or a GPU a trainer rank uses.
+        ConfigError: no GPU left for vLLM, an index out of range, or a GPU a trainer rank uses without
+            ``--gpu-memory-utilization`` in `inference.vllm_args` (vLLM's share of it).
     """
     ids = [item.strip() for item in visible.split(",") if item.strip()] if visible else [str(i) for i in range(gpu_count)]
     wanted = config.inference.gpus if config.inference.gpus is not None else [trainer_gpus]
@@ -159,8 +160,11 @@ def vllm_gpus(config: TrainConfig, trainer_gpus: int, visible: str | None, gpu_c
             f"({trainer_gpus} for the trainer ranks): use fewer ranks (--nproc {max(1, len(ids) - 1)}) or set inference.gpus"
         )
     shared = sorted(set(wanted) & set(range(trainer_gpus)))
-    if shared:
-        raise ConfigError(f"inference.gpus = {wanted}: GPU {shared[0]} trains (rank {shared[0]}); vLLM needs GPUs of its own")
+    if shared and not any(arg.startswith("--gpu-memory-utilization") for arg in config.inference.vllm_args):
+        raise ConfigError(
+            f"inference.gpus = {wanted}: GPU {shared[0]} trains (rank {shared[0]}); vLLM's default memory share (0.9) "
+            "is of the whole GPU: give vLLM a GPU of its own or pass --gpu-memory-utilization in inference.vllm_args"
+        )
     return [ids[index] for index in wanted]
 
 
