@@ -353,3 +353,32 @@ def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_p
     finally:
         launch.close()
     assert latest_checkpoint(tmp_path / "out") is not None
+
+
+def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
+    from v1.train.run import trainer_cpu_threads
+    from v1.train.vllm_engine import vllm_gpus
+
+    config = TrainConfig.load(VLLM_RECIPE)
+    assert vllm_gpus(config, trainer_gpus=2, visible=None, gpu_count=4) == ["2"], "the first GPU after the trainer's"
+    assert vllm_gpus(config, trainer_gpus=1, visible="5,7", gpu_count=2) == ["7"], "indices among the visible GPUs"
+    with pytest.raises(ConfigError, match=r"vLLM needs a GPU of its own .* \(--nproc 3\)"):
+        vllm_gpus(config, trainer_gpus=4, visible=None, gpu_count=4)
+    shared = config.model_copy(update={"inference": config.inference.model_copy(update={"gpus": [0]})})
+    with pytest.raises(ConfigError, match=r"GPU 0 trains \(rank 0\).*--gpu-memory-utilization"):
+        vllm_gpus(shared, trainer_gpus=1, visible=None, gpu_count=1)
+    told = shared.model_copy(
+        update={"inference": shared.inference.model_copy(update={"vllm_args": ["--gpu-memory-utilization", "0.4"]})}
+    )
+    assert vllm_gpus(told, trainer_gpus=1, visible=None, gpu_count=1) == ["0"]
+    cpu = torch.device("cpu")
+    assert trainer_cpu_threads(config, cpu, cpu_count=16, local_ranks=2) == 7, "16 cores - vLLM's 1 - the loop's 1, halved"
+    assert trainer_cpu_threads(config, cpu, cpu_count=2, local_ranks=2) == 1
+
+
+def test_nproc_is_checked_before_any_rank_starts(tmp_path: Path) -> None:
+    from v1.cli.main import main
+
+    assert main(["train", str(RECIPE), "--nproc", "0"]) == 2
+    (tmp_path / "bad.toml").write_text("max_steps = -1\n")
+    assert main(["train", str(tmp_path / "bad.toml"), "--nproc", "2"]) == 2
