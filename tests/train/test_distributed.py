@@ -382,3 +382,15 @@ def test_nproc_is_checked_before_any_rank_starts(tmp_path: Path) -> None:
     assert main(["train", str(RECIPE), "--nproc", "0"]) == 2
     (tmp_path / "bad.toml").write_text("max_steps = -1\n")
     assert main(["train", str(tmp_path / "bad.toml"), "--nproc", "2"]) == 2
+
+
+def test_v1_train_nproc_2_starts_the_ranks_itself(tmp_path: Path) -> None:
+    config = short_recipe(RECIPE, tmp_path, max_steps=1, sft_steps=3)
+    done = subprocess.run(
+        [sys.executable, "-m", "v1.cli.main", "train", str(config), "--nproc", "2", "--no-progress"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "v1 train: 1 steps" in done.stdout
+    assert done.stdout.count("v1 train:") == 1, "rank 0 alone reports"
+    assert [line["step"] for line in metrics(config)] == [1]
