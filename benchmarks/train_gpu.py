@@ -56,6 +56,9 @@ def main() -> None:
     parser.add_argument("--completion", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--attention", default="auto", help="attn_implementation (auto: flash_attention_2 when installed on a GPU)"
+    )
     args = parser.parse_args()
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -65,7 +68,7 @@ def main() -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     rank = dist.get_rank() if dist.is_initialized() else 0
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    model_config = ModelConfig(gradient_checkpointing=args.gradient_checkpointing)
+    model_config = ModelConfig(gradient_checkpointing=args.gradient_checkpointing, attn_implementation=args.attention)
     attention = attention_implementation(model_config, device)
     dtype = autocast_dtype(model_config, device)
     torch.manual_seed(0)

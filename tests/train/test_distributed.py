@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,303 @@ def test_bad_torchrun_variables_are_one_clear_error(monkeypatch: pytest.MonkeyPa
         RankGroup.start(DistributedConfig(backend="gloo"))
     monkeypatch.delenv("RANK")
     assert not RankGroup.start(DistributedConfig()).distributed  # not under torchrun: one process
+
+
+# --- the whole run under torchrun: `python -m v1.train` on 2 CPU ranks, as users launch it ---
+
+RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
+VLLM_RECIPE = ROOT / "configs" / "train" / "tiny_first_letter_vllm.toml"
+COMPARED = ("loss", "grad_norm", "entropy", "loss_tokens", "clip_fraction", "trainer_tokens")
+DEADLINE_S = 900.0
+"""How long a run may take to reach a point the test waits for (2 shared cores, a vLLM start-up: minutes)."""
+GONE_WITHIN_S = 120.0
+"""The bound on every process ending after one is killed (the ranks check their launcher every 0.5 s)."""
+
+
+def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None) -> Path:
+    """`recipe` cut to a few RL steps (8 held-out examples), checkpointing every step, written to `folder`.
+
+    The recipe's SFT warm-up stays whole unless `sft_steps` says: without it the random model's
+    rewards are all equal and no group trains.
+    """
+    config = TrainConfig.load(recipe)
+    config = config.model_copy(
+        update={
+            "sft": config.sft.model_copy(update={"steps": sft_steps or config.sft.steps}),
+            "output_dir": str(folder / "out"),
+            "max_steps": max_steps,
+            "checkpoint_every": 1,
+            "eval": config.eval.model_copy(update={"num_examples": 8}),
+        }
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.toml"
+    path.write_text(config.to_toml())
+    return path
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def metrics(config: Path) -> list[dict[str, float]]:
+    path = Path(TrainConfig.load(config).output_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_checkpoint(tmp_path: Path) -> None:
+    # 3 SFT steps: enough for rewards that differ within groups; few enough that the float noise of
+    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts)
+    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3)
+    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3)
+    done = torchrun("-m", "v1.train", str(two), "--no-progress", timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "v1 train: 3 steps" in done.stdout
+    single = subprocess.run(
+        [sys.executable, "-m", "v1.train", str(one), "--no-progress"], cwd=ROOT, env=child_env(),
+        capture_output=True, text=True, timeout=DEADLINE_S, check=False,
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    sharded, whole = metrics(two), metrics(one)
+    assert len(sharded) == len(whole) == 3
+    for step_two, step_one in zip(sharded, whole, strict=True):
+        for key in COMPARED:  # rank 0 samples the rollouts either way: the same data, split, same denominators
+            assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
+    model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_3" / "model"
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(model_dir)
+
+
+def children(pid: int) -> list[int]:
+    """`pid`'s child processes (whichever of its threads started them); none once it is gone."""
+    try:
+        return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.5)
+
+
+class Launch:
+    """``torchrun --nproc-per-node 2 -m v1.train CONFIG`` running in the background, output in files, its processes found in /proc."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        self.folder = config.parent
+        self.out, self.err = (open(self.folder / name, "w+") for name in ("torchrun.out", "torchrun.err"))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        self.process = subprocess.Popen(
+            [*command, "-m", "v1.train", str(config), "--no-progress", *extra],
+            cwd=ROOT, env=child_env(), stdout=self.out, stderr=self.err, text=True, start_new_session=True,
+        )  # fmt: skip
+        self.config = config
+        self.seen: set[int] = set()
+
+    def ranks(self) -> dict[int, int]:
+        """Rank -> pid of the workers torchrun started."""
+        found = {}
+        for pid in children(self.process.pid):
+            try:
+                environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+            except OSError:
+                continue
+            if "RANK" in environ:
+                found[int(environ["RANK"])] = pid
+        self.seen.update(found.values())
+        return found
+
+    def trained(self, steps: int) -> bool:
+        assert self.process.poll() is None, self.stderr()[-3000:]
+        return len(metrics(self.config)) >= steps
+
+    def stderr(self) -> str:
+        self.err.flush()
+        return (self.folder / "torchrun.err").read_text()
+
+    def close(self) -> None:
+        for pid in [self.process.pid, *self.seen]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+        self.out.close()
+        self.err.close()
+
+
+def resume_one_step_further(config: Path) -> int:
+    """Resume the killed run in one process for one more step than its latest checkpoint; the step it reached."""
+    from v1.train.outputs import latest_checkpoint
+
+    checkpoint = latest_checkpoint(Path(TrainConfig.load(config).output_dir))
+    assert checkpoint is not None, "the killed run left no complete checkpoint"
+    step = json.loads((checkpoint / "run.json").read_text())["step"]
+    done = subprocess.run(
+        [sys.executable, "-m", "v1.train", str(config), "--resume", "--max-steps", str(step + 1), "--no-progress"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert metrics(config)[-1]["step"] == step + 1
+    return step + 1
+
+
+def test_killing_torchrun_ends_every_rank_with_one_line_each_and_the_checkpoint_resumes(tmp_path: Path) -> None:
+    config = short_recipe(RECIPE, tmp_path, max_steps=200)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: launch.trained(1), "the first step")
+        ranks = launch.ranks()
+        assert sorted(ranks) == [0, 1]
+        os.kill(launch.process.pid, signal.SIGKILL)
+        wait_for(lambda: not any(alive(pid) for pid in ranks.values()), "both ranks gone after torchrun's SIGKILL", GONE_WITHIN_S)
+        lines = [line for line in launch.stderr().splitlines() if "the launcher (torchrun)" in line]
+        assert sorted(line.split(":")[1].strip() for line in lines) == ["rank 0", "rank 1"], launch.stderr()[-3000:]
+        assert len(metrics(config)) < 200
+    finally:
+        launch.close()
+    resume_one_step_further(config)
+
+
+def test_killing_one_rank_ends_the_other_with_one_line(tmp_path: Path) -> None:
+    config = short_recipe(RECIPE, tmp_path, max_steps=200)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: launch.trained(1), "the first step")
+        ranks = launch.ranks()
+        os.kill(ranks[1], signal.SIGKILL)
+        launch.process.wait(timeout=GONE_WITHIN_S)
+        assert launch.process.returncode != 0
+        wait_for(lambda: not alive(ranks[0]), "rank 0 gone", GONE_WITHIN_S)
+        stderr = launch.stderr()
+        assert "rank 0: stopped by SIGTERM (torchrun stops every rank when one fails)" in stderr, stderr[-3000:]
+        assert "Signal 9 (SIGKILL)" in stderr or "exitcode  : -9" in stderr, stderr[-3000:]
+    finally:
+        launch.close()
+
+
+# --- the same with the vLLM engine (CPU build, its managed venv: built on first use, minutes) ---
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> Path:
+    from v1.inference.vllm_env import vllm_python
+
+    return vllm_python()
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def started_engine(launch: Launch) -> int | None:
+    """The session of the vLLM server rank 0 started (its API server's pid), once started."""
+    rank_0 = launch.ranks().get(0)
+    found = [pid for pid in children(rank_0) if "vllm" in cmdline(pid)] if rank_0 is not None else []
+    return found[0] if found else None
+
+
+def engine_session(launch: Launch) -> int:
+    session = started_engine(launch)
+    assert session is not None, "rank 0 runs no vLLM"
+    return session
+
+
+def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vllm_ready: Path) -> None:
+    from v1.inference.vllm_server import session_members
+
+    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=2)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: started_engine(launch) is not None, "vLLM started")
+        session = engine_session(launch)
+        assert launch.process.wait(timeout=DEADLINE_S) == 0, launch.stderr()[-3000:]
+    finally:
+        launch.close()
+    assert [line["step"] for line in metrics(config)] == [1, 2]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["inference"]["engine"] == "vllm"
+    model_dir = tmp_path / "out" / "checkpoints" / "step_2" / "model"
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert session_members(session) == []
+
+
+@pytest.mark.parametrize("victim", ["engine", "rank 0", "launcher"])
+def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path, victim: str) -> None:
+    from v1.inference.vllm_server import session_members
+    from v1.train.outputs import latest_checkpoint
+
+    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=200)
+    launch = Launch(config)
+    try:
+        wait_for(lambda: launch.trained(1), "the first step")
+        ranks, session = launch.ranks(), engine_session(launch)
+        target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
+        os.kill(target, signal.SIGKILL)
+        every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
+        wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", GONE_WITHIN_S)
+        stderr = launch.stderr()
+        expected = {
+            "engine": f"vLLM (pid {session}) exited -9 mid-run",
+            "rank 0": "rank 1: stopped by SIGTERM",
+            "launcher": "rank 0: the launcher (torchrun)",
+        }[victim]
+        assert expected in stderr, stderr[-3000:]
+    finally:
+        launch.close()
+    assert latest_checkpoint(tmp_path / "out") is not None
+
+
+def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
+    from v1.train.run import trainer_cpu_threads
+    from v1.train.vllm_engine import vllm_gpus
+
+    config = TrainConfig.load(VLLM_RECIPE)
+    assert vllm_gpus(config, trainer_gpus=2, visible=None, gpu_count=4) == ["2"], "the first GPU after the trainer's"
+    assert vllm_gpus(config, trainer_gpus=1, visible="5,7", gpu_count=2) == ["7"], "indices among the visible GPUs"
+    with pytest.raises(ConfigError, match=r"vLLM needs a GPU of its own .* \(--nproc 3\)"):
+        vllm_gpus(config, trainer_gpus=4, visible=None, gpu_count=4)
+    shared = config.model_copy(update={"inference": config.inference.model_copy(update={"gpus": [0]})})
+    with pytest.raises(ConfigError, match=r"GPU 0 trains \(rank 0\).*--gpu-memory-utilization"):
+        vllm_gpus(shared, trainer_gpus=1, visible=None, gpu_count=1)
+    told = shared.model_copy(
+        update={"inference": shared.inference.model_copy(update={"vllm_args": ["--gpu-memory-utilization", "0.4"]})}
+    )
+    assert vllm_gpus(told, trainer_gpus=1, visible=None, gpu_count=1) == ["0"]
+    cpu = torch.device("cpu")
+    assert trainer_cpu_threads(config, cpu, cpu_count=16, local_ranks=2) == 7, "16 cores - vLLM's 1 - the loop's 1, halved"
+    assert trainer_cpu_threads(config, cpu, cpu_count=2, local_ranks=2) == 1
+
+
+def test_nproc_is_checked_before_any_rank_starts(tmp_path: Path) -> None:
+    from v1.cli.main import main
+
+    assert main(["train", str(RECIPE), "--nproc", "0"]) == 2
+    (tmp_path / "bad.toml").write_text("max_steps = -1\n")
+    assert main(["train", str(tmp_path / "bad.toml"), "--nproc", "2"]) == 2
+
+
+def test_v1_train_nproc_2_starts_the_ranks_itself(tmp_path: Path) -> None:
+    config = short_recipe(RECIPE, tmp_path, max_steps=1, sft_steps=3)
+    done = subprocess.run(
+        [sys.executable, "-m", "v1.cli.main", "train", str(config), "--nproc", "2", "--no-progress"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "v1 train: 1 steps" in done.stdout
+    assert done.stdout.count("v1 train:") == 1, "rank 0 alone reports"
+    assert [line["step"] for line in metrics(config)] == [1]

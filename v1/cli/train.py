@@ -28,6 +28,14 @@ def add_parser(commands: Any) -> None:
     train.add_argument("--max-steps", type=int, default=None, help="override max_steps")
     train.add_argument("--output-dir", default=None, help="override output_dir")
     train.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    train.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N trainer ranks (FSDP2) on this machine, started, placed and stopped together with the engine "
+        "(torchrun --standalone underneath; on GPUs rank i trains on GPU i and vLLM gets the next)",
+    )
     train.set_defaults(run=run_train)
     sft = commands.add_parser("sft", help="supervised fine-tuning on reference answers or saved rollouts (TOML config)")
     sft.add_argument("config", metavar="CONFIG", help="a training config with an [sft] section")
@@ -51,10 +59,45 @@ def load_config(args: argparse.Namespace) -> Any:
     return config.model_copy(update=updates) if updates else config
 
 
+def rank_arguments(args: argparse.Namespace) -> list[str]:
+    """The ``python -m v1.train`` arguments each rank of ``--nproc`` gets: these, without ``--nproc``."""
+    extra = ["--resume"] if args.resume else []
+    extra += ["--max-steps", str(args.max_steps)] if args.max_steps is not None else []
+    extra += ["--output-dir", args.output_dir] if args.output_dir is not None else []
+    extra += ["--no-progress"] if args.no_progress else []
+    return [args.config, *extra]
+
+
+def launch_ranks(args: argparse.Namespace, errors: Console) -> int:
+    """``--nproc N``: torchrun's launcher in this process over N ranks of ``python -m v1.train``.
+
+    The ranks end with this process however it ends (`v1.lifeline`); one failed rank ends the others.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", "--nproc-per-node", str(args.nproc), "-m", "v1.train", *rank_arguments(args)])
+    except ChildFailedError as exc:
+        failures = ", ".join(f"rank {failure.local_rank} exited {failure.exitcode}" for failure in exc.failures.values())
+        errors.print(f"v1 train: the run failed: {failures} (see their lines above)", markup=False, highlight=False)
+        return 1
+    return 0
+
+
 def run_train(args: argparse.Namespace) -> int:
     console, errors = Console(), Console(stderr=True)
     try:
         config = load_config(args)
+        if args.nproc < 1:
+            raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
+        if args.nproc > 1:
+            from v1.train.ranks import under_torchrun
+
+            if under_torchrun():
+                raise ConfigError("--nproc starts the ranks itself: not under torchrun (which already started them)")
+            del config  # checked here in one line; each rank loads it again
+            return launch_ranks(args, errors)
         from transformers.utils import logging as transformers_logging
 
         from v1.train.run import train

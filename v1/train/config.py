@@ -82,6 +82,10 @@ class InferenceConfig(Config):
             ``vllm`` (a vLLM server this run starts and stops; needs ``weight_sync = "vllm"`` or ``"vllm_nccl"``).
         vllm_args: more ``vllm serve`` arguments for the server the run starts.
         vllm_startup_timeout: seconds vLLM may take to answer (it compiles at start-up).
+        gpus: on a GPU machine, the GPUs (indices among those this machine shows) the vLLM this run
+            starts runs on, tensor-parallel over several; None: the first GPU after the trainer
+            ranks' (rank i trains on GPU i), so vLLM never shares a GPU with a trainer rank and its
+            ``--gpu-memory-utilization`` is of a GPU of its own.
         nccl_master_address, nccl_master_port, nccl_dtype: ``vllm_nccl``'s rendezvous (reachable by
             vLLM's workers) and wire dtype.
     """
@@ -94,6 +98,7 @@ class InferenceConfig(Config):
     engine: Literal["builtin", "vllm"] = "builtin"
     vllm_args: list[str] = Field(default_factory=list)
     vllm_startup_timeout: float = Field(1200.0, gt=0)
+    gpus: list[int] | None = None
     nccl_master_address: str = "127.0.0.1"
     nccl_master_port: int = Field(29600, ge=1, le=65535)
     nccl_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"

@@ -102,18 +102,26 @@ class RankWorker:
         self.trainer.anchor_reference()
         return history
 
-    def save(self, step: int, run_state: dict[str, Any]) -> Path:
-        """Checkpoint `step` (a collective under FSDP2): rank 0 writes the model, the trainer state and ``run.json``."""
-        folder = checkpoint_dir(self.output_dir, step)
+    def save_model(self, folder: Path) -> Path:
+        """The model and tokenizer as a ``save_pretrained`` folder (a collective under FSDP2: every rank
+        gathers, rank 0 writes)."""
         weights = self.trainer.full_state_dict() if is_distributed() else None
-        self.trainer.save(folder)
         if self.rank == 0:
-            self.model.save_pretrained(folder / "model", state_dict=weights)
+            self.model.save_pretrained(folder, state_dict=weights)
             if weights is not None and self.architectures is not None:
                 # a sharded model's class is FSDP's subclass: record the model's own class name
                 self.model.config.architectures = self.architectures
-                self.model.config.save_pretrained(folder / "model")
-            self.tokenizer.save_pretrained(folder / "model")
+                self.model.config.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+        return folder
+
+    def save(self, step: int, run_state: dict[str, Any]) -> Path:
+        """Checkpoint `step` (a collective under FSDP2): rank 0 writes the model, the trainer state and ``run.json``
+        (last: a folder without it is ignored, so a run killed mid-save resumes from the one before)."""
+        folder = checkpoint_dir(self.output_dir, step)
+        self.save_model(folder / "model")
+        self.trainer.save(folder)
+        if self.rank == 0:
             write_json(folder / "run.json", {"step": step, **run_state})
         return folder
 
@@ -147,6 +155,16 @@ class TrainCommand:
 class GatherCommand:
     def apply(self, worker: RankWorker) -> dict[str, torch.Tensor]:
         return worker.trainer.full_state_dict()
+
+
+@dataclass
+class SaveModelCommand:
+    """Every rank: the model as a ``save_pretrained`` folder (the vLLM engine's first weights)."""
+
+    folder: Path
+
+    def apply(self, worker: RankWorker) -> Path:
+        return worker.save_model(self.folder)
 
 
 @dataclass
@@ -257,6 +275,7 @@ __all__ = [
     "RankWorker",
     "SFTCommand",
     "SaveCommand",
+    "SaveModelCommand",
     "StopCommand",
     "TrainCommand",
     "backend_for",

@@ -25,8 +25,9 @@ import math
 import os
 import statistics
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from v1.errors import ConfigError
 from v1.executors import RayExecutor, check_ray_address
 from v1.inference.sampling import LogitProcessing
 from v1.inference.server import InferenceServer
+from v1.lifeline import ParentWatch, exit_on_sigterm
 from v1.loading import load_environment
 from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
@@ -53,6 +55,7 @@ from v1.train.ranks import (
     RankGroup,
     RankWorker,
     SaveCommand,
+    SaveModelCommand,
     SFTCommand,
     TrainCommand,
     sft_batches,
@@ -62,7 +65,7 @@ from v1.train.ranks import (
 from v1.train.sft import samples_from_answers, samples_from_results
 from v1.train.trackers import open_trackers
 from v1.train.trainer import PolicyTrainer, current_rss_mb, shard_with_fsdp2
-from v1.train.vllm_engine import nccl_sync, vllm_endpoint
+from v1.train.vllm_engine import VLLM_CPU_THREADS, nccl_sync, vllm_endpoint
 from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
 
 logger = logging.getLogger(__name__)
@@ -93,7 +96,14 @@ class TrainResult:
 
 @contextlib.asynccontextmanager
 async def inference_endpoint(
-    config: TrainConfig, served: Any, tokenizer: Any, output_dir: Path, engine_info: dict[str, Any] | None = None
+    config: TrainConfig,
+    served: Any,
+    tokenizer: Any,
+    output_dir: Path,
+    engine_info: dict[str, Any] | None = None,
+    write_model: Callable[[Path], Awaitable[Any]] | None = None,
+    mixed: torch.dtype | None = None,
+    trainer_gpus: int = 1,
 ) -> AsyncIterator[tuple[str, WeightSync]]:
     """The server rollouts use and its weight sync.
 
@@ -105,11 +115,17 @@ async def inference_endpoint(
         tokenizer: the policy's tokenizer.
         output_dir: where weights for an external server are written.
         engine_info: filled with what served the rollouts (engine, version).
+        write_model: under ``engine = "vllm"``, writes the policy's folder for vLLM (a command every rank
+            runs under FSDP2, where no rank holds the whole model).
+        mixed: the trainer's forward dtype, which vLLM serves in (bf16 on GPUs).
+        trainer_gpus: on a GPU machine, the GPUs this host's trainer ranks use (vLLM gets others).
     """
     engine_info = {} if engine_info is None else engine_info
     inference = config.inference
     if inference.engine == "vllm" and inference.base_url is None:
-        async with vllm_endpoint(config, served, tokenizer, output_dir, engine_info) as endpoint:
+        async with vllm_endpoint(
+            config, served, tokenizer, output_dir, engine_info, write_model, mixed, trainer_gpus
+        ) as endpoint:
             yield endpoint
         return
     if inference.base_url is not None:
@@ -133,19 +149,31 @@ BUILTIN_ENGINE_THREADS = 1
 """Torch threads of the built-in engine (`InferenceServer`'s default `cpu_threads`)."""
 
 
-def trainer_cpu_threads(config: TrainConfig, device: torch.device, cpu_count: int | None = None) -> int | None:
-    """Torch threads for the trainer's steps when it shares this machine's cores with the built-in engine, else None (torch's default).
+def trainer_cpu_threads(
+    config: TrainConfig, device: torch.device, cpu_count: int | None = None, local_ranks: int = 1
+) -> int | None:
+    """Torch threads for each trainer rank's steps on CPU when an engine this run started shares the machine, else None (torch's default).
 
-    Generation runs while the trainer steps (one step ahead), so on CPU the trainer gets the cores the
-    engine's thread and the event loop (the endpoint and the harness) leave it, at least one: OpenMP
-    threads that outnumber free cores spin at every barrier, which made trainer steps 10-20x slower
-    on two busy cores.
+    Generation runs while the trainer steps (one step ahead), so on CPU the trainer ranks on this host
+    share the cores the engine (the built-in one's thread, or vLLM's CPU engine's `VLLM_CPU_THREADS`)
+    and the event loop (the endpoint and the harness) leave, at least one each: OpenMP threads that
+    outnumber free cores spin at every barrier, which made trainer steps 10-20x slower on two busy cores.
     """
-    builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
-    if device.type != "cpu" or not builtin_here:
+    if device.type != "cpu" or config.inference.base_url is not None:
         return None
+    engine = BUILTIN_ENGINE_THREADS if config.inference.engine == "builtin" else VLLM_CPU_THREADS
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    return max(1, cores - BUILTIN_ENGINE_THREADS - 1)
+    return max(1, (cores - engine - 1) // max(1, local_ranks))
+
+
+def local_ranks(group: RankGroup) -> int:
+    """The run's ranks on this host (torchrun's ``LOCAL_WORLD_SIZE``; 1 in one process)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size)) if group.distributed else 1
+
+
+def rank_cpu_threads(config: TrainConfig, group: RankGroup, device: torch.device) -> int | None:
+    """`trainer_cpu_threads` for one of the `group`'s ranks (the ranks on this host share the cores)."""
+    return trainer_cpu_threads(config, device, local_ranks=local_ranks(group))
 
 
 def builtin_batch_size(config: TrainConfig) -> int:
@@ -371,6 +399,8 @@ class Prepared:
     env: Any = None
     served: Any = None
     metrics_log: MetricsLog | None = None
+    mixed: torch.dtype | None = None
+    """The forward passes' dtype (bf16 on GPUs), whether autocast or FSDP2's policy casts."""
 
 
 def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -> Prepared:
@@ -419,7 +449,7 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
         keep = run_state.get("metrics_lines") if checkpoint else None
         metrics_log = MetricsLog(output_dir / "metrics.jsonl", keep_lines=keep)
     worker = RankWorker(config, model, tokenizer, trainer, output_dir, group.rank, architectures)
-    return Prepared(worker, run_state, checkpoint, env, served, metrics_log)
+    return Prepared(worker, run_state, checkpoint, env, served, metrics_log, autocast_dtype(config.model, device))
 
 
 async def train(
@@ -440,17 +470,38 @@ async def train(
     started = time.time()
     if config.ray is not None and config.ray.address != "local":  # before any model loads: every rank alike
         await asyncio.to_thread(check_ray_address, config.ray.address)
-    group = await asyncio.to_thread(RankGroup.start, config.distributed)
+    watch = watch_launcher()
+    # One thread does all of this rank's torch work: the CUDA device set at the group's start and
+    # torch's OpenMP thread team both belong to the thread, and `asyncio.to_thread` hops between threads.
+    rank_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
+    loop = asyncio.get_running_loop()
+    group = await loop.run_in_executor(rank_thread, RankGroup.start, config.distributed)
     try:
-        prepared = await asyncio.to_thread(prepare, config, resume, group)
+        prepared = await loop.run_in_executor(rank_thread, prepare, config, resume, group)
         if not group.is_leader:
-            await asyncio.to_thread(group.follow, prepared.worker)
+            threads = rank_cpu_threads(config, group, prepared.worker.trainer.device)
+            await loop.run_in_executor(rank_thread, call_with_torch_threads, threads, group.follow, prepared.worker)
             trainer = prepared.worker.trainer
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
         with frozen_heap():
-            return await lead(config, prepared, group, progress, on_step, started)
+            return await lead(config, prepared, group, progress, on_step, started, rank_thread)
     finally:
-        group.close()
+        await loop.run_in_executor(rank_thread, group.close)
+        rank_thread.shutdown(wait=False)
+        if watch is not None:
+            watch.stop()
+
+
+def watch_launcher() -> ParentWatch | None:
+    """Under torchrun: end this rank when torchrun exits (its workers run in sessions of their own, so
+    nothing else would) or sends SIGTERM (it does when another rank failed), with one line and the
+    engine this rank started stopped. None in one process."""
+    if not under_torchrun():
+        return None
+    who = f"rank {os.environ['RANK']}"
+    if threading.current_thread() is threading.main_thread():
+        exit_on_sigterm(who)
+    return ParentWatch(who, "the launcher (torchrun)").start()
 
 
 async def rollout_executor(config: TrainConfig) -> RayExecutor | None:
@@ -479,8 +530,10 @@ async def lead(
     progress: bool,
     on_step: StepCallback | None,
     started: float,
+    rank_thread: ThreadPoolExecutor | None = None,
 ) -> TrainResult:
-    """Rank 0's run (the only rank of a one-process run): rollouts, evals, outputs; the ranks' work through `group`."""
+    """Rank 0's run (the only rank of a one-process run): rollouts, evals, outputs; the ranks' work through `group`
+    on `rank_thread` (the thread that started the group; default: a new one)."""
     worker, env, run_state, checkpoint = prepared.worker, prepared.env, prepared.run_state, prepared.checkpoint
     trainer, output_dir, tokenizer = worker.trainer, worker.output_dir, worker.tokenizer
     metrics_log = prepared.metrics_log
@@ -489,21 +542,28 @@ async def lead(
     earlier_wall_time = float(run_state.get("wall_time_s", 0.0))  # the run's segments before this resume
     trackers = open_trackers(config)
 
-    threads = trainer_cpu_threads(config, worker.trainer.device)
+    threads = rank_cpu_threads(config, group, worker.trainer.device)
     # One thread runs every rank command: torch's OpenMP thread team belongs to the thread that
     # started it, and `asyncio.to_thread` would hop between pool threads, each building a team.
-    trainer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
+    trainer_thread = rank_thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
 
     async def on_ranks(commands: list[Any]) -> Any:
         call = functools.partial(call_with_torch_threads, threads, group.run, commands, worker)
         return await asyncio.get_running_loop().run_in_executor(trainer_thread, call)
+
+    async def write_model(folder: Path) -> None:
+        await on_ranks([SaveModelCommand(folder)] * group.world_size)
 
     bar = Progress(progress, config.max_steps, trainer.step)
     failed = True
     executor: RayExecutor | None = None
     try:
         served = prepared.served if prepared.served is not None else worker.model
-        async with inference_endpoint(config, served, tokenizer, output_dir, result.inference) as (url, sync):
+        endpoint = inference_endpoint(
+            config, served, tokenizer, output_dir, result.inference,
+            write_model if group.distributed else None, prepared.mixed, local_ranks(group),
+        )  # fmt: skip
+        async with endpoint as (url, sync):
             client = config.inference.client_config(url)
             if checkpoint is None:
                 if config.sft.warmup:
@@ -608,8 +668,10 @@ async def lead(
             await asyncio.to_thread(executor.close)
         for tracker in trackers:
             tracker.close()
-        trainer_thread.shutdown(wait=False)
-        await asyncio.to_thread(group.stop, worker, failed)
+        # after the command in flight, if any (a cancelled await does not stop it): every rank's collectives pair up
+        await asyncio.get_running_loop().run_in_executor(trainer_thread, group.stop, worker, failed)
+        if rank_thread is None:
+            trainer_thread.shutdown(wait=False)
     result.wall_time_s = earlier_wall_time + time.time() - started
     await asyncio.to_thread(finish_outputs, result)
     return result

@@ -14,20 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
-from v1.errors import ModelError
+from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import vllm_python
 from v1.inference.vllm_server import VLLMServer
+from v1.lifeline import cleanup_on_exit
 from v1.train.config import TrainConfig
 from v1.train.vllm_nccl import VLLMNCCLWeightSync
 from v1.train.weight_sync import VLLMWeightSync, WeightSync
+
+VLLM_CPU_THREADS = 1
+"""OpenMP threads of vLLM's CPU engine beside the trainer (`v1.train.run.trainer_cpu_threads` counts them)."""
 
 
 def vllm_version(root: str) -> str:
@@ -36,40 +41,79 @@ def vllm_version(root: str) -> str:
         return str(json.loads(response.read())["version"])
 
 
-def serving_dtype(model: torch.nn.Module) -> str:
-    """vLLM's ``--dtype`` for the policy's parameters, so its logprobs are the trainer's own."""
-    dtype = next(model.parameters()).dtype
+def serving_dtype(model: torch.nn.Module, mixed: torch.dtype | None = None) -> str:
+    """vLLM's ``--dtype``: the trainer's forward dtype (`mixed`: bf16 on GPUs, which vLLM's attention
+    kernels need), else the policy's parameters' (fp32 on CPU), so its logprobs are the trainer's own."""
+    dtype = mixed or next(model.parameters()).dtype
     return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "auto")
+
+
+def vllm_cpu_env(threads: int) -> dict[str, str]:
+    """vLLM's CPU engine limited to `threads` OpenMP threads, so it and the trainer do not oversubscribe the cores."""
+    return {"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 @contextlib.asynccontextmanager
 async def vllm_endpoint(
-    config: TrainConfig, model: PreTrainedModel, tokenizer: Any, output_dir: Path, info: dict[str, Any]
+    config: TrainConfig,
+    model: PreTrainedModel,
+    tokenizer: Any,
+    output_dir: Path,
+    info: dict[str, Any],
+    write_model: Callable[[Path], Awaitable[Any]] | None = None,
+    mixed: torch.dtype | None = None,
+    trainer_gpus: int = 1,
 ) -> AsyncIterator[tuple[str, WeightSync]]:
     """A vLLM server over the policy's current weights, and the sync that keeps it current.
 
+    vLLM is started from this (the main) thread, so it gets SIGTERM when this process dies however it
+    dies, and it is stopped by `v1.lifeline.exit_now` too.
+
     Args:
         config: the run (`inference.model_name`, `inference.vllm_args`, `inference.vllm_startup_timeout`).
-        model: the policy (whole, not sharded) as it is now.
+        model: the policy as it is now (saved whole with `tokenizer` unless `write_model` is given).
         tokenizer: saved with it.
         output_dir: the model folder and ``vllm.log`` go here.
         info: filled with the engine, its version and its log path (for ``summary.json``).
+        write_model: writes the policy's ``save_pretrained`` folder (under FSDP2: a command every rank runs).
+        mixed: the trainer's forward dtype (bf16 on GPUs), which vLLM serves in.
+        trainer_gpus: GPUs the trainer ranks on this host use (GPUs 0..n-1); vLLM gets others (`vllm_gpus`).
 
     Raises:
         ModelError: vLLM failed to start, or died while the run used it.
     """
     inference = config.inference
     folder = output_dir / "vllm_model"
-    await asyncio.to_thread(model.save_pretrained, folder)
-    await asyncio.to_thread(tokenizer.save_pretrained, folder)
+    if write_model is not None:
+        await write_model(folder)
+    else:
+        await asyncio.to_thread(model.save_pretrained, folder)
+        await asyncio.to_thread(tokenizer.save_pretrained, folder)
     python = await asyncio.to_thread(vllm_python)
     nccl = inference.weight_sync == "vllm_nccl"
-    extra = ["--dtype", serving_dtype(model), *(["--weight-transfer-config", '{"backend": "nccl"}'] if nccl else [])]
+    extra = ["--dtype", serving_dtype(model, mixed), *(["--weight-transfer-config", '{"backend": "nccl"}'] if nccl else [])]
     server = VLLMServer(
         python, folder, served_name=inference.model_name, dev_mode=True, log_path=output_dir / "vllm.log",
         extra_args=[*extra, *inference.vllm_args], startup_timeout=inference.vllm_startup_timeout,
     )  # fmt: skip
-    await asyncio.to_thread(server.start)
+    if server.on_cpu:
+        server.env.update(vllm_cpu_env(VLLM_CPU_THREADS))
+    else:
+        gpu_env, gpu_args = vllm_gpu_env(config, trainer_gpus)
+        server.env.update(gpu_env)
+        server.extra_args = [*gpu_args, *server.extra_args]
+    with cleanup_on_exit(server.stop):
+        server.start()
+        async with _serving(server, config, folder, info) as endpoint:
+            yield endpoint
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    server: VLLMServer, config: TrainConfig, folder: Path, info: dict[str, Any]
+) -> AsyncIterator[tuple[str, WeightSync]]:
+    """The started `server` once it answers, watched; stopped on the way out."""
+    nccl = config.inference.weight_sync == "vllm_nccl"
     died = asyncio.Event()
     try:
         await asyncio.to_thread(server.wait_ready)
@@ -82,12 +126,56 @@ async def vllm_endpoint(
             if not died.is_set() or task is None:
                 raise
             task.uncancel()
-            message = f"vLLM exited mid-run (log: {server.log_path}); the checkpoints are intact: rerun with --resume"
+            assert server.process is not None
+            code = server.process.returncode
+            message = (
+                f"vLLM (pid {server.process.pid}) exited {code} mid-run (log: {server.log_path}); "
+                "the checkpoints are intact: rerun with --resume"
+            )
             raise ModelError(message) from None
         finally:
             watchdog.cancel()
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def vllm_gpus(config: TrainConfig, trainer_gpus: int, visible: str | None, gpu_count: int) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries vLLM runs on: `inference.gpus`, else the first GPU after the trainer's.
+
+    Args:
+        config: the run.
+        trainer_gpus: GPUs the trainer ranks on this host use (rank i: GPU i).
+        visible: this process's ``CUDA_VISIBLE_DEVICES`` (None: every GPU).
+        gpu_count: GPUs this process sees.
+
+    Raises:
+        ConfigError: no GPU left for vLLM, an index out of range, or a GPU a trainer rank uses without
+            ``--gpu-memory-utilization`` in `inference.vllm_args` (vLLM's share of it).
+    """
+    ids = [item.strip() for item in visible.split(",") if item.strip()] if visible else [str(i) for i in range(gpu_count)]
+    wanted = config.inference.gpus if config.inference.gpus is not None else [trainer_gpus]
+    if not wanted or any(not 0 <= index < len(ids) for index in wanted):
+        raise ConfigError(
+            f"inference.gpus = {wanted}: vLLM needs a GPU of its own and this machine shows {len(ids)} "
+            f"({trainer_gpus} for the trainer ranks): use fewer ranks (--nproc {max(1, len(ids) - 1)}) or set inference.gpus"
+        )
+    shared = sorted(set(wanted) & set(range(trainer_gpus)))
+    if shared and not any(arg.startswith("--gpu-memory-utilization") for arg in config.inference.vllm_args):
+        raise ConfigError(
+            f"inference.gpus = {wanted}: GPU {shared[0]} trains (rank {shared[0]}); vLLM's default memory share (0.9) "
+            "is of the whole GPU: give vLLM a GPU of its own or pass --gpu-memory-utilization in inference.vllm_args"
+        )
+    return [ids[index] for index in wanted]
+
+
+def vllm_gpu_env(config: TrainConfig, trainer_gpus: int) -> tuple[dict[str, str], list[str]]:
+    """vLLM's environment and extra arguments on a GPU machine (its ``CUDA_VISIBLE_DEVICES``, tensor parallelism
+    over several); nothing on CPU."""
+    if not torch.cuda.is_available():
+        return {}, []
+    gpus = vllm_gpus(config, trainer_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
+    parallel = ["--tensor-parallel-size", str(len(gpus))] if len(gpus) > 1 else []
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}, parallel
 
 
 def nccl_sync(config: TrainConfig, url: str) -> VLLMNCCLWeightSync:
@@ -104,4 +192,13 @@ async def watch(server: VLLMServer, main: asyncio.Task[Any] | None, died: asynci
         main.cancel()
 
 
-__all__ = ["nccl_sync", "serving_dtype", "vllm_endpoint", "vllm_version"]
+__all__ = [
+    "VLLM_CPU_THREADS",
+    "nccl_sync",
+    "serving_dtype",
+    "vllm_cpu_env",
+    "vllm_endpoint",
+    "vllm_gpu_env",
+    "vllm_gpus",
+    "vllm_version",
+]
