@@ -14,7 +14,7 @@ import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 from v1.train.config import RolloutsConfig
-from v1.train.orchestrator import ENV_INTERFACE, Orchestrator, ZeroVarianceError
+from v1.train.orchestrator import ENV_INTERFACE, Orchestrator, RolloutsFailedError, ZeroVarianceError
 
 
 @vf.reward
@@ -182,3 +182,33 @@ async def test_a_failing_environment_surfaces_in_next_batch() -> None:
     async with Orchestrator(env_with(), None, "m", config) as orchestrator:
         with pytest.raises(vf.ConfigError, match="no model client"):
             await orchestrator.next_batch()
+
+
+async def test_a_run_whose_every_group_errors_stops_with_the_last_error() -> None:
+    async def broken(request: MockRequest) -> Reply:
+        return Reply.fail(500, "the engine is broken")
+
+    async with MockModelServer(broken) as mock:
+        client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+        config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_errored_in_a_row=3)
+        async with Orchestrator(env_with(), client, "m", config) as orchestrator:
+            with pytest.raises(RolloutsFailedError) as caught:
+                await asyncio.wait_for(orchestrator.next_batch(), 600)
+    message = str(caught.value)
+    assert message.startswith("3 groups in a row had a rollout that errored (rollouts.max_errored_in_a_row = 3)"), message
+    assert "the engine is broken" in message and "\n" not in message
+
+
+async def test_errored_groups_below_the_limit_do_not_stop_the_run() -> None:
+    calls = itertools.count()
+
+    async def flaky(request: MockRequest) -> Reply:
+        number = next(calls)
+        return Reply.fail(500, "flaky") if number < 2 else Reply.text("yes" if number % 2 else "no")
+
+    async with MockModelServer(flaky) as mock:
+        client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+        config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_staleness=0, max_errored_in_a_row=3)
+        async with Orchestrator(env_with(), client, "m", config) as orchestrator:
+            batch = await asyncio.wait_for(orchestrator.next_batch(), 600)
+    assert len(batch.groups) == 1 and batch.counts.filtered_errors >= 1

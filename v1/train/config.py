@@ -129,6 +129,9 @@ class RolloutsConfig(Config):
         max_zero_variance_in_a_row: with `filter_zero_variance`, stop the run (`ZeroVarianceError`)
             once this many groups in a row had all rewards equal: nothing left to learn from (1,024
             groups: 8,192 rollouts at 8 per group; the tiny recipe, near its best, saw 130 in a row). 0: never stop.
+        max_errored_in_a_row: stop the run (`RolloutsFailedError`, naming the last error) once this many
+            groups in a row had a rollout that errored (such groups are filtered): a broken model server
+            or environment ends the run instead of sampling forever. 0: never stop.
         max_groups_per_step: once this many groups finished while a step's batch is collected
             (filtered ones included), the step trains on the groups it has (at least one) instead
             of generating on: a policy that answers most groups all right or all wrong can't stall
@@ -143,6 +146,7 @@ class RolloutsConfig(Config):
     sampling_args: dict[str, Any] = Field(default_factory=lambda: {"temperature": 1.0, "max_tokens": 64})
     filter_zero_variance: bool = True
     max_zero_variance_in_a_row: int = Field(1024, ge=0)
+    max_errored_in_a_row: int = Field(64, ge=0)
     max_groups_per_step: int | None = Field(None, ge=1)
     seed: int = 0
 

@@ -44,6 +44,10 @@ class ZeroVarianceError(Error):
     """Raised when so many groups in a row had no reward variance that training can't proceed."""
 
 
+class RolloutsFailedError(Error):
+    """Raised when so many groups in a row had a rollout that errored that training can't proceed."""
+
+
 @dataclass
 class RolloutGroup:
     """One example's scored rollouts and the policy version that generated them."""
@@ -136,6 +140,7 @@ class Orchestrator:
         self._failure: BaseException | None = None
         self._producer: asyncio.Task[None] | None = None
         self._zero_variance_in_a_row = 0
+        self._errored_in_a_row = 0
         self._taking = 0
         self.started_positions: list[int] = []
 
@@ -226,9 +231,12 @@ class Orchestrator:
             self._in_flight.pop(position, None)
             counts = self._counts
             counts.finished_groups += 1
-            if any(state.get("error") for state in group.states):
+            errors = [state["error"] for state in group.states if state.get("error")]
+            if errors:
                 counts.filtered_errors += 1
+                self._count_errored_group(errors[-1])
             else:
+                self._errored_in_a_row = 0
                 rewards = group.rewards
                 counts.rewards.extend(rewards)
                 counts.completion_tokens += sum(completion_tokens(state) for state in group.states)
@@ -246,6 +254,18 @@ class Orchestrator:
                     self._zero_variance_in_a_row = 0
                     self._ready.append(group)
             self._changed.notify_all()
+
+    def _count_errored_group(self, error: Any) -> None:
+        self._errored_in_a_row += 1
+        limit = self.config.max_errored_in_a_row
+        if not limit or self._errored_in_a_row < limit or self._failure is not None:
+            return
+        described = f"{error.get('type', 'Error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
+        described = " ".join(described.split())[:500]
+        self._failure = RolloutsFailedError(
+            f"{self._errored_in_a_row} groups in a row had a rollout that errored (rollouts.max_errored_in_a_row = {limit}); "
+            f"the last: {described} (fix the cause, or raise the limit; 0: never stop)"
+        )
 
     def _collection_capped(self, taken: int) -> bool:
         cap = self.config.max_groups_per_step
