@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any
 
 import v1 as vf
 from v1.testing import MockModelServer, MockRequest, Reply

@@ -89,10 +89,11 @@ class ConnectionGate:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._serving: Counter[Any] = Counter()  # transport -> requests being answered on it
         self._busy_of: Counter[str] = Counter()  # rollout -> requests of it being answered
+        self.per_rollout = PER_ROLLOUT_BUSY
 
     def admits(self, rollout: str | None) -> bool:
         """Whether `rollout` (None: a request no rollout is known for) may have one more busy connection."""
-        return rollout is None or self._busy_of[rollout] < PER_ROLLOUT_BUSY
+        return rollout is None or self._busy_of[rollout] < self.per_rollout
 
     @contextlib.contextmanager
     def serving(self, transport: Any, rollout: str | None = None) -> Iterator[None]:

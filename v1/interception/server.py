@@ -31,7 +31,6 @@ from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupported
 from v1.interception import mcp_server
 from v1.interception.connection_gate import (
     IDLE_TIMEOUT_S,
-    PER_ROLLOUT_BUSY,
     ConnectionGate,
     connection_limit,
     raise_descriptor_limit,
@@ -173,11 +172,12 @@ def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
 class _AiohttpExchange:
     """A request carried by aiohttp; implements `Exchange`."""
 
-    __slots__ = ("request", "response")
+    __slots__ = ("close_after", "request", "response")
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
+        self.close_after = False  # the connection is closed once answered (its body was never read to the end)
 
     @property
     def method(self) -> str:
@@ -204,7 +204,7 @@ class _AiohttpExchange:
         except web.HTTPRequestEntityTooLarge as exc:
             raise BodyTooLarge from exc
         except TimeoutError as exc:
-            self.request.protocol.force_close()  # the rest of the body is never read: close after the answer
+            self.close_after = True
             raise BodyTimedOut from exc
 
     async def open_stream(self, headers: Mapping[str, str]) -> None:
@@ -237,7 +237,10 @@ def _over_aiohttp(
         exchange = _AiohttpExchange(request)
         answer = await handle(exchange)
         if answer is not None:
-            return _web_response(answer)
+            response = _web_response(answer)
+            if exchange.close_after:
+                response.force_close()
+            return response
         assert exchange.response is not None, "an exchange handler answers or streams"
         return exchange.response
 
@@ -310,7 +313,7 @@ class EndpointServer:
                 return await handler(request)
             rollout = self._authorized_rollout(request.path, request.headers)
             if not self._gate.admits(rollout):
-                message = f"this rollout has {PER_ROLLOUT_BUSY} requests in progress already; retry later"
+                message = f"this rollout has {self._gate.per_rollout} requests in progress already; retry later"
                 refusal = error_response(
                     429,
                     message,
@@ -319,8 +322,9 @@ class EndpointServer:
                     dialect=dialect_for_path(request.path),
                     headers={"Retry-After": "1"},
                 )
-                request.protocol.force_close()
-                return _web_response(refusal)
+                refused = _web_response(refusal)
+                refused.force_close()  # its body is never read
+                return refused
             with self._gate.serving(request.transport, rollout):
                 response = await handler(request)
                 if not response.prepared:
