@@ -38,18 +38,17 @@ def _no_constant(name: str) -> Any:
     raise UnsafeJSONError(f"{name} is not valid JSON (finite numbers only)")
 
 
-def _depth_of(value: Any, max_depth: int) -> int:
-    """The nesting depth of `value`, walked without recursion; stops counting past `max_depth`."""
-    deepest = 0
-    stack = [(value, 1)] if isinstance(value, _CONTAINERS) else []
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > max_depth:
-            break
-        items = node.values() if isinstance(node, dict) else node
-        stack.extend((item, depth + 1) for item in items if isinstance(item, _CONTAINERS))
-    return deepest
+def _nests_deeper(value: Any, max_depth: int) -> bool:
+    """Whether `value` nests more than `max_depth` arrays and objects, walked level by level (no recursion)."""
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    for _ in range(max_depth):
+        below: list[Any] = []
+        for node in level:
+            below.extend([item for item in (node.values() if isinstance(node, dict) else node) if isinstance(item, _CONTAINERS)])
+        if not below:
+            return False
+        level = below
+    return bool(level)
 
 
 def check_depth(value: Any, what: str = "the JSON value", max_depth: int = MAX_DEPTH) -> Any:
@@ -58,7 +57,7 @@ def check_depth(value: Any, what: str = "the JSON value", max_depth: int = MAX_D
     Raises:
         UnsafeJSONError: it nests deeper (named by `what`).
     """
-    if _depth_of(value, max_depth) > max_depth:
+    if _nests_deeper(value, max_depth):
         raise UnsafeJSONError(f"{what}: nested more than {max_depth} levels deep")
     return value
 
