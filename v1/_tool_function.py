@@ -18,7 +18,7 @@ from typing import Any
 import docstring_parser
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1._calling import call_user_code
 from v1.errors import ConfigError
 from v1.types import Tool
@@ -106,10 +106,10 @@ def parse_tool_arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[
     """The model's arguments as a dict, or a readable error message."""
     try:
         if isinstance(arguments, str):
-            parsed = bounded_json.loads(arguments or "{}", f"the arguments for {name!r}")
+            parsed = _bounded_json.loads(arguments or "{}", f"the arguments for {name!r}")
         else:
-            parsed = bounded_json.check_depth(dict(arguments), f"the arguments for {name!r}")
-    except bounded_json.UnsafeJSONError as exc:
+            parsed = _bounded_json.check_depth(dict(arguments), f"the arguments for {name!r}")
+    except _bounded_json.UnsafeJSONError as exc:
         return f"Error: {exc}; send a JSON object"
     if not isinstance(parsed, dict):
         return f"Error: the arguments for {name!r} must be a JSON object, got {type(parsed).__name__}"

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -278,7 +278,7 @@ class ResultsWriter:
 
     def read_metadata(self) -> dict[str, Any]:
         try:
-            saved = bounded_json.loads(self.metadata_path.read_text(encoding="utf-8"), str(self.metadata_path))
+            saved = _bounded_json.loads(self.metadata_path.read_text(encoding="utf-8"), str(self.metadata_path))
         except FileNotFoundError:
             return {}
         except ValueError as exc:
@@ -342,7 +342,7 @@ class ResultsWriter:
                 if not line.endswith("\n"):
                     continue  # half-written by a killed run
                 try:
-                    output = bounded_json.loads(line, f"{self.results_path} line {number}")
+                    output = _bounded_json.loads(line, f"{self.results_path} line {number}")
                 except ValueError as exc:
                     if report:
                         logger.warning("%s; the line is dropped", exc)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from v1 import bounded_json
+from v1 import _bounded_json
 
 RECENT_STEPS = 16
 
@@ -32,7 +32,7 @@ def message_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
-                arguments = bounded_json.loads(arguments)
+                arguments = _bounded_json.loads(arguments)
             except ValueError:
                 pass
         calls.append((function.get("name"), json.dumps(arguments, sort_keys=True)))

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1.inference.engine import SamplingParams
 
 MAX_TOP_LOGPROBS = 20
@@ -108,7 +108,7 @@ class CompletionRequest(GenerationFields):
 def parse_request(raw: bytes, model_type: type[GenerationFields]) -> Any:
     """The request body as `model_type`, or a `RequestError` naming the bad field."""
     try:
-        body = bounded_json.loads(raw, "the request body")
+        body = _bounded_json.loads(raw, "the request body")
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     if not isinstance(body, dict):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1._loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.clients.http import http_library
@@ -419,7 +419,7 @@ class EndpointServer:
                 400, f"the request body could not be read: {type(exc).__name__}", code="invalid_body", dialect=dialect
             )
         try:
-            body = bounded_json.loads(raw, "request body")
+            body = _bounded_json.loads(raw, "request body")
             if _SURROGATE.search(raw):
                 json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeError:

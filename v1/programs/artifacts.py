@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1.config import ArtifactConfig
 from v1.errors import ProgramError, SandboxError
 
@@ -51,7 +51,7 @@ async def collect_artifacts(state: State, specs: Iterable[ArtifactConfig], read:
         text = data.decode("utf-8", "replace")
         if spec.format == "json":
             try:
-                artifacts[spec.key] = bounded_json.loads(text, f"artifact {spec.path!r}")
+                artifacts[spec.key] = _bounded_json.loads(text, f"artifact {spec.path!r}")
             except ValueError as exc:
                 problems.append(str(exc))
         else:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from v1 import bounded_json
+from v1 import _bounded_json
 from v1.results import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
 
 TRAIN_METRICS_FILE = "metrics.jsonl"
@@ -108,7 +108,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise RunFolderError(f"{path.name}: cannot be read ({exc})") from None
     try:
-        data = bounded_json.loads(text, path.name)
+        data = _bounded_json.loads(text, path.name)
     except ValueError as exc:
         raise RunFolderError(f"{exc}; it may be half-written or damaged") from None
     if not isinstance(data, dict):
@@ -135,7 +135,7 @@ def read_train_metrics(path: Path) -> tuple[list[dict[str, Any]], int]:
                 if not line.endswith("\n"):
                     continue
                 try:
-                    step = bounded_json.loads(line)
+                    step = _bounded_json.loads(line)
                 except ValueError:
                     bad += 1
                     continue
@@ -375,7 +375,7 @@ class RolloutIndex:
         if not line.strip():
             return
         try:
-            output = bounded_json.loads(line)
+            output = _bounded_json.loads(line)
         except ValueError:
             output = None
         if not isinstance(output, dict):
@@ -398,7 +398,7 @@ class RolloutIndex:
             results.seek(offsets[position])
             line = results.readline()
         try:
-            output = bounded_json.loads(line)
+            output = _bounded_json.loads(line)
         except ValueError:
             raise RunFolderError(f"{RESULTS_FILE}: line changed while being read; reload the page") from None
         if not isinstance(output, dict):
