@@ -204,7 +204,7 @@ async def test_bad_tool_calls_become_readable_tool_errors(mock: MockModelServer,
     assert state["error"] is None and state["stop_condition"] == "no_tools_called"
     results = [m["content"] for m in state["completion"][1:6]]
     assert results[0] == "Error: RuntimeError: exploded: x"
-    assert results[1].startswith("Error: the arguments for 'add' are not valid JSON")
+    assert results[1].startswith("Error: the arguments for 'add': not valid JSON (")
     assert results[2].startswith("Error: invalid arguments for 'add': a: ")
     assert results[3] == "Error: unknown tool 'nope'; available tools: add, explode"
     assert results[4] == "Error: unknown tool 'secret'; available tools: add, explode"

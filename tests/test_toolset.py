@@ -274,7 +274,7 @@ async def test_non_string_results_are_rendered_as_json():
 
 async def test_invalid_json_arguments_return_an_error_message():
     result = await v1.Toolset([add]).call("add", '{"a": 1,')
-    assert result.startswith("Error: the arguments for 'add' are not valid JSON (")
+    assert result.startswith("Error: the arguments for 'add': not valid JSON (")
     assert result.endswith("send a JSON object")
 
 

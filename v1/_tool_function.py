@@ -18,6 +18,7 @@ from typing import Any
 import docstring_parser
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
+from v1 import _bounded_json
 from v1._calling import call_user_code
 from v1.errors import ConfigError
 from v1.types import Tool
@@ -103,13 +104,13 @@ def render_tool_result(result: Any) -> str:
 
 def parse_tool_arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any] | str:
     """The model's arguments as a dict, or a readable error message."""
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments or "{}")
-        except ValueError as exc:
-            return f"Error: the arguments for {name!r} are not valid JSON ({exc}); send a JSON object"
-    else:
-        parsed = dict(arguments)
+    try:
+        if isinstance(arguments, str):
+            parsed = _bounded_json.loads(arguments or "{}", f"the arguments for {name!r}")
+        else:
+            parsed = _bounded_json.check_depth(dict(arguments), f"the arguments for {name!r}")
+    except _bounded_json.UnsafeJSONError as exc:
+        return f"Error: {exc}; send a JSON object"
     if not isinstance(parsed, dict):
         return f"Error: the arguments for {name!r} must be a JSON object, got {type(parsed).__name__}"
     return parsed

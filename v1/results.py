@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
+from v1 import _bounded_json
 from v1.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -277,11 +278,11 @@ class ResultsWriter:
 
     def read_metadata(self) -> dict[str, Any]:
         try:
-            saved = json.loads(self.metadata_path.read_text(encoding="utf-8"))
+            saved = _bounded_json.loads(self.metadata_path.read_text(encoding="utf-8"), str(self.metadata_path))
         except FileNotFoundError:
             return {}
         except ValueError as exc:
-            raise ConfigError(f"{self.metadata_path}: not valid JSON ({exc})") from None
+            raise ConfigError(str(exc)) from None
         if not isinstance(saved, dict):
             raise ConfigError(f"{self.metadata_path}: expected a JSON object, got {type(saved).__name__}")
         return saved
@@ -302,7 +303,7 @@ class ResultsWriter:
         saved: dict[Any, set[RolloutKey]] = {}
         to_redo: set[Any] = set()
         dropped = 0
-        for output in self._read_lines():
+        for output in self._read_lines(report=True):
             key = _key(output)
             if key is None or key not in unit_of:
                 dropped += 1
@@ -334,14 +335,17 @@ class ResultsWriter:
             )
         return done
 
-    def _read_lines(self) -> Iterable[dict[str, Any]]:
-        with self.results_path.open(encoding="utf-8") as lines:
-            for line in lines:
+    def _read_lines(self, report: bool = False) -> Iterable[dict[str, Any]]:
+        """The saved outputs; with `report`, each unreadable line is logged once, naming the file and line."""
+        with self.results_path.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
                 if not line.endswith("\n"):
                     continue  # half-written by a killed run
                 try:
-                    output = json.loads(line)
-                except ValueError:
+                    output = _bounded_json.loads(line, f"{self.results_path} line {number}")
+                except ValueError as exc:
+                    if report:
+                        logger.warning("%s; the line is dropped", exc)
                     continue
                 if isinstance(output, dict):
                     yield output

@@ -1,5 +1,5 @@
 """The rollout's visible tools as an MCP server on the endpoint: the official MCP client lists and calls them with the
-rollout's key; other keys, methods and malformed messages are refused."""
+rollout's key once the model asked for a call; other keys, methods, early calls and malformed messages are refused."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 import v1 as vf
-from v1.testing import MockModelServer
+from v1.testing import MockModelServer, Reply
 
 
 def add(a: int, b: int) -> int:
@@ -26,6 +26,10 @@ async def probe(task: vf.Task, state: vf.State) -> None:
     url = config["base_url"].removesuffix("/v1") + "/mcp"
     auth = {"Authorization": f"Bearer {config['api_key']}"}
     found: dict[str, Any] = {}
+    async with httpx.AsyncClient() as http:
+        early = {"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 1}}}
+        found["before_asked"] = (await http.post(url, json=early, headers=auth)).json()["result"]["isError"]
+    await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "add"}])
     server = vf.MCPTool(url=url, headers=auth)
     connection = server.connect()
     try:
@@ -55,7 +59,7 @@ async def probe(task: vf.Task, state: vf.State) -> None:
 
 
 async def test_official_mcp_client_lists_and_calls_the_rollouts_visible_tools() -> None:
-    with MockModelServer() as mock:
+    with MockModelServer(Reply.tool("add", {"a": 2, "b": 3})) as mock:
         harness = vf.Harness(
             program=probe,
             client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
@@ -72,4 +76,6 @@ async def test_official_mcp_client_lists_and_calls_the_rollouts_visible_tools() 
     assert found["bad_json"] == (400, -32700)
     assert found["notification"] == 202
     assert found["batch"] == [{}, -32601, -32602, -32600]
-    assert mock.requests == [] and state["trajectory"] == []
+    assert found["before_asked"] is True  # no tool call runs before the model asked for it
+    [step] = state["trajectory"]
+    assert [call["name"] for call in step["extras"]["mcp_tool_calls"]] == ["add"]

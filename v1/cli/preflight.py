@@ -122,16 +122,19 @@ def check_server(client: ClientConfig, model: str | None) -> tuple[str | None, l
 def fatal_upstream_error(error: Mapping[str, Any] | None) -> str | None:
     """Why every rollout would fail like this one, for an error recorded from the model call; else None.
 
-    The API key refused (401/403) and a model or route the server does not have (404)
-    are fatal; anything else (rate limits, 5xx, a bad answer) is the rollout's own.
+    The API key refused (401/403, or the SDK's `AuthenticationError`/`PermissionDeniedError`) and
+    a model or route the server does not have (404, or `NotFoundError`) are fatal; anything else
+    (rate limits, 5xx, a bad answer, a refused request) is the rollout's own. Decided by the
+    recorded status and error type only: the message holds text a program or upstream chose.
     """
-    if not error or not str(error.get("where", "")).startswith("model"):
+    if not isinstance(error, Mapping) or not str(error.get("where", "")).startswith("model"):
         return None
     kind = str(error.get("type"))
+    status = error.get("status")
     message = " ".join(str(error.get("message")).split()).split(" (caused by ")[0][:300]
-    if kind in AUTH_ERROR_TYPES or any(name in message for name in AUTH_ERROR_TYPES):
+    if kind in AUTH_ERROR_TYPES or status in (401, 403):
         return f"the model server rejected the API key: {kind}: {message}"
-    if error.get("status") == 404 or "NotFoundError" in message or "Error code: 404" in message:
+    if kind == "NotFoundError" or status == 404:
         return f"the model server has no such model or route (404): {message}"
     return None
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from v1 import _bounded_json
 from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients.credentials import resolve_api_key
 from v1.clients.http import anthropic_async_client_class, http_library, sdk_timeout
@@ -99,7 +100,7 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[list[NativeMessage], str 
             blocks.extend(_blocks(message.get("content")))
             for call in message.get("tool_calls") or ():
                 function = call["function"]
-                arguments = json.loads(function.get("arguments") or "{}")
+                arguments = _bounded_json.loads(function.get("arguments") or "{}", "tool call arguments")
                 blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments})
             native_role = "assistant"
         elif role == "tool":
@@ -202,7 +203,7 @@ class MessagesStreamReader:
             )
         for block in self.message["content"]:
             if block["type"] == "tool_use":
-                block["input"] = json.loads(block["input"] or "{}")
+                block["input"] = _bounded_json.loads(block["input"] or "{}", "tool_use input")
         return self.message
 
 

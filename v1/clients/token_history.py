@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from v1 import _bounded_json
+
 RECENT_STEPS = 16
 
 
@@ -30,8 +32,8 @@ def message_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+                arguments = _bounded_json.loads(arguments)
+            except ValueError:
                 pass
         calls.append((function.get("name"), json.dumps(arguments, sort_keys=True)))
     return (

@@ -10,11 +10,11 @@ do; fields whose feature this server lacks are refused when set.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from v1 import _bounded_json
 from v1.inference.engine import SamplingParams
 
 MAX_TOP_LOGPROBS = 20
@@ -50,7 +50,7 @@ class GenerationFields(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=-1)
     n: int = Field(1, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
@@ -108,9 +108,9 @@ class CompletionRequest(GenerationFields):
 def parse_request(raw: bytes, model_type: type[GenerationFields]) -> Any:
     """The request body as `model_type`, or a `RequestError` naming the bad field."""
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        body = _bounded_json.loads(raw, "the request body")
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
     for name, feature in UNSUPPORTED_FIELDS.items():

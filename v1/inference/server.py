@@ -34,6 +34,7 @@ import torch
 from aiohttp import web
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from v1 import _bounded_json
 from v1._entropy import uuid4_hex
 from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
@@ -239,9 +240,9 @@ class InferenceServer:
 
     async def _update_weights(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(RequestError("the request body is not valid JSON"))
+            body = _bounded_json.loads(await request.read(), "the request body")
+        except ValueError as exc:
+            return _error(RequestError(str(exc)))
         path = body.get("path") if isinstance(body, dict) else None
         if not isinstance(path, str) or not path:
             return _error(RequestError('expected {"path": "<checkpoint directory>"}', param="path"))

@@ -12,6 +12,12 @@ a 503 with `Retry-After` in OpenAI's error shape (no request has been read, so
 no dialect is known) and closes it. Idle connections are also closed after
 `IDLE_TIMEOUT_S` by the HTTP server (its keep-alive timeout, which starts at
 connect, so a head that never ends is dropped too).
+
+A connection is busy (never evicted) while a request on it is answered. So that
+one rollout cannot make every connection busy (slow bodies, say), the server
+names the rollout of each authorized request, and the gate holds at most
+`PER_ROLLOUT_BUSY` busy connections per rollout (`admits`); the server refuses
+the rest, and bounds how long a body may take to arrive.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ MAX_CONNECTIONS = 4096
 """The most TCP connections the endpoint holds open at once, whatever the descriptor limit."""
 IDLE_TIMEOUT_S = 30.0
 """Seconds a connection may wait for its next (or first) request before the server closes it."""
+PER_ROLLOUT_BUSY = 128
+"""Connections one rollout may have requests in progress on at once (twice the endpoint's in-flight cap)."""
 ACCEPTS_PER_WAKE = 64
 RESOURCE_PAUSE_S = 0.1
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -80,17 +88,29 @@ class ConnectionGate:
         self._socket: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._serving: Counter[Any] = Counter()  # transport -> requests being answered on it
+        self._busy_of: Counter[str] = Counter()  # rollout -> requests of it being answered
+        self.per_rollout = PER_ROLLOUT_BUSY
+
+    def admits(self, rollout: str | None) -> bool:
+        """Whether `rollout` (None: a request no rollout is known for) may have one more busy connection."""
+        return rollout is None or self._busy_of[rollout] < self.per_rollout
 
     @contextlib.contextmanager
-    def serving(self, transport: Any) -> Iterator[None]:
-        """Mark `transport`'s connection busy while a request on it is answered (an idle one may be evicted)."""
+    def serving(self, transport: Any, rollout: str | None = None) -> Iterator[None]:
+        """Mark `transport`'s connection busy while a request on it (of `rollout`) is answered (an idle one may be evicted)."""
         self._serving[transport] += 1
+        if rollout is not None:
+            self._busy_of[rollout] += 1
         try:
             yield
         finally:
             self._serving[transport] -= 1
             if not self._serving[transport]:
                 del self._serving[transport]
+            if rollout is not None:
+                self._busy_of[rollout] -= 1
+                if not self._busy_of[rollout]:
+                    del self._busy_of[rollout]
 
     def _is_idle(self, handler: Any) -> bool:
         """An open connection with no request being answered (a parked keep-alive, or a head still arriving);
@@ -188,4 +208,11 @@ class ConnectionGate:
             self._loop.add_reader(sock.fileno(), self._accept_ready)
 
 
-__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "ConnectionGate", "connection_limit", "raise_descriptor_limit"]
+__all__ = [
+    "IDLE_TIMEOUT_S",
+    "MAX_CONNECTIONS",
+    "PER_ROLLOUT_BUSY",
+    "ConnectionGate",
+    "connection_limit",
+    "raise_descriptor_limit",
+]

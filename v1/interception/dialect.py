@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from v1 import _bounded_json
 from v1._entropy import token_hex
 from v1.types import Messages, Response, ResponseDelta, Tool
 
@@ -302,7 +303,7 @@ def image_part(url: str) -> dict[str, Any]:
 def arguments_object(arguments: str) -> Any:
     """A tool call's JSON arguments as an object (Anthropic's `input`), `{}` for an empty string."""
     try:
-        value = json.loads(arguments or "{}")
+        value = _bounded_json.loads(arguments or "{}", "tool call arguments")
     except ValueError:
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"_value": value}

@@ -19,6 +19,10 @@ class BodyTooLarge(Exception):
     """The request body is over the endpoint's limit."""
 
 
+class BodyTimedOut(Exception):
+    """The request body did not arrive in time."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A whole answer: status, JSON text, extra headers (the content type is always JSON)."""
@@ -66,4 +70,4 @@ class Exchange(Protocol):
 
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 
-__all__ = ["JSON_CONTENT_TYPE", "Answer", "BodyTooLarge", "Exchange"]
+__all__ = ["JSON_CONTENT_TYPE", "Answer", "BodyTimedOut", "BodyTooLarge", "Exchange"]

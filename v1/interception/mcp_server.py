@@ -6,8 +6,16 @@ rollout's key as a bearer token, like its model routes: `initialize`, `ping`,
 (run by the rollout's toolbox, as the base loop would). Requests are answered with
 `application/json`; notifications get 202. The server opens no event stream of its
 own (`GET` is 405, as the transport allows) and keeps no session state, so an
-agent can reconnect at will. Tool calls made this way are the rollout's tool
-calls; they reach the trajectory through the agent's next model request.
+agent can reconnect at will.
+
+Tool calls made this way are the model's tool calls, and no more: a `tools/call`
+runs only while the rollout's program runs and while the model's recorded answers
+asked for more tool calls than were made here (so none before the first answer,
+and none past the turn budget beyond what the last answer asked for). Each one
+that runs is recorded on the trajectory step whose answer allowed it
+(``extras["mcp_tool_calls"]``: name, arguments, content, isError). A batch holds
+at most `MAX_BATCH` messages, each counted by the endpoint against the rollout's
+in-flight cap like a model call.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ ROUTE = "/mcp"
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
 """MCP protocol versions this server speaks, newest first."""
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+MAX_BATCH = 16
+"""The most JSON-RPC messages one request may batch."""
 
 
 def _error(message_id: Any, code: int, message: str) -> dict[str, Any]:
@@ -55,6 +65,11 @@ def _content(value: Any) -> list[dict[str, Any]]:
 def parse_error(message: str) -> dict[str, Any]:
     """The JSON-RPC answer to a body that is not JSON."""
     return _error(None, PARSE_ERROR, message)
+
+
+def invalid_request(message: str) -> dict[str, Any]:
+    """The JSON-RPC answer to a request refused as a whole (a batch too large, too many calls in flight)."""
+    return _error(None, INVALID_REQUEST, message)
 
 
 def list_tools(session: RolloutSession) -> list[dict[str, Any]]:
@@ -99,14 +114,38 @@ async def _call(session: RolloutSession, message_id: Any, params: Mapping[str, A
     toolbox = session.state.runtime.toolbox
     if name not in visible or toolbox is None:
         text = f"unknown tool {name!r}; available tools: {', '.join(sorted(visible)) or 'none'}"
-        return _result(message_id, {"content": [{"type": "text", "text": text}], "isError": True})
+        return _refused(message_id, text)
+    refusal = _refusal(session)
+    if refusal is not None:
+        return _refused(message_id, refusal)
+    step = session.state["trajectory"][-1]
+    made = step["extras"].setdefault("mcp_tool_calls", [])
+    made.append({"name": name, "arguments": dict(arguments), "content": None, "isError": None})
     try:
         value = await toolbox.call(name, dict(arguments))
     except RolloutStopped as stopped:
         session.state.stop(stopped.condition)
-        text = f"the rollout stopped: {stopped.condition}"
-        return _result(message_id, {"content": [{"type": "text", "text": text}], "isError": True})
-    return _result(message_id, {"content": _content(value), "isError": False})
+        result = {"content": [{"type": "text", "text": f"the rollout stopped: {stopped.condition}"}], "isError": True}
+    else:
+        result = {"content": _content(value), "isError": False}
+    made[-1].update(result)
+    return _result(message_id, result)
 
 
-__all__ = ["PARSE_ERROR", "PROTOCOL_VERSIONS", "ROUTE", "answer", "list_tools", "parse_error"]
+def _refused(message_id: Any, text: str) -> dict[str, Any]:
+    return _result(message_id, {"content": [{"type": "text", "text": text}], "isError": True})
+
+
+def _refusal(session: RolloutSession) -> str | None:
+    """Why the rollout may not run a tool call now (see the module docs), or None."""
+    state = session.state
+    if session.closed or not session.recording or state["is_completed"]:
+        return f"the rollout stopped: {state['stop_condition'] or 'program_finished'}; no more tool calls"
+    asked = sum(len(step["completion"][-1].get("tool_calls") or ()) for step in state["trajectory"] if step["completion"])
+    made = sum(len(step["extras"].get("mcp_tool_calls", ())) for step in state["trajectory"])
+    if made >= asked:
+        return f"refused: the model asked for {asked} tool call(s) so far and {made} were made; ask the model first"
+    return None
+
+
+__all__ = ["MAX_BATCH", "PARSE_ERROR", "PROTOCOL_VERSIONS", "ROUTE", "answer", "invalid_request", "list_tools", "parse_error"]

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from v1 import _bounded_json
 from v1.interception.dialect import BadRequest
 from v1.types import Tool
 
@@ -135,7 +136,7 @@ def custom_arguments(text: Any) -> str:
 def custom_input(arguments: str) -> str:
     """The free-text input back from the upstream function's JSON arguments (the raw text if they are not JSON)."""
     try:
-        value = json.loads(arguments or "{}")
+        value = _bounded_json.loads(arguments or "{}", "custom tool input")
     except ValueError:
         return arguments
     if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):

@@ -23,15 +23,21 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from v1 import _bounded_json
 from v1._loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.clients.http import http_library
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import mcp_server
-from v1.interception.connection_gate import IDLE_TIMEOUT_S, ConnectionGate, connection_limit, raise_descriptor_limit
+from v1.interception.connection_gate import (
+    IDLE_TIMEOUT_S,
+    ConnectionGate,
+    connection_limit,
+    raise_descriptor_limit,
+)
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
-from v1.interception.exchange import Answer, BodyTooLarge, Exchange
+from v1.interception.exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
 from v1.interception.in_process import InProcessTransport, register, unregister
 from v1.interception.relay import StreamRelay
 from v1.interception.routes import Route, RouteTable
@@ -58,6 +64,8 @@ KEEPALIVE_S = 10.0
 """Seconds of upstream silence after which a streaming answer gets a keepalive event."""
 UNAUTHORIZED = "invalid or missing API key for this rollout"
 MAX_CALLS_IN_FLIGHT = 64
+BODY_READ_TIMEOUT_S = 30.0
+"""Seconds a request body may take to arrive once its head has; a slower one gets 408 and its connection is closed."""
 """Model calls one rollout may have in flight at once; more get a 429 in the dialect's shape."""
 # JSON escapes of UTF-16 surrogates, or surrogates encoded as UTF-8: only then can a body hold a lone surrogate.
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
@@ -154,10 +162,6 @@ def _failure_response(failure: Failure, dialect: Dialect) -> Answer:
     )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
     getall = getattr(headers, "getall", None)
     if getall is not None:
@@ -168,11 +172,12 @@ def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
 class _AiohttpExchange:
     """A request carried by aiohttp; implements `Exchange`."""
 
-    __slots__ = ("request", "response")
+    __slots__ = ("close_after", "request", "response")
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
+        self.close_after = False  # the connection is closed once answered (its body was never read to the end)
 
     @property
     def method(self) -> str:
@@ -194,9 +199,13 @@ class _AiohttpExchange:
         from aiohttp import web
 
         try:
-            return await self.request.read()
+            async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+                return await self.request.read()
         except web.HTTPRequestEntityTooLarge as exc:
             raise BodyTooLarge from exc
+        except TimeoutError as exc:
+            self.close_after = True
+            raise BodyTimedOut from exc
 
     async def open_stream(self, headers: Mapping[str, str]) -> None:
         from aiohttp import web
@@ -228,7 +237,10 @@ def _over_aiohttp(
         exchange = _AiohttpExchange(request)
         answer = await handle(exchange)
         if answer is not None:
-            return _web_response(answer)
+            response = _web_response(answer)
+            if exchange.close_after:
+                response.force_close()
+            return response
         assert exchange.response is not None, "an exchange handler answers or streams"
         return exchange.response
 
@@ -299,7 +311,21 @@ class EndpointServer:
         async def gated(request: web.Request) -> web.StreamResponse:
             if self._gate is None:
                 return await handler(request)
-            with self._gate.serving(request.transport):
+            rollout = self._authorized_rollout(request.path, request.headers)
+            if not self._gate.admits(rollout):
+                message = f"this rollout has {self._gate.per_rollout} requests in progress already; retry later"
+                refusal = error_response(
+                    429,
+                    message,
+                    type_="rate_limit_error",
+                    code="too_many_connections",
+                    dialect=dialect_for_path(request.path),
+                    headers={"Retry-After": "1"},
+                )
+                refused = _web_response(refusal)
+                refused.force_close()  # its body is never read
+                return refused
+            with self._gate.serving(request.transport, rollout):
                 response = await handler(request)
                 if not response.prepared:
                     await response.prepare(request)
@@ -349,9 +375,15 @@ class EndpointServer:
         """Route and answer one request, carried over HTTP or in process, by `routes`; None once streamed."""
         return await self.routes.dispatch(exchange)
 
-    def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
-        session = self.sessions.get(rollout)
-        headers = exchange.headers
+    def _authorized_rollout(self, path: str, headers: Mapping[str, str]) -> str | None:
+        """The rollout a request is for when it presents that rollout's key; else None."""
+        found = self.routes.find(path)
+        if found is None:
+            return None
+        rollout = found[1]
+        return rollout if self._key_matches(self.sessions.get(rollout), rollout, headers) else None
+
+    def _key_matches(self, session: RolloutSession | None, rollout: str, headers: Mapping[str, str]) -> bool:
         presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
         authorization = headers.get("Authorization", "")
         if presented is None and authorization[:7].lower() == "bearer ":
@@ -359,13 +391,22 @@ class EndpointServer:
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
         pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
-        if session is None or not presented or not matches or any(value != rollout for value in pinned):
+        return session is not None and bool(presented) and matches and all(value == rollout for value in pinned)
+
+    def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
+        session = self.sessions.get(rollout)
+        matches = self._key_matches(session, rollout, exchange.headers)  # the same work whether the rollout exists or not
+        if session is None or not matches:
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 
     async def _read_json(self, exchange: Exchange, dialect: Dialect) -> tuple[Any, bytes] | Answer:
         try:
             raw = await exchange.read()
+        except BodyTimedOut:
+            return error_response(
+                408, f"the request body did not arrive within {BODY_READ_TIMEOUT_S:g} s", code="body_timeout", dialect=dialect
+            )
         except BodyTooLarge:
             return error_response(
                 413,
@@ -378,15 +419,13 @@ class EndpointServer:
                 400, f"the request body could not be read: {type(exc).__name__}", code="invalid_body", dialect=dialect
             )
         try:
-            body = json.loads(raw, parse_constant=_reject_constant)
+            body = _bounded_json.loads(raw, "request body")
             if _SURROGATE.search(raw):
                 json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except RecursionError:
-            return error_response(400, "request body is nested too deeply", code="invalid_json", dialect=dialect)
         except UnicodeError:
             return error_response(400, "request body holds a lone UTF-16 surrogate", code="invalid_json", dialect=dialect)
         except ValueError as exc:
-            return error_response(400, f"request body is not valid JSON: {exc}", code="invalid_json", dialect=dialect)
+            return error_response(400, str(exc), code="invalid_json", dialect=dialect)
         return body, raw
 
     async def _admit(self, rollout: str, exchange: Exchange, dialect: Dialect) -> tuple[RolloutSession, Any, bytes] | Answer:
@@ -556,11 +595,23 @@ class EndpointServer:
                 return Answer(admitted.status, _dumps(mcp_server.parse_error(admitted.text or "unreadable body")))
             return admitted
         session, body, _ = admitted
-        if isinstance(body, list):
-            answers = [answer for message in body if (answer := await mcp_server.answer(session, message)) is not None]
-            return Answer(200, _dumps(answers)) if answers else Answer(202, "")
-        answer = await mcp_server.answer(session, body)
-        return Answer(200, _dumps(answer)) if answer is not None else Answer(202, "")
+        messages = body if isinstance(body, list) else [body]
+        if len(messages) > mcp_server.MAX_BATCH:
+            refusal = mcp_server.invalid_request(f"a batch holds at most {mcp_server.MAX_BATCH} messages, got {len(messages)}")
+            return Answer(400, _dumps(refusal))
+        if session.calls_in_flight + len(messages) > MAX_CALLS_IN_FLIGHT:
+            refusal = mcp_server.invalid_request(
+                f"this rollout has {session.calls_in_flight} calls in flight already; retry later"
+            )
+            return Answer(429, _dumps(refusal), {"Retry-After": "1"})
+        session.calls_in_flight += len(messages)  # a batch counts as many calls as it holds
+        try:
+            answers = [answer for message in messages if (answer := await mcp_server.answer(session, message)) is not None]
+        finally:
+            session.calls_in_flight -= len(messages)
+        if not answers:
+            return Answer(202, "")
+        return Answer(200, _dumps(answers if isinstance(body, list) else answers[0]))
 
     async def _unknown_route(self, exchange: Exchange) -> Answer:
         return error_response(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from v1 import _bounded_json
 from v1.config import ArtifactConfig
 from v1.errors import ProgramError, SandboxError
 
@@ -51,9 +51,9 @@ async def collect_artifacts(state: State, specs: Iterable[ArtifactConfig], read:
         text = data.decode("utf-8", "replace")
         if spec.format == "json":
             try:
-                artifacts[spec.key] = json.loads(text)
+                artifacts[spec.key] = _bounded_json.loads(text, f"artifact {spec.path!r}")
             except ValueError as exc:
-                problems.append(f"artifact {spec.path!r} is not valid JSON: {exc}")
+                problems.append(str(exc))
         else:
             artifacts[spec.key] = text
     if artifacts:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from v1 import _bounded_json
 from v1.results import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
 
 TRAIN_METRICS_FILE = "metrics.jsonl"
@@ -33,6 +34,7 @@ MAX_DEPTH = 4
 SNIPPET_CHARS = 160
 CHUNK_BYTES = 1 << 20
 TIMED_SPANS = ("setup", "generation", "scoring", "model", "env")
+DEFAULT_PASS_THRESHOLD = 0.5
 
 
 class RunFolderError(Exception):
@@ -106,12 +108,21 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise RunFolderError(f"{path.name}: cannot be read ({exc})") from None
     try:
-        data = json.loads(text)
+        data = _bounded_json.loads(text, path.name)
     except ValueError as exc:
-        raise RunFolderError(f"{path.name}: not valid JSON ({exc}); it may be half-written or damaged") from None
+        raise RunFolderError(f"{exc}; it may be half-written or damaged") from None
     if not isinstance(data, dict):
         raise RunFolderError(f"{path.name}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def without_bad_pass_threshold(metadata: dict[str, Any]) -> str | None:
+    """Drop a `pass_threshold` that is not a finite number from `metadata`; the one line that says so, if it was."""
+    value = metadata.get("pass_threshold", DEFAULT_PASS_THRESHOLD)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return None
+    del metadata["pass_threshold"]
+    return f"{METADATA_FILE}: pass_threshold is not a number ({str(value)[:40]!r}); {DEFAULT_PASS_THRESHOLD} is used"
 
 
 def read_train_metrics(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -124,7 +135,7 @@ def read_train_metrics(path: Path) -> tuple[list[dict[str, Any]], int]:
                 if not line.endswith("\n"):
                     continue
                 try:
-                    step = json.loads(line)
+                    step = _bounded_json.loads(line)
                 except ValueError:
                     bad += 1
                     continue
@@ -364,7 +375,7 @@ class RolloutIndex:
         if not line.strip():
             return
         try:
-            output = json.loads(line)
+            output = _bounded_json.loads(line)
         except ValueError:
             output = None
         if not isinstance(output, dict):
@@ -387,7 +398,7 @@ class RolloutIndex:
             results.seek(offsets[position])
             line = results.readline()
         try:
-            output = json.loads(line)
+            output = _bounded_json.loads(line)
         except ValueError:
             raise RunFolderError(f"{RESULTS_FILE}: line changed while being read; reload the page") from None
         if not isinstance(output, dict):

@@ -29,6 +29,7 @@ from v1.view.runs import (
     open_run_file,
     read_json_object,
     read_train_metrics,
+    without_bad_pass_threshold,
 )
 
 logger = logging.getLogger(__name__)
@@ -65,9 +66,10 @@ class Run:
 
     def metadata(self) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            return read_json_object(self.path / "metadata.json"), None
+            metadata = read_json_object(self.path / "metadata.json")
         except RunFolderError as exc:
             return None, str(exc)
+        return metadata, without_bad_pass_threshold(metadata) if metadata is not None else None
 
     def has_results(self) -> bool:
         return (self.path / "results.jsonl").is_file() or (self.path / "metadata.json").is_file()

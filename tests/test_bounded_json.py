@@ -1,0 +1,46 @@
+"""`v1._bounded_json`: the one reader of outside JSON refuses what would widen (deep, huge, non-finite) in one clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+import v1
+from v1 import _bounded_json
+from v1._bounded_json import MAX_DEPTH, UnsafeJSONError
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_depth_up_to_the_limit_parses_and_one_more_is_refused_in_one_line() -> None:
+    assert _bounded_json.loads(nested(MAX_DEPTH)) is not None
+    with pytest.raises(UnsafeJSONError, match=rf"^results.jsonl line 3: nested more than {MAX_DEPTH} levels deep$"):
+        _bounded_json.loads(nested(MAX_DEPTH + 1), "results.jsonl line 3")
+    with pytest.raises(UnsafeJSONError, match="nested more than"):  # past the interpreter's own stack: no RecursionError
+        _bounded_json.loads(nested(200_000).encode())
+
+
+@pytest.mark.parametrize("text", ["1e999", "-1e999", "NaN", "Infinity", '{"t": -Infinity}'])
+def test_numbers_must_be_finite(text: str) -> None:
+    with pytest.raises(UnsafeJSONError, match="finite numbers only"):
+        _bounded_json.loads(text, "the body")
+
+
+def test_size_limit_and_error_kinds() -> None:
+    with pytest.raises(UnsafeJSONError, match=r"^x: larger than 4 bytes$"):
+        _bounded_json.loads('"hello"', "x", max_bytes=4)
+    with pytest.raises(UnsafeJSONError, match=r"^x: not valid JSON \(Expecting value"):
+        _bounded_json.loads("not json", "x")
+    assert issubclass(UnsafeJSONError, v1.Error) and issubclass(UnsafeJSONError, ValueError)
+    assert _bounded_json.loads(b'{"a": [1, 2.5, "s", null, true]}') == {"a": [1, 2.5, "s", None, True]}
+
+
+def test_check_depth_bounds_a_value_that_arrived_parsed() -> None:
+    deep: object = {}
+    for _ in range(MAX_DEPTH):
+        deep = {"a": deep}
+    with pytest.raises(UnsafeJSONError, match=r"^the arguments: nested more than"):
+        _bounded_json.check_depth(deep, "the arguments")
+    shallow = {"a": [{"b": 1}]}
+    assert _bounded_json.check_depth(shallow) is shallow

@@ -1,0 +1,100 @@
+"""The one reader of JSON that comes from outside: request bodies, tool-call arguments, saved result files.
+
+`json.loads` alone accepts ``NaN``, ``Infinity`` and ``1e999`` (which becomes ``inf``),
+and nests as deep as the interpreter's stack allows: a value nested 900 deep parses, then
+overflows the stack of whatever walks it next; one nested 200,000 deep raises
+`RecursionError`, which nothing expects. `loads` refuses all of these with one
+`UnsafeJSONError` (a `ValueError` too, so existing ``except ValueError`` still holds):
+at most `MAX_DEPTH` nested arrays and objects, finite numbers only, and, when asked,
+at most ``max_bytes`` of text. `check_depth` applies the same depth limit to a value
+that arrived already parsed (an SDK's dict, an MCP argument object).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from v1.errors import Error
+
+MAX_DEPTH = 128
+"""Nested arrays and objects an outside JSON value may hold (the outermost counts as 1)."""
+_CONTAINERS = (dict, list)
+
+
+class UnsafeJSONError(Error, ValueError):
+    """Outside JSON that is not valid, or nested deeper, larger or with numbers wider than the limits allow."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UnsafeJSONError(f"the number {text[:40]} is out of range (finite numbers only)")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise UnsafeJSONError(f"{name} is not valid JSON (finite numbers only)")
+
+
+def _nests_deeper(value: Any, max_depth: int) -> bool:
+    """Whether `value` nests more than `max_depth` arrays and objects, walked level by level (no recursion)."""
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    for _ in range(max_depth):
+        below: list[Any] = []
+        for node in level:
+            below.extend([item for item in (node.values() if isinstance(node, dict) else node) if isinstance(item, _CONTAINERS)])
+        if not below:
+            return False
+        level = below
+    return bool(level)
+
+
+def check_depth(value: Any, what: str = "the JSON value", max_depth: int = MAX_DEPTH) -> Any:
+    """`value` itself, when it nests at most `max_depth` arrays and objects.
+
+    Raises:
+        UnsafeJSONError: it nests deeper (named by `what`).
+    """
+    if _nests_deeper(value, max_depth):
+        raise UnsafeJSONError(f"{what}: nested more than {max_depth} levels deep")
+    return value
+
+
+def _openings(text: str | bytes | bytearray) -> int:
+    if isinstance(text, str):
+        return text.count("[") + text.count("{")
+    return text.count(b"[") + text.count(b"{")
+
+
+def loads(
+    text: str | bytes | bytearray, what: str = "the JSON value", *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None
+) -> Any:
+    """`text` parsed as JSON within the limits (see the module docs).
+
+    Args:
+        text: the JSON document (UTF-8 when bytes).
+        what: names the value in the error (``"the request body"``, ``"results.jsonl line 3"``).
+        max_depth: the most nested arrays and objects.
+        max_bytes: the longest document accepted; None for no size limit.
+
+    Raises:
+        UnsafeJSONError: not JSON, too deep, too large, or a number that is not finite.
+    """
+    if max_bytes is not None and len(text) > max_bytes:
+        raise UnsafeJSONError(f"{what}: larger than {max_bytes} bytes")
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except UnsafeJSONError as exc:
+        raise UnsafeJSONError(f"{what}: {exc}") from None
+    except RecursionError:
+        raise UnsafeJSONError(f"{what}: nested more than {max_depth} levels deep") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise UnsafeJSONError(f"{what}: not valid JSON ({exc})") from None
+    if _openings(text) > max_depth:  # only then can it nest that deep: most documents skip the walk
+        check_depth(value, what, max_depth)
+    return value
+
+
+__all__ = ["MAX_DEPTH", "UnsafeJSONError", "check_depth", "loads"]
