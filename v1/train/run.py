@@ -356,6 +356,32 @@ def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint
     return load_policy(config.model, str(start / "model"))[0].eval()
 
 
+def make_output_dir(config: TrainConfig) -> Path:
+    """`config.output_dir`, created if missing.
+
+    Raises:
+        ConfigError: one line when it can't be a folder (a file is there, no permission).
+    """
+    output_dir = Path(config.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"output_dir {output_dir}: is a file, not a folder; name a folder (it is created if missing)")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"output_dir {output_dir}: cannot create the folder: {exc.strerror or exc}") from None
+    return output_dir
+
+
+def resume_note(checkpoint: Path, step: int, config: TrainConfig) -> str:
+    """The line `--resume` prints first: which checkpoint, the step it continues from, and what runs again."""
+    note = f"v1 train: resuming from {checkpoint} at step {step} of {config.max_steps}"
+    if step < config.max_steps:
+        note += f"; steps after {step} that ran before are run again"
+    if not config.checkpoint_every:
+        note += " (checkpoint_every = 0 saves only before the first step and after the last: set it to lose fewer steps)"
+    return note
+
+
 @dataclass
 class Prepared:
     """One rank's part of a run; `env`, `served` and `metrics_log` only on rank 0."""
@@ -373,8 +399,7 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     also the environment, the built-in server's copy of the model and the metrics log."""
     group = group or RankGroup.single()
     processing = rollout_processing(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness) if group.is_leader else None
     checkpoint = latest_checkpoint(output_dir) if resume else None
@@ -497,6 +522,8 @@ async def lead(
         call = functools.partial(call_with_torch_threads, threads, group.run, commands, worker)
         return await asyncio.get_running_loop().run_in_executor(trainer_thread, call)
 
+    if checkpoint is not None:
+        print(resume_note(checkpoint, trainer.step, config), file=sys.stderr, flush=True)
     bar = Progress(progress, config.max_steps, trainer.step)
     failed = True
     executor: RayExecutor | None = None
@@ -612,7 +639,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
     if under_torchrun():
         raise ConfigError("v1 sft runs in one process; torchrun is for v1 train")
     started = time.time()
-    output_dir = Path(config.output_dir)
+    output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     model, tokenizer, device = load_policy(config.model)
@@ -649,7 +676,9 @@ __all__ = [
     "finish_outputs",
     "inference_endpoint",
     "lead",
+    "make_output_dir",
     "prepare",
+    "resume_note",
     "run_sft",
     "step_metrics",
     "train",

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -34,6 +36,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from v1.errors import ConfigError, Error
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
@@ -62,6 +65,38 @@ def lr_factor(step: int, optim: OptimConfig, max_steps: int) -> float:
     progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
     decay = 1.0 - progress if optim.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
+
+
+class TrainingDiverged(Error):
+    """A training step's loss or gradient norm is not finite: the run stops before the optimizer steps."""
+
+    exit_status: ClassVar[int] = 3
+    """`v1 train`'s exit status for it (bad input is 2)."""
+
+
+TRAINER_STATE_FIELDS = ("optimizer", "scheduler", "step")
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """``trainer.pt`` as `PolicyTrainer.save` writes it, loaded with ``weights_only=True`` (nothing in it runs).
+
+    Raises:
+        ConfigError: one line naming the file: not loadable as tensors and plain data, or not a trainer state.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"WeightsUnpickler error: ([^.\n]*)", str(exc))  # torch's own reason, without its advice
+        reason = found.group(1) if found else "not loadable as data"
+        raise ConfigError(
+            f"--resume: {path}: refused: it holds more than tensors and plain data ({reason[:200]}); "
+            "a checkpoint is loaded as data only, nothing in it runs"
+        ) from None
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise ConfigError(f"--resume: {path}: not a trainer state this v1 wrote: {str(exc)[:200]}") from None
+    if not isinstance(state, dict) or any(field not in state for field in TRAINER_STATE_FIELDS):
+        raise ConfigError(f"--resume: {path}: not a trainer state this v1 wrote (expected {', '.join(TRAINER_STATE_FIELDS)})")
+    return state
 
 
 def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
@@ -320,6 +355,7 @@ class PolicyTrainer:
             loss.backward()
             del loss, logprobs, entropy, batch
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
+        self._stop_unless_finite(sums["loss"], grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, entropy_sum, clipped, ratio_sum, kl_sum, mismatch, stale, fresh_tokens, tokens, seen = self._global_sum(
@@ -345,6 +381,22 @@ class PolicyTrainer:
                 "fresh_tokens": fresh_tokens,
             }
         return stats
+
+    def _stop_unless_finite(self, loss: float, grad_norm: torch.Tensor | float) -> None:
+        """Raise `TrainingDiverged` before the optimizer steps on a non-finite loss or gradient norm (every rank alike).
+
+        The gradients are dropped, so the weights stay those of the last finite step.
+        """
+        (loss_total,) = self._global_sum(loss)
+        norm = float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm)
+        if math.isfinite(loss_total) and math.isfinite(norm):
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        raise TrainingDiverged(
+            f"step {self.step + 1}: the loss ({loss_total:g}) or gradient norm ({norm:g}) is not finite; stopped before the "
+            "optimizer step (the weights and checkpoints are those of the last finite step): lower optim.lr, or look for "
+            "non-finite rewards or logprobs"
+        )
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every weight, detached on the CPU: what a weight sync sends.
@@ -373,12 +425,18 @@ class PolicyTrainer:
         torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "step": self.step}, folder / "trainer.pt")
 
     def load(self, folder: Path) -> None:
-        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file)."""
-        state = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=False)
+        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file).
+
+        The file is read as tensors and plain data only (``weights_only``): a checkpoint is data, never code.
+
+        Raises:
+            ConfigError: the file holds anything else (a pickled object, a function) or is not a trainer state.
+        """
+        state = read_trainer_state(folder / "trainer.pt")
         options = StateDictOptions(full_state_dict=True) if is_distributed() else None
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
 
 
-__all__ = ["PolicyTrainer", "current_rss_mb", "lr_factor", "shard_with_fsdp2"]
+__all__ = ["PolicyTrainer", "TrainingDiverged", "current_rss_mb", "lr_factor", "read_trainer_state", "shard_with_fsdp2"]
