@@ -114,6 +114,24 @@ def test_a_pickled_object_in_trainer_pt_is_refused_and_never_run(tmp_path: Path)
     assert not marker.exists()
 
 
+def test_a_pickled_object_in_the_checkpoints_model_weights_is_one_line_and_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    out = tmp_path / "out"
+    checkpoint = out / "checkpoints" / "step_1"
+    save_tiny_model(TINY, checkpoint / "model")
+    (checkpoint / "model" / "model.safetensors").unlink()  # transformers falls back to pytorch_model.bin
+    torch.save(
+        {"model.embed_tokens.weight": Payload(f"open({str(marker)!r}, 'w').close()")}, checkpoint / "model" / "pytorch_model.bin"
+    )
+    (checkpoint / "run.json").write_text(json.dumps({"step": 1, "cursor": 0, "pending": [], "metrics_lines": 0}))
+
+    result = v1_train(str(write_config(tmp_path)), "--output-dir", str(out), "--resume", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("v1 train")]
+    assert line.startswith(f"v1 train: error: model.path {checkpoint / 'model'}: refused: it holds more than tensors")
+    assert not marker.exists()
+
+
 def test_what_save_writes_loads_as_plain_data(tmp_path: Path) -> None:
     model = tiny_model()
     trainer = PolicyTrainer(model, LossConfig(), OptimConfig(lr=1e-2), max_steps=4)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import pickle
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +41,7 @@ from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
 from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
 from v1.train.losses import LossConfig, policy_loss
+from v1.train.model import unpickling_reason
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
@@ -86,11 +86,8 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"WeightsUnpickler error: ([^.\n]*)", str(exc))  # torch's own reason, without its advice
-        reason = found.group(1) if found else "not loadable as data"
         raise ConfigError(
-            f"--resume: {path}: refused: it holds more than tensors and plain data ({reason[:200]}); "
-            "a checkpoint is loaded as data only, nothing in it runs"
+            f"--resume: {path}: refused: {unpickling_reason(exc)[:300]}; a checkpoint is loaded as data only, nothing in it runs"
         ) from None
     except (OSError, RuntimeError, EOFError) as exc:
         raise ConfigError(f"--resume: {path}: not a trainer state this v1 wrote: {str(exc)[:200]}") from None
