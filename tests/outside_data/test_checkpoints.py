@@ -141,6 +141,26 @@ def test_what_save_writes_loads_as_plain_data(tmp_path: Path) -> None:
     assert set(state) == {"optimizer", "scheduler", "step"} and state["step"] == 1
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"pending": "x"}, "field 'pending': expected a list of non-negative integers (got 'x')"),
+        ({"cursor": -5}, "field 'cursor': expected a non-negative integer (got -5)"),
+    ],
+    ids=["pending-a-string", "cursor-negative"],
+)
+def test_a_tampered_run_json_is_one_line_not_a_hung_run(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    out = tmp_path / "out"
+    checkpoint = out / "checkpoints" / "step_0"
+    save_tiny_model(TINY, checkpoint / "model")
+    (checkpoint / "run.json").write_text(json.dumps({"step": 0, "cursor": 0, "pending": [], "metrics_lines": 0, **change}))
+    result = v1_train(
+        str(write_config(tmp_path, max_steps=1)), "--output-dir", str(out), "--resume", "--no-progress", cwd=tmp_path, timeout=150
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert error_line(result) == f"v1 train: error: --resume: {checkpoint / 'run.json'}: {message}"
+
+
 # -- T1: values that can't be right, and a step that is not finite ---------------------------------
 
 

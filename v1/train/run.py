@@ -372,6 +372,34 @@ def make_output_dir(config: TrainConfig) -> Path:
     return output_dir
 
 
+RUN_STATE_COUNTS = ("step", "cursor", "metrics_lines", "sft_steps")
+
+
+def read_run_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's ``run.json``, checked: a checkpoint folder is outside data, its positions must be positions.
+
+    Raises:
+        ConfigError: not a JSON object, a count that is not a non-negative integer, or `pending` not a list of them.
+    """
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"--resume: {path}: not readable as JSON: {str(exc)[:200]}") from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"--resume: {path}: expected a JSON object")
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    for name in RUN_STATE_COUNTS:
+        if name in state and not count(state[name]):
+            raise ConfigError(f"--resume: {path}: field {name!r}: expected a non-negative integer (got {state[name]!r:.60})")
+    pending = state.get("pending", [])
+    if not isinstance(pending, list) or not all(count(position) for position in pending):
+        raise ConfigError(f"--resume: {path}: field 'pending': expected a list of non-negative integers (got {pending!r:.60})")
+    return state
+
+
 def resume_note(checkpoint: Path, step: int, config: TrainConfig) -> str:
     """The line `--resume` prints first: which checkpoint, the step it continues from, and what runs again."""
     note = f"v1 train: resuming from {checkpoint} at step {step} of {config.max_steps}"
@@ -405,7 +433,7 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     checkpoint = latest_checkpoint(output_dir) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
-    run_state: dict[str, Any] = json.loads((checkpoint / "run.json").read_text()) if checkpoint else {}
+    run_state = read_run_state(checkpoint / "run.json") if checkpoint else {}
     model, tokenizer, device = load_policy(config.model, str(checkpoint / "model") if checkpoint else None)
     reference = load_reference(config, model, output_dir, checkpoint)
     builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
@@ -678,6 +706,7 @@ __all__ = [
     "lead",
     "make_output_dir",
     "prepare",
+    "read_run_state",
     "resume_note",
     "run_sft",
     "step_metrics",
