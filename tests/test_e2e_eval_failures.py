@@ -220,7 +220,8 @@ def test_resuming_a_run_stopped_for_its_key_redoes_the_refused_rollouts(tmp_path
         assert stopped.returncode == 3, stopped.stderr
         run = only_run(out)
         assert {o["error"]["type"] for o in saved_lines(run)} == {"AuthenticationError"}
-        resumed = v1_cli("eval", "--resume", str(run), "-k", "MY_KEY", cwd=tmp_path, MY_KEY="sk-right")
+        # The same command (a run folder never names the URL or key variable): the variable now holds the right key.
+        resumed = v1_cli(*args, "--resume", str(run), cwd=tmp_path, PRIME_API_KEY="sk-right")
     assert resumed.returncode == 0, resumed.stderr
     final = saved_lines(run)
     assert sorted((o["example_id"], o["rollout_index"]) for o in final) == [(e, i) for e in range(6) for i in range(2)]
@@ -370,7 +371,7 @@ def gated() -> Iterator[tuple[MockModelServer, Gate]]:
         gate.release()
 
 
-def test_sigterm_keeps_results_and_resume_alone_finishes_with_the_saved_settings(
+def test_sigterm_keeps_results_and_resume_finishes_with_the_saved_settings(
     gated: tuple[MockModelServer, Gate], tmp_path: Path
 ) -> None:
     server, gate = gated
@@ -401,7 +402,18 @@ def test_sigterm_keeps_results_and_resume_alone_finishes_with_the_saved_settings
     before = len(server.requests)
     # (V1_EVAL_* variables override the saved settings as they override a config file's.)
     refused = v1_cli(
-        "eval", "--resume", str(run), "-n", "3", "-s", '{"max_tokens": 8}', cwd=tmp_path, V1_EVAL_ROLLOUTS_PER_EXAMPLE="1"
+        "eval",
+        CONFIG,
+        "-b",
+        server.url,
+        "--resume",
+        str(run),
+        "-n",
+        "3",
+        "-s",
+        '{"max_tokens": 8}',
+        cwd=tmp_path,
+        V1_EVAL_ROLLOUTS_PER_EXAMPLE="1",
     )
     assert refused.returncode == 2
     (line,) = error_lines(refused.stderr)
@@ -410,10 +422,10 @@ def test_sigterm_keeps_results_and_resume_alone_finishes_with_the_saved_settings
         assert difference in line
     assert len(server.requests) == before
 
-    # --resume alone, from another directory: the env, model, URL and counts come from metadata.json.
+    # The env and URL again, from another directory: the model, counts and sampling args come from metadata.json.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    resumed = v1_cli("eval", "--resume", str(run), cwd=elsewhere)
+    resumed = v1_cli("eval", CONFIG, "-b", server.url, "--resume", str(run), cwd=elsewhere)
     assert resumed.returncode == 0, resumed.stderr
     final = saved_lines(run)
     assert sorted((o["example_id"], o["rollout_index"]) for o in final) == [(e, i) for e in range(8) for i in range(2)]

@@ -7,7 +7,8 @@ or an endpoint id of the registry (``configs/endpoints.toml``); with no ``-m`` a
 `DEFAULT_MODEL` runs, as with vf-eval. ``-a JSON`` passes keywords to a classic
 ``load_environment``; a ``-x`` key the environment has no setting for is a warning.
 Results stream to ``OUTPUT_DIR/ENV--MODEL--TIME/{results.jsonl,metadata.json}``;
-``--resume PATH`` finishes an interrupted run with the settings saved in it.
+``CONFIG_OR_ENV_ID ... --resume PATH`` finishes an interrupted run: the command names what runs and
+where the key goes (they must equal what the folder saved), the folder supplies the counts.
 Bad input is one line on stderr and exit code 2, before anything is written; the
 exit codes are listed in `ExitCode` (and docs/evaluation.md).
 """
@@ -82,7 +83,9 @@ class ExitCode(enum.IntEnum):
 
 RESUME_MUST_MATCH = ("env_id", "model", "num_examples", "rollouts_per_example", "sampling_args", "independent_scoring")
 SAVED_SETTINGS_FIELD = "eval_settings"
-"""The `metadata.json` field holding what `v1 eval` was given, so that `--resume PATH` alone can run the rest."""
+"""The `metadata.json` field holding what `v1 eval` was given: `--resume PATH` checks the command against it and takes its counts."""
+RESUME_REACH_SETTINGS = ("base_url", "api_key_var", "endpoints", "extra_env_kwargs", "env_args")
+"""Saved settings that choose where a resumed run sends the key or what it sets on the env: `--resume` never takes them from the folder."""
 DEFAULT_MODEL = "openai/gpt-4.1-mini"
 """The model `v1 eval` runs when nothing names one (vf-eval's default): an endpoint id of the registry, else a model
 name at `ClientConfig`'s default URL."""
@@ -166,7 +169,7 @@ def add_parser(commands: Any) -> None:
         "env",
         nargs="?",
         metavar="CONFIG_OR_ENV_ID",
-        help="a TOML config file (configs/x.toml) or an environment module/id (optional with --resume)",
+        help="a TOML config file (configs/x.toml) or an environment module/id (with --resume: the saved run's)",
     )
     s = argparse.SUPPRESS
     parser.add_argument(
@@ -208,7 +211,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--save", action=argparse.BooleanOptionalAction, default=s, help="write results (default --save)")
     parser.add_argument("--output-dir", default=s, help="where run folders go (default outputs/evals)")
     parser.add_argument(
-        "--resume", default=s, metavar="PATH", help="finish the interrupted run in PATH (its settings are saved there)"
+        "--resume",
+        default=s,
+        metavar="PATH",
+        help="finish the interrupted run in PATH (pass its environment, overrides and -b/-k/-e/-x again)",
     )
     parser.add_argument("--save-to-hf-hub", default=s, metavar="NAME", help="push results.jsonl to this HF Hub dataset")
     parser.add_argument(
@@ -264,13 +270,6 @@ def parse_overrides(extra: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
                 raise ConfigError(f"command line: {flag} sets a field inside {parent!r}, which is not a table")
         target[leaf] = parsed
     return sections["taskset"], sections["harness"]
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-    return merged
 
 
 def _json_object_flag(field: str, text: str) -> dict[str, Any]:
@@ -436,12 +435,56 @@ def check_resume(path: Path, saved: Mapping[str, Any], expected: Mapping[str, An
     if differences:
         raise ConfigError(
             f"--resume {path}: the saved run differs in {len(differences)} setting(s): {'; '.join(differences)}; "
-            f"resume with the saved settings (--resume {path} alone uses them)"
+            "resume with the saved settings (leave those flags out and the saved ones are used)"
+        )
+
+
+def _as_saved(field: str, value: Any) -> Any:
+    """`value` as `saved_invocation` records it: an environment or registry file by its absolute path."""
+    if field == "env" and isinstance(value, str):
+        value = environment_config_file(value)
+    if field in ("env", "endpoints") and isinstance(value, str) and Path(value).is_file():
+        return str(Path(value).resolve())
+    return value
+
+
+def refuse_what_the_folder_would_change(
+    path: Path, given: Mapping[str, Any], now: Mapping[str, Any], flags: Mapping[str, Any]
+) -> None:
+    """Resume trusts the user, not the folder: what the saved run would run or contact must be what this command says.
+
+    The environment, the ``--taskset.*``/``--harness.*`` overrides (a program, its command, the
+    sandbox, the client) and the settings in `RESUME_REACH_SETTINGS` come from this command only
+    (its config file, ``V1_EVAL_*`` variables and flags), never from ``metadata.json``; a saved value
+    that differs is refused before anything loads, runs or is sent.
+
+    Raises:
+        ConfigError: every difference, in one line.
+    """
+    target = now["env"]
+    file, table = read_eval_table(environment_config_file(target)) if target is not None else (None, {})
+    settings = load_settings(dict(flags), file, table)
+    mine = {**now, **{field: getattr(settings, field) for field in RESUME_REACH_SETTINGS}}
+    saved = {field: EvalSettings.model_fields[field].default for field in RESUME_REACH_SETTINGS}
+    saved |= {field: value for field, value in given["settings"].items() if field in RESUME_REACH_SETTINGS}
+    saved |= {field: given[field] for field in ("env", "taskset", "harness")}
+    differences = []
+    for field, value in mine.items():
+        if field == "endpoints" and settings.base_url is not None:  # with -b no registry is read
+            continue
+        before, after = _as_saved(field, saved[field]), _as_saved(field, value)
+        if before != after:
+            differences.append(f"{field} (saved {before!r:.120}, now {after!r:.120})")
+    if differences:
+        raise ConfigError(
+            f"--resume {path}: what the run would run or contact differs from this command in {len(differences)} "
+            f"setting(s): {'; '.join(differences)}; a run folder never chooses them: pass the saved run's "
+            "CONFIG_OR_ENV_ID, overrides and -b/-k/-e/-x/-a yourself"
         )
 
 
 def saved_invocation(target: str, taskset: dict[str, Any], harness: dict[str, Any], settings: EvalSettings) -> dict[str, Any]:
-    """What this run was given, with paths made absolute, for `--resume PATH` alone."""
+    """What this run was given, with paths made absolute, for `--resume PATH` to check and continue."""
     values = settings.model_dump(exclude=set(NOT_SAVED))
     if Path(values["endpoints"]).is_file():
         values["endpoints"] = str(Path(values["endpoints"]).resolve())
@@ -574,10 +617,9 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         given = saved.get(SAVED_SETTINGS_FIELD)
         if given is not None:
             given = _check_saved_invocation(given, resumed.metadata_path)
-            target = target or given["env"]
-            taskset_overrides = _merge(given["taskset"], taskset_overrides)
-            harness_overrides = _merge(given["harness"], harness_overrides)
-            saved_settings = given["settings"]
+            now = {"env": target, "taskset": taskset_overrides, "harness": harness_overrides}
+            refuse_what_the_folder_would_change(Path(str(resume_path)), given, now, flags)
+            saved_settings = {key: value for key, value in given["settings"].items() if key not in RESUME_REACH_SETTINGS}
         elif target is None:
             raise ConfigError(
                 f"--resume {resume_path}: the saved run does not record its settings (an older v1 made it); "
@@ -847,6 +889,7 @@ __all__ = [
     "main",
     "parse_overrides",
     "plan_run",
+    "refuse_what_the_folder_would_change",
     "resolve_client",
     "run",
 ]

@@ -111,7 +111,7 @@ def run_train(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except (Error, ImportError) as exc:
         errors.print(f"v1 train: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_BAD_INPUT
+        return int(getattr(exc, "exit_status", EXIT_BAD_INPUT))  # a diverged run (`TrainingDiverged`) is 3
     if result.rank != 0:
         return 0
     before = "-" if result.eval_before is None else f"{result.eval_before:.3f}"
@@ -138,7 +138,7 @@ def run_sft(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except (Error, ImportError) as exc:
         errors.print(f"v1 sft: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_BAD_INPUT
+        return int(getattr(exc, "exit_status", EXIT_BAD_INPUT))
     first, last = result.metrics[0]["loss"], result.metrics[-1]["loss"]
     console.print(
         f"v1 sft: {result.sft_steps} steps in {result.wall_time_s:.0f} s, loss {first:.3f} -> {last:.3f}; "

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from v1.config import ClientConfig, Config
 from v1.train.losses import LossConfig
@@ -54,6 +55,24 @@ class ModelConfig(Config):
     gradient_checkpointing: bool = False
     device: str = "auto"
     lora: LoraSection | None = None
+
+    @field_validator("tiny")
+    @classmethod
+    def _tiny_within_bounds(cls, tiny: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The tiny model's shape is checked with the config, before anything is built."""
+        if tiny is not None:
+            from v1.inference.tiny import TinyModelConfig  # torch and transformers: only once a tiny model is asked for
+
+            try:
+                TinyModelConfig.model_validate(tiny)
+            except ValidationError as exc:
+                problem = exc.errors()[0]
+                field = ".".join(str(part) for part in problem["loc"])
+                message = problem["msg"].removeprefix("Value error, ")
+                raise PydanticCustomError(
+                    "tiny_model", "{message}", {"message": f"{field}: {message}" if field else message}
+                ) from None
+        return tiny
 
 
 class EnvSection(Config):
@@ -151,6 +170,10 @@ class RolloutsConfig(Config):
     seed: int = 0
 
 
+Beta = Annotated[float, Field(ge=0, lt=1)]
+"""An AdamW beta: a running average's decay, in [0, 1)."""
+
+
 class OptimConfig(Config):
     """AdamW, gradient clipping and the learning-rate schedule (warmup, then constant / linear / cosine decay).
 
@@ -160,10 +183,10 @@ class OptimConfig(Config):
             policy that generated them. The schedule counts steps.
     """
 
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float = Field(1.0, gt=0)
+    lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
+    max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=False)
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
@@ -196,7 +219,7 @@ class SFTSection(Config):
     min_reward: float | None = None
     steps: int = Field(50, ge=1)
     batch_size: int = Field(16, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
     warmup: bool = False
 
     def optim(self, rl: OptimConfig) -> OptimConfig:

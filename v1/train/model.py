@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import pickle
+import re
 from typing import Any
 
 import torch
@@ -40,6 +42,12 @@ def autocast_dtype(config: ModelConfig, device: torch.device) -> torch.dtype | N
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
 
 
+def unpickling_reason(error: pickle.UnpicklingError) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in one line (torch's reason, without its advice to load it unsafely)."""
+    found = re.search(r"WeightsUnpickler error: ([^.\n]*)", str(error))
+    return f"it holds more than tensors and plain data ({found.group(1) if found else 'not loadable as data'})"
+
+
 def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any, torch.device]:
     """The model (fp32 master weights, on its device), its tokenizer and the device.
 
@@ -65,6 +73,10 @@ def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any,
             tokenizer = AutoTokenizer.from_pretrained(source)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model.path {source}: cannot load a model and tokenizer: {exc}") from None
+        except pickle.UnpicklingError as exc:  # a pickled .bin holding more than tensors: transformers loads weights_only
+            raise ConfigError(
+                f"model.path {source}: refused: {unpickling_reason(exc)}; weights are loaded as data only"
+            ) from None
     elif config.tiny is not None:
         model, tokenizer = build_tiny_model(config.tiny)
     else:

@@ -389,6 +389,60 @@ def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint
     return load_policy(config.model, str(start / "model"))[0].eval()
 
 
+def make_output_dir(config: TrainConfig) -> Path:
+    """`config.output_dir`, created if missing.
+
+    Raises:
+        ConfigError: one line when it can't be a folder (a file is there, no permission).
+    """
+    output_dir = Path(config.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"output_dir {output_dir}: is a file, not a folder; name a folder (it is created if missing)")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"output_dir {output_dir}: cannot create the folder: {exc.strerror or exc}") from None
+    return output_dir
+
+
+RUN_STATE_COUNTS = ("step", "cursor", "metrics_lines", "sft_steps")
+
+
+def read_run_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's ``run.json``, checked: a checkpoint folder is outside data, its positions must be positions.
+
+    Raises:
+        ConfigError: not a JSON object, a count that is not a non-negative integer, or `pending` not a list of them.
+    """
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"--resume: {path}: not readable as JSON: {str(exc)[:200]}") from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"--resume: {path}: expected a JSON object")
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    for name in RUN_STATE_COUNTS:
+        if name in state and not count(state[name]):
+            raise ConfigError(f"--resume: {path}: field {name!r}: expected a non-negative integer (got {state[name]!r:.60})")
+    pending = state.get("pending", [])
+    if not isinstance(pending, list) or not all(count(position) for position in pending):
+        raise ConfigError(f"--resume: {path}: field 'pending': expected a list of non-negative integers (got {pending!r:.60})")
+    return state
+
+
+def resume_note(checkpoint: Path, step: int, config: TrainConfig) -> str:
+    """The line `--resume` prints first: which checkpoint, the step it continues from, and what runs again."""
+    note = f"v1 train: resuming from {checkpoint} at step {step} of {config.max_steps}"
+    if step < config.max_steps:
+        note += f"; steps after {step} that ran before are run again"
+    if not config.checkpoint_every:
+        note += " (checkpoint_every = 0 saves only before the first step and after the last: set it to lose fewer steps)"
+    return note
+
+
 @dataclass
 class Prepared:
     """One rank's part of a run; `env`, `served` and `metrics_log` only on rank 0."""
@@ -408,14 +462,13 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     also the environment, the built-in server's copy of the model and the metrics log."""
     group = group or RankGroup.single()
     processing = rollout_processing(config)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness) if group.is_leader else None
     checkpoint = latest_checkpoint(output_dir) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
-    run_state: dict[str, Any] = json.loads((checkpoint / "run.json").read_text()) if checkpoint else {}
+    run_state = read_run_state(checkpoint / "run.json") if checkpoint else {}
     model, tokenizer, device = load_policy(config.model, str(checkpoint / "model") if checkpoint else None)
     reference = load_reference(config, model, output_dir, checkpoint)
     builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
@@ -554,6 +607,8 @@ async def lead(
     async def write_model(folder: Path) -> None:
         await on_ranks([SaveModelCommand(folder)] * group.world_size)
 
+    if checkpoint is not None:
+        print(resume_note(checkpoint, trainer.step, config), file=sys.stderr, flush=True)
     bar = Progress(progress, config.max_steps, trainer.step)
     failed = True
     executor: RayExecutor | None = None
@@ -682,7 +737,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
     if under_torchrun():
         raise ConfigError("v1 sft runs in one process; torchrun is for v1 train")
     started = time.time()
-    output_dir = Path(config.output_dir)
+    output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     model, tokenizer, device = load_policy(config.model)
@@ -719,7 +774,10 @@ __all__ = [
     "finish_outputs",
     "inference_endpoint",
     "lead",
+    "make_output_dir",
     "prepare",
+    "read_run_state",
+    "resume_note",
     "run_sft",
     "step_metrics",
     "train",

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -34,12 +35,14 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from v1.errors import ConfigError, Error
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
 from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
 from v1.train.lora import is_lora, merged_state_dict
 from v1.train.losses import LossConfig, policy_loss
+from v1.train.model import unpickling_reason
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
@@ -63,6 +66,35 @@ def lr_factor(step: int, optim: OptimConfig, max_steps: int) -> float:
     progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
     decay = 1.0 - progress if optim.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
+
+
+class TrainingDiverged(Error):
+    """A training step's loss or gradient norm is not finite: the run stops before the optimizer steps."""
+
+    exit_status: ClassVar[int] = 3
+    """`v1 train`'s exit status for it (bad input is 2)."""
+
+
+TRAINER_STATE_FIELDS = ("optimizer", "scheduler", "step")
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """``trainer.pt`` as `PolicyTrainer.save` writes it, loaded with ``weights_only=True`` (nothing in it runs).
+
+    Raises:
+        ConfigError: one line naming the file: not loadable as tensors and plain data, or not a trainer state.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ConfigError(
+            f"--resume: {path}: refused: {unpickling_reason(exc)[:300]}; a checkpoint is loaded as data only, nothing in it runs"
+        ) from None
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise ConfigError(f"--resume: {path}: not a trainer state this v1 wrote: {str(exc)[:200]}") from None
+    if not isinstance(state, dict) or any(field not in state for field in TRAINER_STATE_FIELDS):
+        raise ConfigError(f"--resume: {path}: not a trainer state this v1 wrote (expected {', '.join(TRAINER_STATE_FIELDS)})")
+    return state
 
 
 def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
@@ -337,6 +369,7 @@ class PolicyTrainer:
             loss.backward()
             del loss, logprobs, entropy, batch
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
+        self._stop_unless_finite(sums["loss"], grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         totals = dict(zip([*sums, "seen"], self._global_sum(*sums.values(), float(input_tokens))))
@@ -364,6 +397,22 @@ class PolicyTrainer:
                 "sampler_bounded_fraction": totals["sampler_bounded"] / per_token,
             }
         return stats
+
+    def _stop_unless_finite(self, loss: float, grad_norm: torch.Tensor | float) -> None:
+        """Raise `TrainingDiverged` before the optimizer steps on a non-finite loss or gradient norm (every rank alike).
+
+        The gradients are dropped, so the weights stay those of the last finite step.
+        """
+        (loss_total,) = self._global_sum(loss)
+        norm = float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm)
+        if math.isfinite(loss_total) and math.isfinite(norm):
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        raise TrainingDiverged(
+            f"step {self.step + 1}: the loss ({loss_total:g}) or gradient norm ({norm:g}) is not finite; stopped before the "
+            "optimizer step (the weights and checkpoints are those of the last finite step): lower optim.lr, or look for "
+            "non-finite rewards or logprobs"
+        )
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every weight, detached on the CPU: what a weight sync sends (with LoRA, the adapters merged in).
@@ -394,12 +443,18 @@ class PolicyTrainer:
         torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "step": self.step}, folder / "trainer.pt")
 
     def load(self, folder: Path) -> None:
-        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file)."""
-        state = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=False)
+        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file).
+
+        The file is read as tensors and plain data only (``weights_only``): a checkpoint is data, never code.
+
+        Raises:
+            ConfigError: the file holds anything else (a pickled object, a function) or is not a trainer state.
+        """
+        state = read_trainer_state(folder / "trainer.pt")
         options = StateDictOptions(full_state_dict=True) if is_distributed() else None
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
 
 
-__all__ = ["PolicyTrainer", "current_rss_mb", "lr_factor", "shard_with_fsdp2"]
+__all__ = ["PolicyTrainer", "TrainingDiverged", "current_rss_mb", "lr_factor", "read_trainer_state", "shard_with_fsdp2"]
