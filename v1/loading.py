@@ -387,22 +387,28 @@ def _module_of(loader: Any, config: TasksetConfig) -> str | None:
     return getattr(source, "__module__", None)
 
 
-def load_example_dataset(name: str, split: str = "train") -> Dataset:
+def load_example_dataset(name: str, split: str | None = "train", n: int | None = None, seed: int = 0) -> Dataset:
     """The rows of a bundled taskset (``gsm8k``, ``reverse_text``, ...) as a `datasets.Dataset`.
 
     Args:
         name: an environment id, as for `load_environment`.
-        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows).
+        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows; ``test`` is the same).
+        n: keep only the first `n` rows (after shuffling with `seed`, as verifiers does).
+        seed: the shuffle seed when `n` is given.
 
     Raises:
         ConfigError: unknown environment or split.
     """
+    split = "eval" if split == "test" else split or "train"
     if split not in ("train", "eval"):
-        raise ConfigError(f"load_example_dataset: split must be 'train' or 'eval', got {split!r}")
+        raise ConfigError(f"load_example_dataset: split must be 'train', 'eval' or 'test', got {split!r}")
     from datasets import Dataset  # imported on use: it takes seconds
 
     taskset = load_environment(name).taskset
-    return Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+    dataset = Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+    if n is not None and n >= 0:
+        dataset = dataset.shuffle(seed=seed).select(range(min(n, len(dataset))))
+    return dataset
 
 
 def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
@@ -414,19 +420,23 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
     Args:
         env: a module name or environment id (``name``, ``owner/name``), or a ``.toml`` path.
         **overrides: ``taskset={...}`` and ``harness={...}``: fields that override the environment's;
-            ``env_args={...}``: the keyword arguments of a classic ``load_environment(**kwargs)``.
+            any other keyword (or ``env_args={...}``) goes to a classic ``load_environment(**kwargs)``,
+            as the seed's ``load_environment(env_id, **kwargs)``.
 
     Raises:
         ConfigError: unknown id, bad file, or a field that does not validate.
     """
-    unknown = sorted(set(overrides) - {"taskset", "harness", "env_args"})
-    if unknown:
-        raise ConfigError(
-            f"load_environment: unknown argument {unknown[0]!r}; pass taskset={{...}}, harness={{...}} and/or env_args={{...}}"
-        )
+    env_args = {
+        **(overrides.pop("env_args", None) or {}),
+        **{k: overrides.pop(k) for k in set(overrides) - {"taskset", "harness"}},
+    }
     if str(env).endswith(".toml") or isinstance(env, Path):
+        if env_args:
+            raise ConfigError(
+                f"load_environment: {str(env)!r} is a TOML file: pass taskset={{...}} and harness={{...}}, not {sorted(env_args)}"
+            )
         return load_toml_environment(env, overrides.get("taskset"), overrides.get("harness"))
-    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args"))
+    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=env_args)
 
 
 def load_id_environment(
