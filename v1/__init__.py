@@ -15,6 +15,7 @@ from v1.clients import (
     OpenAICompletionsClient,
     OpenAIResponsesClient,
 )
+from v1.clients.endpoints import Endpoint, Endpoints
 from v1.config import (
     ClientConfig,
     Config,
@@ -81,6 +82,7 @@ from v1.types import (
     IndividualRewardFunc,
     Info,
     Messages,
+    MessageType,
     Response,
     ResponseDelta,
     ResponseMessage,
@@ -100,6 +102,7 @@ from v1.types import (
     TrajectoryStep,
     TrajectoryStepTokens,
     Usage,
+    VersionInfo,
 )
 from v1.user import User
 
@@ -117,8 +120,10 @@ __all__ = [
     "ClientType",
     "Config",
     "ConfigError",
+    "Endpoint",
     "EndpointClientConfig",
     "EndpointError",
+    "Endpoints",
     "Env",
     "EnvConfig",
     "EnvGroup",
@@ -139,11 +144,13 @@ __all__ = [
     "MCPToolConfig",
     "MathRubric",
     "MaybeThinkParser",
+    "MessageType",
     "Messages",
     "MissingKeyError",
     "ModelError",
     "ModelRequestError",
     "MultiTurnEnv",
+    "NeMoRLChatCompletionsClient",
     "NotSupportedError",
     "OpenAIChatCompletionsClient",
     "OpenAIChatCompletionsTokenClient",
@@ -158,6 +165,7 @@ __all__ = [
     "ProgramConfig",
     "ProgramError",
     "PythonEnv",
+    "RendererClient",
     "Response",
     "ResponseDelta",
     "ResponseMessage",
@@ -207,6 +215,7 @@ __all__ = [
     "User",
     "UserConfig",
     "UserMessage",
+    "VersionInfo",
     "XMLParser",
     "__version__",
     "advantage",
@@ -230,3 +239,17 @@ __all__ = [
     "teardown",
     "update",
 ]
+
+_LAZY = {
+    "RendererClient": "v1.clients.renderer",
+    "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Clients whose modules are slow to import load on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'v1' has no attribute {name!r}")

@@ -27,6 +27,9 @@ Messages = Union[str, list[ChatMessage]]
 Info = dict[str, Any]
 SamplingArgs = dict[str, Any]
 
+MessageType = Literal["chat", "completion"]
+"""How a classic environment talks to the model: chat messages, or a text completion."""
+
 ClientType = Literal[
     "openai_completions",
     "openai_chat_completions",
@@ -327,6 +330,7 @@ __all__ = [
     "TrajectoryStepTokens",
     "Usage",
     "VersionInfo",
+    "MessageType",
     "RolloutInput",
     "RolloutScore",
     "RolloutScores",
