@@ -125,8 +125,10 @@ class Toolset(ScopedOwner):
             return
         fn = resolve_callable(entry, where)
         fn_name = getattr(fn, "__name__", None) or ""
-        if self.sandbox is not None and _takes_sandbox(fn) and "sandbox" not in self.bindings.get(fn_name, {}):
+        if self.sandbox is not None and _takes(fn, "sandbox") and "sandbox" not in self.bindings.get(fn_name, {}):
             self.bindings.setdefault(fn_name, {})["sandbox"] = Binding(f"{fn_name}.sandbox", self._rollout_sandbox)
+        if _takes(fn, "state") and "state" not in self.bindings.get(fn_name, {}):
+            self.bindings.setdefault(fn_name, {})["state"] = Binding(f"{fn_name}.state", _rollout_state)
         hidden = self.bindings.get(fn_name, {})
         function = ToolFunction.from_callable(fn, hidden)
         if function.tool.name in self.functions:
@@ -259,11 +261,16 @@ class BoundTool:
         return mcp_result_content(result) if is_mcp else render_tool_result(result)
 
 
-def _takes_sandbox(fn: Callable[..., Any]) -> bool:
+def _takes(fn: Callable[..., Any], argument: str) -> bool:
     try:
-        return "sandbox" in inspect.signature(fn).parameters
+        return argument in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _rollout_state(state: State) -> State:
+    """A tool's own `state` argument: the framework hands it the rollout's live state, never the model."""
+    return state
 
 
 def sandbox_setting(value: Any, where: str) -> SandboxConfig | str | None:

@@ -222,8 +222,9 @@ def test_a_v1_tool_asking_for_state_gets_the_rollout_state(client: vf.ClientConf
         source=[{"prompt": [{"role": "user", "content": "abc"}], "answer": "cba"}], toolsets=[vf.Toolset(tools=[reverse_text])]
     )
     env = vf.Env(taskset, vf.Harness(max_turns=3))
-    output = env.generate_sync(env.get_dataset(), client, "m")["outputs"][0]
-    assert output.get("error") is None and output["tool_saw_state"] is True
+    state = asyncio.run(env.rollout(env.get_dataset()[0], client, "m"))
+    assert state["error"] is None and state["tool_saw_state"] is True
+    assert "state" not in json.dumps(state["tool_defs"])
 
 
 # 11. Hidden checks: RubricGroup with two lambdas; MathRubric parses \boxed{}.
