@@ -17,6 +17,8 @@ import pytest
 import v1
 
 EXPECTED = {
+    "ReasoningGymEnv",
+    "CodeMathEnv",
     "Endpoint",
     "Endpoints",
     "MessageType",

@@ -118,6 +118,7 @@ __all__ = [
     "Client",
     "ClientConfig",
     "ClientType",
+    "CodeMathEnv",
     "Config",
     "ConfigError",
     "Endpoint",
@@ -165,6 +166,7 @@ __all__ = [
     "ProgramConfig",
     "ProgramError",
     "PythonEnv",
+    "ReasoningGymEnv",
     "RendererClient",
     "Response",
     "ResponseDelta",
@@ -241,6 +243,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "CodeMathEnv": "v1.classic.code_math_env",
+    "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
     "RendererClient": "v1.clients.renderer",
     "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
 }

@@ -387,6 +387,10 @@ def _module_of(loader: Any, config: TasksetConfig) -> str | None:
     return getattr(source, "__module__", None)
 
 
+EXAMPLE_DATASET_NAMES = {"math": "competition_math"}
+"""verifiers' example dataset names whose bundled taskset here is named otherwise."""
+
+
 def load_example_dataset(name: str, split: str | None = "train", n: int | None = None, seed: int = 0) -> Dataset:
     """The rows of a bundled taskset (``gsm8k``, ``reverse_text``, ...) as a `datasets.Dataset`.
 
@@ -404,7 +408,7 @@ def load_example_dataset(name: str, split: str | None = "train", n: int | None =
         raise ConfigError(f"load_example_dataset: split must be 'train', 'eval' or 'test', got {split!r}")
     from datasets import Dataset  # imported on use: it takes seconds
 
-    taskset = load_environment(name).taskset
+    taskset = load_environment(EXAMPLE_DATASET_NAMES.get(name, name)).taskset
     dataset = Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
     if n is not None and n >= 0:
         dataset = dataset.shuffle(seed=seed).select(range(min(n, len(dataset))))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -207,9 +208,17 @@ def test_the_published_environments_helpers_import(verifiers: Any) -> None:
         assert hasattr(verifiers, name), name
 
 
-def test_reasoning_gym_env_without_the_extra_is_one_clear_line() -> None:
-    with pytest.raises(vf.Error, match="reasoning-gym"):
+def test_reasoning_gym_env_without_the_extra_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    with pytest.raises(vf.NotSupportedError, match=r"needs reasoning-gym, which is not installed: pip install 'v1\[rg\]'"):
         vf.ReasoningGymEnv(gym="arc_1d")
+
+
+def test_reasoning_gym_env_runs_with_the_extra(client: vf.ClientConfig) -> None:
+    pytest.importorskip("reasoning_gym", reason="the optional [rg] extra")
+    env = vf.ReasoningGymEnv(gym="arc_1d", num_train_examples=2, num_eval_examples=2)
+    outputs = env.evaluate_sync(client, "m", num_examples=2)["outputs"]
+    assert len(outputs) == 2 and all(o.get("error") is None for o in outputs)
 
 
 def test_a_v1_tool_asking_for_state_gets_the_rollout_state(client: vf.ClientConfig) -> None:
