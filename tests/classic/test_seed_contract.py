@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -334,3 +336,37 @@ def test_the_alias_refuses_when_a_real_verifiers_is_importable(tmp_path: Any, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(vf.ConfigError, match="real 'verifiers' package is installed"):
         install_verifiers_alias()
+
+
+def test_v1_eval_compat_verifiers_runs_an_unedited_verifiers_module(mock: MockModelServer, tmp_path: Any) -> None:
+    (tmp_path / "plain_vf_env.py").write_text(
+        "import verifiers as vf\n"
+        "from verifiers.utils.data_utils import BOXED_SYSTEM_PROMPT\n\n\n"
+        "def load_environment(n: int = 2):\n"
+        "    rows = [{'question': w, 'answer': w[::-1]} for w in ['abc', 'hello'][:n]]\n"
+        "    rubric = vf.Rubric([lambda completion, answer: float(completion[-1]['content'] == answer)])\n"
+        "    return vf.SingleTurnEnv(dataset=rows, system_prompt=BOXED_SYSTEM_PROMPT, rubric=rubric)\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "v1.cli.main",
+        "eval",
+        "plain_vf_env",
+        "-b",
+        mock.url,
+        "-m",
+        "m",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--no-save",
+        "-d",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    without = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert without.returncode != 0 and "No module named 'verifiers'" in without.stderr
+    done = subprocess.run([*command, "--compat", "verifiers"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1.000" in done.stdout

@@ -37,6 +37,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from rich.console import Console
 
 from v1 import _loop_scope as loop_scope
+from v1.classic.verifiers_alias import install_verifiers_alias
 from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
@@ -218,6 +219,12 @@ def add_parser(commands: Any) -> None:
         type=int,
         default=s,
         help="most rollouts in flight per actor (default: -c divided among the actors; with --ray)",
+    )
+    parser.add_argument(
+        "--compat",
+        choices=["verifiers"],
+        default=None,
+        help="run an environment written for another framework unchanged: 'verifiers' makes 'import verifiers' resolve to v1",
     )
     parser.set_defaults(run=run, accepts_extra_args=True)
 
@@ -682,6 +689,8 @@ def run(args: argparse.Namespace) -> int:
 
     _show_warnings()
     try:
+        if vars(args).pop("compat", None) == "verifiers":
+            install_verifiers_alias()
         plan = plan_run(args)
     except ServerUnusable as exc:
         say(f"v1 eval: error: {exc}")
