@@ -495,8 +495,10 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         ConfigError: bad input (exit 2).
         ServerUnusable: the model server cannot serve the run (exit 3).
     """
+    if getattr(args, "compat", None) == "verifiers":
+        install_verifiers_alias()
     taskset_overrides, harness_overrides = parse_overrides(getattr(args, "extra", []))
-    flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra", "accepts_extra_args")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra", "accepts_extra_args", "compat")}
     target: str | None = args.env
     resume_path = flags.get("resume") or os.environ.get("V1_EVAL_RESUME")
     resumed = saved = None
@@ -689,8 +691,6 @@ def run(args: argparse.Namespace) -> int:
 
     _show_warnings()
     try:
-        if vars(args).pop("compat", None) == "verifiers":
-            install_verifiers_alias()
         plan = plan_run(args)
     except ServerUnusable as exc:
         say(f"v1 eval: error: {exc}")
