@@ -165,11 +165,11 @@ ERRORS = [
 
 # Public submodules: they appear in vars(v1) once imported. Every other module is named as internal (`_name`).
 SUBMODULES = {
+    "classic",
     "cli",
     "clients",
     "config",
     "env",
-    "env_group",
     "errors",
     "executors",
     "harness",
@@ -177,7 +177,6 @@ SUBMODULES = {
     "interception",
     "judge",
     "lifecycle",
-    "parsers",
     "loading",
     "mcp",
     "programs",
@@ -192,17 +191,8 @@ SUBMODULES = {
     "types",
     "user",
     "view",
-    "multiturn_env",
-    "rubric",
-    "tool_env",
-    "sandbox_env",
-    "sandbox_mixin",
-    "swe_debug_env",
-    "openenv_env",
     "eval_config",
     "logs",
-    "messages",
-    "prime_plugin",
     "registry",
 }
 

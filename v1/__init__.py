@@ -7,6 +7,43 @@ from importlib import metadata as _metadata
 
 from v1._gc_tuning import batch_gc
 from v1._sample_view import print_prompt_completions_sample
+from v1.classic import (
+    PRIME_PLUGIN_API_VERSION,
+    AssistantMessage,
+    EnvGroup,
+    Environment,
+    GroupRewardFunc,
+    IndividualRewardFunc,
+    JudgeRubric,
+    MathRubric,
+    MaybeThinkParser,
+    MultiTurnEnv,
+    OpenEnvEnv,
+    Parser,
+    PrimeCLIPlugin,
+    PythonEnv,
+    RewardFunc,
+    RolloutInput,
+    RolloutScore,
+    RolloutScores,
+    Rubric,
+    RubricGroup,
+    SandboxEnv,
+    SandboxTaskSet,
+    SingleTurnEnv,
+    StatefulToolEnv,
+    SWEDebugEnv,
+    SystemMessage,
+    ThinkParser,
+    ToolEnv,
+    ToolMessage,
+    ToolRubric,
+    UserMessage,
+    XMLParser,
+    extract_boxed_answer,
+    extract_hash_answer,
+    get_plugin,
+)
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
@@ -31,8 +68,7 @@ from v1.config import (
     UserConfig,
     ensure_keys,
 )
-from v1.env import Env, Environment
-from v1.env_group import EnvGroup
+from v1.env import Env
 from v1.errors import (
     ConfigError,
     EndpointError,
@@ -59,27 +95,16 @@ from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardo
 from v1.loading import load_environment, load_example_dataset
 from v1.logs import log_level, quiet_verifiers, setup_logging
 from v1.mcp import MCPTool
-from v1.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from v1.multiturn_env import MultiTurnEnv, SingleTurnEnv
-from v1.openenv_env import OpenEnvEnv
-from v1.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser, extract_boxed_answer, extract_hash_answer
-from v1.prime_plugin import PRIME_PLUGIN_API_VERSION, PrimeCLIPlugin, get_plugin
 from v1.results import EvalSummary, ResultsWriter
-from v1.rubric import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric
-from v1.sandbox_env import PythonEnv, SandboxEnv
 from v1.state import State
-from v1.swe_debug_env import SandboxTaskSet, SWEDebugEnv
 from v1.task import Task
 from v1.taskset import Taskset
-from v1.tool_env import StatefulToolEnv, ToolEnv
 from v1.toolset import Toolset
 from v1.types import (
     ChatMessage,
     ClientType,
     GenerateMetadata,
     GenerateOutputs,
-    GroupRewardFunc,
-    IndividualRewardFunc,
     Info,
     Messages,
     MessageType,
@@ -87,11 +112,7 @@ from v1.types import (
     ResponseDelta,
     ResponseMessage,
     ResponseTokens,
-    RewardFunc,
-    RolloutInput,
     RolloutOutput,
-    RolloutScore,
-    RolloutScores,
     RolloutTiming,
     SamplingArgs,
     TimeSpan,

@@ -8,11 +8,12 @@ the trajectory.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from v1.parsers import Parser, last_assistant_text
+from v1._message_text import last_assistant_text
 from v1.state import State
 from v1.task import Task
+from v1.types import Messages
 
 JUDGE_PROMPT = """Given a question, its ground-truth answer and a response, decide whether the response is correct.
 
@@ -28,6 +29,12 @@ Response:
 Reply with "yes" if the response is correct and "no" if it is not."""
 
 
+class AnswerParser(Protocol):
+    """What picks the response out of a completion (a classic `vf.Parser` is one)."""
+
+    def parse_answer(self, completion: Messages | None) -> str | None: ...
+
+
 def _question(task: Task) -> str:
     for message in reversed(list(task.get("prompt") or [])):
         if message.get("role") == "user":
@@ -38,7 +45,7 @@ def _question(task: Task) -> str:
 def judge_reward(
     prompt: str = JUDGE_PROMPT,
     *,
-    parser: Parser | None = None,
+    parser: AnswerParser | None = None,
     name: str = "judge",
     sampling_args: Mapping[str, Any] | None = None,
 ) -> Callable[..., Awaitable[float]]:
@@ -52,10 +59,9 @@ def judge_reward(
 
     The judge's verdict text is kept in ``state["judge_responses"][name]``.
     """
-    response_parser = parser or Parser()
 
     async def judge(task: Task, state: State, completion: Any, answer: Any) -> float:
-        response = response_parser.parse_answer(completion) or ""
+        response = (parser.parse_answer(completion) if parser is not None else last_assistant_text(completion)) or ""
         content = prompt.format(question=_question(task), answer="" if answer is None else answer, response=response)
         reply = await state.get_client().chat.completions.create(
             model=state.get_model(), messages=[{"role": "user", "content": content}], **dict(sampling_args or {})
@@ -68,4 +74,4 @@ def judge_reward(
     return judge
 
 
-__all__ = ["JUDGE_PROMPT", "judge_reward"]
+__all__ = ["JUDGE_PROMPT", "AnswerParser", "judge_reward"]

@@ -43,7 +43,7 @@ from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
 from v1.clients.endpoints import client_config_for, load_endpoints
 from v1.config import ClientConfig, read_toml
-from v1.env import Environment
+from v1.env import Env
 from v1.errors import ConfigError, Error
 from v1.eval_config import (
     DEFAULT_MAX_CONCURRENT,
@@ -314,7 +314,7 @@ def read_eval_table(target: str) -> tuple[str | None, dict[str, Any]]:
     return target, table
 
 
-def load_env(target: str, taskset: dict[str, Any], harness: dict[str, Any]) -> Environment:
+def load_env(target: str, taskset: dict[str, Any], harness: dict[str, Any]) -> Env:
     """The environment of a config file or a module/id, with the command line's overrides."""
     if _is_config_file(target):
         return load_toml_environment(target, taskset, harness)
@@ -325,13 +325,13 @@ def _named(config: ClientConfig, field: str) -> bool:
     return field in config.model_fields_set
 
 
-def _named_base_url(settings: EvalSettings, env: Environment) -> str | None:
+def _named_base_url(settings: EvalSettings, env: Env) -> str | None:
     """``-b``, else the harness's named client URL; None: the model is an endpoint id of the registry."""
     client = env.harness.config.client
     return settings.base_url or (client.api_base_url if client is not None and _named(client, "api_base_url") else None)
 
 
-def resolve_client(settings: EvalSettings, env: Environment) -> tuple[ClientConfig, str | None]:
+def resolve_client(settings: EvalSettings, env: Env) -> tuple[ClientConfig, str | None]:
     """The client config and model name (None: ask the server): flags and settings over the registry alias over the env's harness."""
     harness_config = env.harness.config
     base = harness_config.client or ClientConfig()
@@ -407,14 +407,14 @@ def saved_invocation(target: str, taskset: dict[str, Any], harness: dict[str, An
 JSON_VALUES = (type(None), bool, int, float, str, list, dict)
 
 
-def _settable_from_json(env: Environment, key: str) -> bool:
+def _settable_from_json(env: Env, key: str) -> bool:
     """A public ``set_<key>`` method, or a public attribute holding a JSON value (not a taskset, a method, ...)."""
     if key.startswith("_"):
         return False
     return callable(getattr(env, f"set_{key}", None)) or isinstance(getattr(env, key, ()), JSON_VALUES)
 
 
-def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> None:
+def apply_extra_env_kwargs(env: Env, extra: Mapping[str, Any]) -> None:
     """``-x JSON``: each key set with `env.set_kwargs`, and recorded in the env's `EnvSource` for Ray actors.
 
     Raises:
@@ -437,7 +437,7 @@ def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> None:
 
 
 def eval_config(
-    settings: EvalSettings, env: Environment, client: ClientConfig, model: str, overrides: Mapping[str, Mapping[str, Any]]
+    settings: EvalSettings, env: Env, client: ClientConfig, model: str, overrides: Mapping[str, Mapping[str, Any]]
 ) -> EvalConfig:
     """The run's `EvalConfig`, from the resolved settings, environment, client and model."""
     return EvalConfig(
@@ -476,7 +476,7 @@ def _check_saved_invocation(given: Any, where: Path) -> dict[str, Any]:
 class EvalPlan:
     """Everything a run needs, resolved and checked before anything runs."""
 
-    env: Environment
+    env: Env
     settings: EvalSettings
     client: ClientConfig
     model: str

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
 from v1.classic.classic_state import State
-from v1.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from v1.classic.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from v1.types import *  # noqa: F403
 
 Handler: TypeAlias = Callable[..., object]

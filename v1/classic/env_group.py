@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from v1.classic.environment import Environment
 from v1.clients.base import Client
-from v1.env import Environment
 from v1.errors import ConfigError
 from v1.harness import Harness
 from v1.state import State

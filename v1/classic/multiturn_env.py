@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from v1._calling import call_user_code
-from v1.env import Environment
+from v1.classic.environment import Environment
 from v1.errors import ConfigError, ProgramError
 from v1.lifecycle import rollout_arguments, stop
 from v1.state import State

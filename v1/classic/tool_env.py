@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from v1._calling import call_user_code
 from v1._tool_function import ToolFunction, invalid_arguments_message, parse_tool_arguments, render_tool_result
+from v1.classic.multiturn_env import MultiTurnEnv
 from v1.errors import ConfigError, RolloutStopped
 from v1.lifecycle import stop
-from v1.multiturn_env import MultiTurnEnv
 from v1.state import State
 from v1.types import Messages
 

@@ -18,17 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from v1._calling import call_user_code
+from v1._message_text import last_assistant_text
 from v1._scoring import score_group, score_rollout
+from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
+from v1.classic.types import RewardFunc
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig
 from v1.errors import ConfigError
 from v1.lifecycle import GROUP_ARGS, SINGLE_ARGS, Handler, Handlers
-from v1.parsers import MaybeThinkParser, Parser, extract_boxed_answer, last_assistant_text
 from v1.state import State
 from v1.task import Task
-
-RewardFunc = Callable[..., Any]
-"""An individual (`-> float`) or group (`-> list[float]`) reward function, sync or async."""
 
 RUBRIC_ARGS = ("parser",)
 
@@ -431,7 +430,6 @@ __all__ = [
     "JudgeFunction",
     "JudgeRubric",
     "MathRubric",
-    "RewardFunc",
     "Rubric",
     "RubricFunction",
     "RubricGroup",
