@@ -9,6 +9,8 @@ model call goes through the interception endpoint. A core `Env` counts as an `En
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 from v1._calling import resize_pool
 from v1.classic.parsers import Parser
 from v1.classic.rubric import HandlerRubric, Rubric, RubricGroup
+from v1.classic.seed_forms import built_once, is_dataset_builder, set_free_attributes
 from v1.env import MESSAGE_TYPES, Env, set_rubric_view
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
@@ -134,6 +137,8 @@ class Environment(Env, metaclass=ABCMeta):
         """
         if dataset is None:
             return None
+        if is_dataset_builder(dataset):
+            return functools.partial(self._built_rows, dataset, field)  # type: ignore[return-value]
         if isinstance(dataset, Mapping) or isinstance(dataset, (str, bytes)):
             raise TaskError(f"{type(self).__name__}: {field} must be rows (a datasets.Dataset or a list of mappings)")
         rows = []
@@ -152,6 +157,32 @@ class Environment(Env, metaclass=ABCMeta):
                 )
             rows.append(row)
         return rows
+
+    def _built_rows(self, builder: Any, field: str) -> list[dict[str, Any]] | None:
+        """The rows of a dataset builder, built on first use and once per process."""
+        return self.classic_rows(built_once(builder), field)
+
+    def set_kwargs(self, **kwargs: Any) -> None:
+        """Set each keyword through its `set_<name>` method when there is one, else as an attribute (the seed's form).
+
+        A name that is a near miss of a known setting (``sytem_prompt``) is kept too, with one warning naming it.
+        """
+        free = {}
+        for name, value in kwargs.items():
+            setter = getattr(self, f"set_{name}", None)
+            if callable(setter):
+                setter(value)
+            else:
+                free[name] = value
+        set_free_attributes(self, free, self._known_settings())
+
+    def _known_settings(self) -> set[str]:
+        names = {n for n in vars(self) if not n.startswith("_")}
+        for klass in type(self).__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None:
+                names |= {p for p in inspect.signature(init).parameters if p not in ("self", "kwargs")}
+        return names
 
     def classic_handlers(self) -> list[Handler]:
         """The environment's decorated methods and its rubric's functions, as the taskset's handlers."""
