@@ -11,6 +11,7 @@ group function, which gets the whole group at once, in the group's order.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import math
@@ -98,6 +99,36 @@ class Rubric:
             self.add_reward_func(func, weight)
         for name, value in kwargs.items():
             self.add_class_object(name, value)
+            setattr(self, name, value)
+
+    def get_reward_func_names(self) -> list[str]:
+        """The function names (seed 004's name for `names`)."""
+        return self.names()
+
+    def get_reward_funcs(self) -> list[RewardFunc]:
+        """The reward functions as given (seed 004)."""
+        return [func.func for func in self.all_funcs()]
+
+    def get_reward_weights(self) -> list[float]:
+        """One weight per function (seed 004)."""
+        return [weight for _, weight in self.weighted_funcs()]
+
+    def all_funcs(self) -> list[RubricFunction]:
+        """The wrapped functions, in scoring order."""
+        return [func for func, _ in self.weighted_funcs()]
+
+    def weighted_funcs(self) -> list[tuple[RubricFunction, float]]:
+        """(function, weight) pairs, in scoring order."""
+        return list(zip(self.funcs, self.weights))
+
+    async def call_reward_func(self, func: RewardFunc, **arguments: Any) -> float:
+        """Call one reward function with the arguments it asks for (seed 004): `prompt`, `completion`, `answer`, `state`, ..."""
+        wrapped = func if isinstance(func, RubricFunction) else RubricFunction(func, self)
+        return float(await wrapped(**arguments))
+
+    async def score_rollouts(self, states: list[State]) -> None:
+        """Score a group of finished rollouts in place (seed 004's name for `score_group`)."""
+        await self.score_group(states)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         """Add a reward function (weight 0: a metric only).
@@ -228,10 +259,11 @@ class RubricGroup(Rubric):
         super().__init__(parser=self.rubrics[0].parser, **kwargs)
         seen: set[str] = set()
         for rubric in self.rubrics:
-            clash = seen & set(rubric.names())
-            if clash:
-                raise ConfigError(f"RubricGroup: function name(s) {sorted(clash)} appear in two rubrics")
-            seen |= set(rubric.names())
+            for func in rubric.all_funcs():
+                name, index = func.__name__, 2
+                while func.__name__ in seen:
+                    func.__name__, index = f"{name}_{index}", index + 1
+                seen.add(func.__name__)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         if not hasattr(self, "rubrics"):
@@ -246,6 +278,9 @@ class RubricGroup(Rubric):
 
     def names(self) -> list[str]:
         return [name for rubric in getattr(self, "rubrics", []) for name in rubric.names()]
+
+    def weighted_funcs(self) -> list[tuple[RubricFunction, float]]:
+        return [pair for rubric in getattr(self, "rubrics", []) for pair in rubric.weighted_funcs()]
 
     def handlers(self) -> list[Handler]:
         return [handler for rubric in self.rubrics for handler in rubric.handlers()]
@@ -313,10 +348,15 @@ class JudgeRubric(Rubric):
         judge_sampling_args: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        older = sorted(set(kwargs) & set(_OLDER_JUDGE_ARGS))
-        if older:
-            renames = ", ".join(f"{name}= is {_OLDER_JUDGE_ARGS[name]}=" for name in older)
-            raise ConfigError(f"JudgeRubric: {renames} (older names, which would become unused class objects)")
+        for older, newer in _OLDER_JUDGE_ARGS.items():
+            if older in kwargs:
+                value = kwargs.pop(older)
+                if newer == "judge_model":
+                    judge_model = judge_model or value
+                elif newer == "judge_prompt":
+                    judge_prompt = value
+                elif newer == "judge_client":
+                    judge_client = judge_client or value
         if judge_client is not None and not judge_model:
             raise ConfigError("JudgeRubric: judge_model is required with a judge_client")
         super().__init__(funcs, weights, parser, **kwargs)
@@ -371,7 +411,8 @@ class MathRubric(Rubric):
     ) -> None:
         if importlib.util.find_spec("math_verify") is None:
             raise ConfigError("MathRubric needs math-verify: pip install 'v1[tasksets]'")
-        super().__init__(funcs, weights, parser or MaybeThinkParser(extract_boxed_answer), **kwargs)
+        strict = functools.partial(extract_boxed_answer, strict=True)
+        super().__init__(funcs, weights, parser or MaybeThinkParser(strict), **kwargs)
         self.add_reward_func(self.correct_answer)
 
     def correct_answer(self, parser: Parser, completion: Any, answer: Any) -> float:
@@ -385,11 +426,8 @@ class MathRubric(Rubric):
         if response.strip() == gold.strip():
             return 1.0
 
-        def wrap(text: str) -> str:
-            return text if "$" in text or "\\(" in text else f"${text}$"
-
-        expected = parse(wrap(gold), parsing_timeout=None)  # type: ignore[arg-type]
-        got = parse(wrap(response), parsing_timeout=None)  # type: ignore[arg-type]
+        expected = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)  # type: ignore[arg-type]
+        got = parse(f"\\boxed{{{response}}}", parsing_timeout=None)  # type: ignore[arg-type]
         return float(bool(expected and got and verify(expected, got, timeout_seconds=None)))
 
 
