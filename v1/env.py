@@ -409,12 +409,15 @@ class Env:
         state = await self.init_state(input, client, model, sampling_args)
         return await self.harness.run(state.task, state)
 
-    async def run_rollout(self, *args: Any, gen_sampling_args: SamplingArgs | None = None, **kwargs: Any) -> State:
+    async def run_rollout(
+        self, *args: Any, gen_sampling_args: SamplingArgs | None = None, gen_sem: Any = None, **kwargs: Any
+    ) -> State:
         """`rollout`, in both call forms that outside callers use.
 
         The seed's `run_rollout(semaphore, input, client, model, sampling_args)` holds the semaphore
         (bounding the rollouts in flight) around the rollout; the older form
-        `run_rollout(input, client, model, gen_sampling_args=...)` (chatan's) runs it directly.
+        `run_rollout(input, client, model, gen_sampling_args=..., gen_sem=...)` (chatan's) holds
+        `gen_sem` when given.
 
         Raises:
             ConfigError: both `sampling_args` and `gen_sampling_args`, or arguments of neither form.
@@ -422,6 +425,7 @@ class Env:
         semaphore = args[0] if args and hasattr(args[0], "__aenter__") else None
         names = ("input", "client", "model", "sampling_args")
         positional = args[1:] if semaphore is not None else args
+        semaphore = semaphore or gen_sem
         if len(positional) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(names[: len(positional)]):
             raise ConfigError(
                 "run_rollout(semaphore, input, client, model, sampling_args) or run_rollout(input, client, model, "

@@ -26,7 +26,7 @@ from v1.lifecycle import Handler, handlers_of
 from v1.state import State
 from v1.task import Task
 from v1.taskset import Taskset
-from v1.types import SamplingArgs
+from v1.types import GenerateOutputs, SamplingArgs
 
 
 class ClassicTaskset(Taskset):
@@ -157,6 +157,17 @@ class Environment(Env, metaclass=ABCMeta):
                 )
             rows.append(row)
         return rows
+
+    async def generate(self, *args: Any, score_rollouts: bool | None = None, **kwargs: Any) -> GenerateOutputs:
+        """`Env.generate`; seed 004's `score_rollouts=` switches scoring for this call only."""
+        if score_rollouts is None:
+            return await super().generate(*args, **kwargs)
+        before = self.harness.score_rollouts
+        self.set_score_rollouts(score_rollouts)
+        try:
+            return await super().generate(*args, **kwargs)
+        finally:
+            self.set_score_rollouts(before)
 
     def _built_rows(self, builder: Any, field: str) -> list[dict[str, Any]] | None:
         """The rows of a dataset builder, built on first use and once per process."""

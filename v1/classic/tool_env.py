@@ -47,6 +47,8 @@ class ToolEnv(MultiTurnEnv):
         stop_errors: Sequence[type[Exception]] | None = None,
         **kwargs: Any,
     ) -> None:
+        if "max_steps" in kwargs:  # seed 004's name for max_turns
+            max_turns = kwargs.pop("max_steps")
         # the seed names the tool list `tools`; it shadows `Environment.tools()` on a ToolEnv
         self.tools: list[Callable[..., Any]] = []  # type: ignore[assignment]
         self.tool_map: dict[str, ToolFunction] = {}
