@@ -192,6 +192,9 @@ class Env:
         pass_threshold: the reward at which a rollout counts as passed for pass@k.
     """
 
+    state_type: type[State] = State
+    """The `State` class each rollout of this env starts from (a layer on top may widen its reads)."""
+
     def __init__(
         self,
         taskset: Taskset,
@@ -306,7 +309,7 @@ class Env:
     async def _run_states(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
-        states = [State.for_task(task) for task in tasks]
+        states = [self.state_type.for_task(task) for task in tasks]
         for state in states:
             handles = upstream(state)
             handles.client = client
@@ -391,7 +394,7 @@ class Env:
     ) -> State:
         """A fresh state for one input, with its client, model and sampling args resolved."""
         task = self.to_task(input)
-        state = State.for_task(task)
+        state = self.state_type.for_task(task)
         handles = upstream(state)
         handles.client = await self._next_client(client)
         handles.sampling_args = dict(self._sampling_args(sampling_args))

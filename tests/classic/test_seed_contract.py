@@ -113,9 +113,25 @@ def test_env_response_reads_answer_and_info_from_state(client: vf.ClientConfig) 
             return state["final_env_response"]
 
     env = Peek(dataset=[{"question": "hello", "answer": "olleh", "info": {"k": 1}}], rubric=vf.Rubric([reversed_exactly]))
-    outputs = env.generate_sync(env.get_dataset(), client, "m")["outputs"]
-    assert outputs[0].get("error") is None
-    assert outputs[0]["seen"] == ["olleh", 1]
+    state = asyncio.run(env.rollout(env.get_dataset()[0], client, "m"))
+    assert state["error"] is None
+    assert state["seen"] == ["olleh", 1]
+
+
+def test_a_rollout_writing_answer_reaches_the_rubric_once(client: vf.ClientConfig) -> None:
+    class Fix(vf.MultiTurnEnv):
+        async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
+            state["answer"] = "olleh"
+            state["final_env_response"] = [{"role": "user", "content": "done"}]
+            return state["final_env_response"]
+
+    def last_reply_reversed(completion: Any, answer: str) -> float:
+        return float(completion[0]["content"] == answer)
+
+    env = Fix(dataset=[{"question": "hello", "answer": "wrong"}], rubric=vf.Rubric([last_reply_reversed]))
+    output = env.generate_sync(env.get_dataset(), client, "m")["outputs"][0]
+    assert output["reward"] == 1.0 and output["answer"] == "wrong"  # the saved row is the task's, held once
+    assert "input" not in output
 
 
 # 4-6. Direct calls outside an eval; init_state's fields; the seed's record types.

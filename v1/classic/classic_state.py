@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+from v1.interception.upstream import upstream
+from v1.state import State as CoreState
+
 
 class State(dict):  # type: ignore[type-arg]
     """A dict that tracks one rollout; keys in `INPUT_FIELDS` forward to the nested ``input``."""
@@ -49,4 +52,45 @@ class State(dict):  # type: ignore[type-arg]
         return dict.__iter__(self)
 
 
-__all__ = ["State"]
+class RolloutState(CoreState):
+    """The core `State` of a classic rollout, with the seed's reads: a guarded, typed record for the core,
+    and for classic code ``state["answer"]``, ``state["info"]``, ``state["input"]``, ``state["model"]``, ...
+
+    `INPUT_FIELDS` read from the task unless the rollout wrote its own value (one copy: the task's, or
+    the written one, which the classic rubric then reads too).
+    """
+
+    INPUT_FIELDS: ClassVar[list[str]] = State.INPUT_FIELDS
+
+    def _seed_field(self, key: Any) -> Any:
+        if key in self.INPUT_FIELDS and key in self.task:
+            return self.task[key]
+        if key == "input":
+            return self.task
+        if key == "model":
+            return self.runtime.model
+        if key == "client":
+            return upstream(self).client
+        if key == "sampling_args":
+            return upstream(self).sampling_args
+        raise KeyError(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self._seed_field(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """`state[key]` (seed fields included), or `default`."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self.get(key, _MISSING) is not _MISSING
+
+
+_MISSING = object()
+
+__all__ = ["RolloutState", "State"]

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from v1._calling import resize_pool
+from v1.classic.classic_state import RolloutState
 from v1.classic.parsers import Parser
 from v1.classic.rubric import HandlerRubric, Rubric, RubricGroup
 from v1.classic.seed_forms import built_once, is_dataset_builder, set_free_attributes
@@ -157,6 +158,8 @@ class Environment(Env, metaclass=ABCMeta):
                 )
             rows.append(row)
         return rows
+
+    state_type = RolloutState
 
     async def generate(self, *args: Any, score_rollouts: bool | None = None, **kwargs: Any) -> GenerateOutputs:
         """`Env.generate`; seed 004's `score_rollouts=` switches scoring for this call only."""

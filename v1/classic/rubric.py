@@ -63,6 +63,10 @@ class RubricFunction:
 
     async def __call__(self, **arguments: Any) -> Any:
         available = {**arguments, "parser": self.rubric.parser, **self.rubric.class_objects}
+        state = arguments.get("state")
+        for field in ("answer", "info"):  # a classic rollout's own write (state["answer"] = ...) wins
+            if isinstance(state, dict) and dict.__contains__(state, field):
+                available[field] = dict.__getitem__(state, field)
         missing = [name for name in self.required if name not in available]
         if missing:
             known = sorted(set(GROUP_ARGS if self.is_group else SINGLE_ARGS) | {"parser"} | set(self.rubric.class_objects))

@@ -7,6 +7,7 @@ from typing import Any, TypeAlias
 
 from v1.classic.classic_state import State
 from v1.classic.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from v1.classic.types import *  # noqa: F403
 from v1.types import *  # noqa: F403
 
 Handler: TypeAlias = Callable[..., object]
