@@ -89,11 +89,6 @@ class Environment(Env, metaclass=ABCMeta):
     ) -> None:
         if type(self) is Environment:
             raise TypeError("vf.Environment is abstract: use SingleTurnEnv, MultiTurnEnv, ToolEnv or Env(taskset, harness)")
-        if type(self).is_completed is not Env.is_completed:
-            raise ConfigError(
-                f"{type(self).__name__} overrides is_completed, which v1 never calls (its stop conditions run before "
-                "each turn): write the condition as a @vf.stop method"
-            )
         if message_type not in MESSAGE_TYPES:
             raise ConfigError(f"{type(self).__name__}: message_type must be one of {MESSAGE_TYPES}, got {message_type!r}")
         self.message_type = message_type
@@ -198,9 +193,20 @@ class Environment(Env, metaclass=ABCMeta):
                 names |= {p for p in inspect.signature(init).parameters if p not in ("self", "kwargs")}
         return names
 
+    async def _is_completed_stop(self, state: State) -> bool:
+        """An overridden `is_completed(state)` (or seed 004's `is_completed(messages, state)`) as a stop condition."""
+        check: Any = self.is_completed
+        if "messages" in inspect.signature(check).parameters:
+            outcome = check(messages=list(state.get("completion") or []), state=state)
+        else:
+            outcome = check(state)
+        return bool(await outcome if inspect.isawaitable(outcome) else outcome)
+
     def classic_handlers(self) -> list[Handler]:
         """The environment's decorated methods and its rubric's functions, as the taskset's handlers."""
-        return handlers_of(self) + self.rubric.handlers()
+        overridden = type(self).is_completed is not Env.is_completed  # seed 004: is_completed as the stop check
+        stop = [Handler.build(self._is_completed_stop, "stop")] if overridden else []
+        return handlers_of(self) + stop + self.rubric.handlers()
 
     def add_rubric(self, rubric: Rubric) -> None:
         """Score with `rubric` too: the current rubric and it become one `RubricGroup`."""
