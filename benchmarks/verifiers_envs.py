@@ -93,6 +93,8 @@ def run_one(environments: Path, name: str, url: str) -> dict[str, Any]:
 
     install_verifiers_alias()
     install_dataset_stand_in()
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(here)]  # benchmarks/agents.py is not 'agents'
     sys.path.insert(0, str(environments / name))
     stage = "load"
     try:

@@ -408,7 +408,9 @@ def load_example_dataset(name: str, split: str | None = "train", n: int | None =
         raise ConfigError(f"load_example_dataset: split must be 'train', 'eval' or 'test', got {split!r}")
     from datasets import Dataset  # imported on use: it takes seconds
 
-    taskset = load_environment(EXAMPLE_DATASET_NAMES.get(name, name)).taskset
+    name = EXAMPLE_DATASET_NAMES.get(name, name)
+    # a bundled taskset first: an environment module of the same name (verifiers' gsm8k) may be the caller
+    taskset = (load_registered_taskset(name) if name in TASKSETS else load_environment(name)).taskset
     dataset = Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
     if n is not None and n >= 0:
         dataset = dataset.shuffle(seed=seed).select(range(min(n, len(dataset))))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 _built: dict[int, tuple[Callable[[], Any], Any]] = {}
-_build_lock = threading.Lock()
+_build_lock = threading.RLock()
 
 
 def is_dataset_builder(dataset: Any) -> bool:
