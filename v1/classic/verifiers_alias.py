@@ -17,7 +17,7 @@ from types import ModuleType
 from v1.errors import ConfigError
 
 ALIAS = "verifiers"
-TARGET = "v1.classic.verifiers"
+TARGET = "v1.classic._verifiers"
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -34,7 +34,7 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class VerifiersAliasFinder(importlib.abc.MetaPathFinder):
-    """Maps ``verifiers[.x.y]`` onto ``v1.classic.verifiers[.x.y]``."""
+    """Maps ``verifiers[.x.y]`` onto ``v1.classic._verifiers[.x.y]``."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
@@ -74,3 +74,6 @@ def uninstall_verifiers_alias() -> None:
         sys.meta_path.remove(finder)
     for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
         del sys.modules[name]
+
+
+__all__ = ["VerifiersAliasFinder", "install_verifiers_alias", "uninstall_verifiers_alias"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import v1
 from v1 import *  # noqa: F403
-from v1.classic.verifiers.types import ConfigData, ConfigMap, GroupHandler, Handler, MutableConfigMap
-from v1.classic.verifiers.types import State as State
-from v1.classic.verifiers.utils.message_utils import get_messages
+from v1.classic._verifiers.types import ConfigData, ConfigMap, GroupHandler, Handler, MutableConfigMap
+from v1.classic._verifiers.types import State as State
+from v1.classic._verifiers.utils.message_utils import get_messages
 
 __all__ = [*v1.__all__, "ConfigData", "ConfigMap", "GroupHandler", "Handler", "MutableConfigMap", "get_messages"]
 

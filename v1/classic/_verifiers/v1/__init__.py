@@ -6,7 +6,7 @@ from typing import Any
 
 import v1
 from v1 import *  # noqa: F403
-from v1.classic.verifiers.types import ConfigData, ConfigMap, GroupHandler, Handler, MutableConfigMap
+from v1.classic._verifiers.types import ConfigData, ConfigMap, GroupHandler, Handler, MutableConfigMap
 
 __all__ = [*v1.__all__, "ConfigData", "ConfigMap", "GroupHandler", "Handler", "MutableConfigMap"]
 

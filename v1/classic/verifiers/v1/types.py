@@ -1,4 +1,0 @@
-"""``verifiers.v1.types``."""
-
-from v1.classic.verifiers.types import *  # noqa: F403
-from v1.classic.verifiers.types import __all__ as __all__
