@@ -389,3 +389,16 @@ def test_v1_eval_compat_verifiers_runs_an_unedited_verifiers_module(mock: MockMo
     done = subprocess.run([*command, "--compat", "verifiers"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1.000" in done.stdout
+
+
+def test_reward_functions_get_the_seeds_message_objects(client: vf.ClientConfig) -> None:
+    def reverse_text(text: str) -> str:
+        """Reverse a text."""
+        return text[::-1]
+
+    def called_reverse(completion: Any) -> float:
+        calls = completion[0].tool_calls if completion[0].role == "assistant" else []
+        return float([call.name for call in calls or []] == ["reverse_text"] and completion[-1]["role"] == "assistant")
+
+    env = vf.ToolEnv(tools=[reverse_text], dataset=rows(), rubric=vf.Rubric([called_reverse]))
+    assert env.generate_sync(env.get_dataset(n=1), client, "m")["outputs"][0]["reward"] == 1.0

@@ -21,6 +21,7 @@ from typing import Any
 from v1._calling import call_user_code
 from v1._message_text import last_assistant_text
 from v1._scoring import score_group, score_rollout
+from v1.classic.messages import typed_messages
 from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
 from v1.classic.types import RewardFunc
 from v1.clients.registry import resolve_client
@@ -64,6 +65,9 @@ class RubricFunction:
     async def __call__(self, **arguments: Any) -> Any:
         available = {**arguments, "parser": self.rubric.parser, **self.rubric.class_objects}
         state = arguments.get("state")
+        for field in ("prompt", "completion"):  # the seed's message objects: completion[-1].role, .tool_calls
+            if field in available:
+                available[field] = typed_messages(available[field])
         for field in ("answer", "info"):  # a classic rollout's own write (state["answer"] = ...) wins
             if isinstance(state, dict) and dict.__contains__(state, field):
                 available[field] = dict.__getitem__(state, field)
