@@ -402,3 +402,19 @@ def test_reward_functions_get_the_seeds_message_objects(client: vf.ClientConfig)
 
     env = vf.ToolEnv(tools=[reverse_text], dataset=rows(), rubric=vf.Rubric([called_reverse]))
     assert env.generate_sync(env.get_dataset(n=1), client, "m")["outputs"][0]["reward"] == 1.0
+
+
+def test_handler_decorators_take_verifiers_stage_and_check_it() -> None:
+    @vf.update(stage="group", priority=10)
+    async def summarize(tasks: Any, states: Any) -> None: ...
+
+    @vf.metric(stage="rollout")
+    async def one(task: Any, state: Any) -> float:
+        return 1.0
+
+    with pytest.raises(
+        vf.ConfigError, match=r"@vf.cleanup\(stage='group'\) on 'per_rollout': its arguments make it a rollout handler"
+    ):
+
+        @vf.cleanup(stage="group")
+        async def per_rollout(task: Any, state: Any) -> None: ...
