@@ -11,7 +11,7 @@ from typing import Any
 import v1
 from v1 import *  # noqa: F403
 from v1.classic._verifiers.types import ConfigData, ConfigMap, GroupHandler, Handler, MutableConfigMap
-from v1.classic._verifiers.types import State as State
+from v1.classic._verifiers.types import State as State  # type: ignore[assignment]  # verifiers.State is the classic one
 from v1.classic._verifiers.utils.message_utils import get_messages
 
 __all__ = [*v1.__all__, "ConfigData", "ConfigMap", "GroupHandler", "Handler", "MutableConfigMap", "get_messages"]
