@@ -25,14 +25,13 @@ from v1._gc_tuning import batch_gc
 from v1._provenance import version_info
 from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
 from v1.clients.base import Client
-from v1.clients.openai_wire import encode_json, status_error
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
 from v1.errors import ConfigError, error_class
 from v1.harness import Harness
-from v1.interception.in_process import post_json
 from v1.interception.upstream import upstream
 from v1.lifecycle import Handler
+from v1.programs.model_call import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.results import EvalSummary, ResultsWriter, RolloutKey
 from v1.state import State
 from v1.task import Task, thaw
@@ -362,21 +361,12 @@ class Env:
         """
         from openai import APIStatusError
 
-        config = state.get_endpoint_config()
-        request: dict[str, Any] = {**(sampling_args or {}), "model": config["model"]}
-        route = "/completions" if isinstance(prompt, str) else "/chat/completions"
-        request["prompt" if isinstance(prompt, str) else "messages"] = prompt
+        request: dict[str, Any] = {**(sampling_args or {}), ("prompt" if isinstance(prompt, str) else "messages"): prompt}
         if tools:
             request["tools"] = tools
         steps = len(state["trajectory"])
         try:
-            answered = await post_json(config["base_url"], config["api_key"], route, encode_json(request))
-            if answered is None:
-                client = state.get_client()
-                create = client.completions.create if isinstance(prompt, str) else client.chat.completions.create
-                await create(**request)
-            elif answered[0] >= 400:
-                raise status_error(answered[0], answered[1], answered[2], config["base_url"] + route)
+            await call_model(state, request, COMPLETIONS_ROUTE if isinstance(prompt, str) else CHAT_ROUTE)
         except APIStatusError:
             if state["is_completed"]:
                 return None

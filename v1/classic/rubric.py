@@ -19,14 +19,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from v1._calling import call_user_code
-from v1._message_text import last_assistant_text
 from v1._scoring import score_group, score_rollout
 from v1.classic.messages import typed_messages
 from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
 from v1.classic.types import RewardFunc
-from v1.clients.registry import resolve_client
-from v1.config import ClientConfig
 from v1.errors import ConfigError
+from v1.judge import ask_judge, judge_question
 from v1.lifecycle import GROUP_ARGS, SINGLE_ARGS, Handler, Handlers
 from v1.state import State
 from v1.task import Task
@@ -314,15 +312,6 @@ Response:
 Respond either "yes" or "no" only."""
 
 
-def _question_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    for message in reversed(list(prompt or [])):
-        if message.get("role") == "user":
-            return last_assistant_text([{"role": "assistant", "content": message.get("content")}]) or ""
-    return ""
-
-
 _OLDER_JUDGE_ARGS = {
     "model": "judge_model",
     "judge_models": "judge_model",
@@ -375,27 +364,12 @@ class JudgeRubric(Rubric):
         self.class_objects["judge"] = self.judge
 
     async def judge(self, prompt: Any, completion: Any, answer: Any, state: State) -> str:
-        """The judge's reply for one rollout (cached on the state by judge prompt)."""
+        """The judge's reply for one rollout, kept in ``state["judge_responses"]["judge"]`` (`v1.judge.ask_judge`)."""
         response = self.parser.parse_answer(completion) or ""
-        content = self.judge_prompt.format(question=_question_text(prompt), answer=answer, response=response)
-        cache = state.setdefault("judge_responses", {})
-        if content not in cache:
-            cache[content] = await self._ask([{"role": "user", "content": content}], state)
-        return str(cache[content])
-
-    async def _ask(self, messages: list[dict[str, Any]], state: State) -> str:
-        client = self.judge_client
-        if client is None:
-            reply = await state.get_client().chat.completions.create(
-                model=self.judge_model or state.get_model(), messages=messages, **self.judge_sampling_args
-            )
-            return reply.choices[0].message.content or ""
-        if hasattr(getattr(getattr(client, "chat", None), "completions", None), "create"):
-            reply = await client.chat.completions.create(model=self.judge_model, messages=messages, **self.judge_sampling_args)
-            return reply.choices[0].message.content or ""
-        resolved = await resolve_client(client if not isinstance(client, Mapping) else ClientConfig(**client))
-        answer = await resolved.get_response(messages, str(self.judge_model), dict(self.judge_sampling_args))
-        return str(answer.message.content or "")
+        content = self.judge_prompt.format(question=judge_question(prompt), answer=answer, response=response)
+        return await ask_judge(
+            state, content, client=self.judge_client, model=self.judge_model, sampling_args=self.judge_sampling_args
+        )
 
 
 class MathRubric(Rubric):
