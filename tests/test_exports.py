@@ -17,6 +17,7 @@ import pytest
 import v1
 
 EXPECTED = {
+    "install_verifiers_alias",
     "ReasoningGymEnv",
     "CodeMathEnv",
     "Endpoint",

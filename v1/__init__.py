@@ -3,6 +3,7 @@
 import v1 as vf
 """
 
+import typing as _typing
 from importlib import metadata as _metadata
 
 from v1._gc_tuning import batch_gc
@@ -248,6 +249,7 @@ __all__ = [
     "extract_boxed_answer",
     "extract_hash_answer",
     "get_plugin",
+    "install_verifiers_alias",
     "judge_reward",
     "load_environment",
     "load_example_dataset",
@@ -263,11 +265,15 @@ __all__ = [
     "update",
 ]
 
+if _typing.TYPE_CHECKING:
+    from v1.classic.verifiers_alias import install_verifiers_alias
+
 _LAZY = {
     "CodeMathEnv": "v1.classic.code_math_env",
     "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
     "RendererClient": "v1.clients.renderer",
     "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
+    "install_verifiers_alias": "v1.classic.verifiers_alias",
 }
 
 

@@ -36,8 +36,8 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from rich.console import Console
 
+import v1
 from v1 import _loop_scope as loop_scope
-from v1.classic.verifiers_alias import install_verifiers_alias
 from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
@@ -496,7 +496,7 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         ServerUnusable: the model server cannot serve the run (exit 3).
     """
     if getattr(args, "compat", None) == "verifiers":
-        install_verifiers_alias()
+        v1.install_verifiers_alias()
     taskset_overrides, harness_overrides = parse_overrides(getattr(args, "extra", []))
     flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra", "accepts_extra_args", "compat")}
     target: str | None = args.env
