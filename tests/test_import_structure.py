@@ -17,6 +17,7 @@ from tests.tools.import_graph import (
     PACKAGE,
     find_cycle,
     import_graph,
+    imported_modules,
     layers,
     render,
     string_annotation_modules,
@@ -102,3 +103,51 @@ def test_import_v1_loads_no_sdk_or_server_library() -> None:
     out = subprocess.run([sys.executable, "-c", f"HEAVY = {heavy!r}\n{probe}"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+CLASSIC = "v1.classic"
+
+
+def classic_imports(top: dict[str, set[str]], inner: dict[str, set[str]]) -> list[str]:
+    """`module -> target` for every import of the classic layer by a module outside it (the package root,
+    which re-exports the public names, sits above every layer and is not a module of the core)."""
+    return sorted(
+        f"{module} -> {target}"
+        for edges in (top, inner)
+        for module, targets in edges.items()
+        for target in targets
+        if module != PACKAGE.name
+        and not (module == CLASSIC or module.startswith(CLASSIC + "."))
+        and (target == CLASSIC or target.startswith(CLASSIC + "."))
+    )
+
+
+def test_nothing_outside_the_classic_layer_imports_it() -> None:
+    """The classic API is one layer on top of the core: no core module imports it, at module level, inside a
+    function, under `if TYPE_CHECKING:` or in a string annotation (docs/architecture.md, `v1/classic/`)."""
+    top, inner = import_graph(type_checking=True)
+    assert any(module.startswith(CLASSIC + ".") for module in top), "v1/classic/ is gone"
+    assert classic_imports(top, inner) == []
+
+
+def test_the_classic_import_checker_sees_every_form() -> None:
+    forms = {
+        "v1.a": "import v1.classic.rubric\n",
+        "v1.b": "from v1 import classic\n",
+        "v1.c": "def f():\n    from v1.classic.parsers import Parser\n",
+        "v1.d": "from .classic import Environment\n",
+        "v1.x.e": "from ..classic.types import RolloutInput\n",
+        "v1.f": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from v1.classic import Rubric\n",
+        "v1.g": 'def f(x: "v1.classic.rubric.Rubric") -> None: ...\n',
+    }
+    known = {"v1", "v1.classic", "v1.classic.rubric", "v1.classic.parsers", "v1.classic.types", *forms}
+    top: dict[str, set[str]] = {module: set() for module in forms}
+    inner: dict[str, set[str]] = {module: set() for module in forms}
+    for module, source in forms.items():
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                in_function = any(isinstance(parent, ast.FunctionDef) and node in ast.walk(parent) for parent in ast.walk(tree))
+                (inner if in_function else top)[module] |= imported_modules(module, node, False, known)
+        top[module] |= string_annotation_modules(tree, known)
+    assert [line.split(" -> ")[0] for line in classic_imports(top, inner)] == sorted(forms)

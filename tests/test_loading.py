@@ -202,7 +202,7 @@ def test_bad_ids_and_arguments() -> None:
         match=r"unknown environment 'nope-env': no module 'nope-env' or 'nope_env' or 'tasksets.nope_env'; known: alphabet_sort, ",
     ):
         vf.load_environment("nope-env")
-    with pytest.raises(vf.ConfigError, match="unknown argument 'max_turns'"):
+    with pytest.raises(vf.ConfigError, match=r"env_args \['max_turns'\] given, but its loader takes a config"):
         vf.load_environment("reverse_text", max_turns=3)
     with pytest.raises(vf.ConfigError, match="no such file"):
         vf.load_environment("missing.toml")

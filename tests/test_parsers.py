@@ -106,7 +106,7 @@ def test_load_example_dataset_and_print_sample() -> None:
     dataset = vf.load_example_dataset("reverse_text")
     assert len(dataset) > 0 and {"question", "answer", "prompt"} <= set(dataset.column_names)
     with pytest.raises(vf.ConfigError, match="split"):
-        vf.load_example_dataset("reverse_text", split="test")
+        vf.load_example_dataset("reverse_text", split="validation")
     out = io.StringIO()
     rollouts = [
         {"prompt": [{"role": "user", "content": "abc"}], "completion": [{"role": "assistant", "content": "cba"}], "reward": 1.0}

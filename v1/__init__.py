@@ -3,10 +3,48 @@
 import v1 as vf
 """
 
+import typing as _typing
 from importlib import metadata as _metadata
 
 from v1._gc_tuning import batch_gc
 from v1._sample_view import print_prompt_completions_sample
+from v1.classic import (
+    PRIME_PLUGIN_API_VERSION,
+    AssistantMessage,
+    EnvGroup,
+    Environment,
+    GroupRewardFunc,
+    IndividualRewardFunc,
+    JudgeRubric,
+    MathRubric,
+    MaybeThinkParser,
+    MultiTurnEnv,
+    OpenEnvEnv,
+    Parser,
+    PrimeCLIPlugin,
+    PythonEnv,
+    RewardFunc,
+    RolloutInput,
+    RolloutScore,
+    RolloutScores,
+    Rubric,
+    RubricGroup,
+    SandboxEnv,
+    SandboxTaskSet,
+    SingleTurnEnv,
+    StatefulToolEnv,
+    SWEDebugEnv,
+    SystemMessage,
+    ThinkParser,
+    ToolEnv,
+    ToolMessage,
+    ToolRubric,
+    UserMessage,
+    XMLParser,
+    extract_boxed_answer,
+    extract_hash_answer,
+    get_plugin,
+)
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
@@ -15,6 +53,7 @@ from v1.clients import (
     OpenAICompletionsClient,
     OpenAIResponsesClient,
 )
+from v1.clients.endpoints import Endpoint, Endpoints
 from v1.config import (
     ClientConfig,
     Config,
@@ -30,8 +69,7 @@ from v1.config import (
     UserConfig,
     ensure_keys,
 )
-from v1.env import Env, Environment
-from v1.env_group import EnvGroup
+from v1.env import Env
 from v1.errors import (
     ConfigError,
     EndpointError,
@@ -58,38 +96,24 @@ from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardo
 from v1.loading import load_environment, load_example_dataset
 from v1.logs import log_level, quiet_verifiers, setup_logging
 from v1.mcp import MCPTool
-from v1.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from v1.multiturn_env import MultiTurnEnv, SingleTurnEnv
-from v1.openenv_env import OpenEnvEnv
-from v1.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser, extract_boxed_answer, extract_hash_answer
-from v1.prime_plugin import PRIME_PLUGIN_API_VERSION, PrimeCLIPlugin, get_plugin
 from v1.results import EvalSummary, ResultsWriter
-from v1.rubric import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric
-from v1.sandbox_env import PythonEnv, SandboxEnv
 from v1.state import State
-from v1.swe_debug_env import SandboxTaskSet, SWEDebugEnv
 from v1.task import Task
 from v1.taskset import Taskset
-from v1.tool_env import StatefulToolEnv, ToolEnv
 from v1.toolset import Toolset
 from v1.types import (
     ChatMessage,
     ClientType,
     GenerateMetadata,
     GenerateOutputs,
-    GroupRewardFunc,
-    IndividualRewardFunc,
     Info,
     Messages,
+    MessageType,
     Response,
     ResponseDelta,
     ResponseMessage,
     ResponseTokens,
-    RewardFunc,
-    RolloutInput,
     RolloutOutput,
-    RolloutScore,
-    RolloutScores,
     RolloutTiming,
     SamplingArgs,
     TimeSpan,
@@ -100,6 +124,7 @@ from v1.types import (
     TrajectoryStep,
     TrajectoryStepTokens,
     Usage,
+    VersionInfo,
 )
 from v1.user import User
 
@@ -115,10 +140,13 @@ __all__ = [
     "Client",
     "ClientConfig",
     "ClientType",
+    "CodeMathEnv",
     "Config",
     "ConfigError",
+    "Endpoint",
     "EndpointClientConfig",
     "EndpointError",
+    "Endpoints",
     "Env",
     "EnvConfig",
     "EnvGroup",
@@ -139,11 +167,13 @@ __all__ = [
     "MCPToolConfig",
     "MathRubric",
     "MaybeThinkParser",
+    "MessageType",
     "Messages",
     "MissingKeyError",
     "ModelError",
     "ModelRequestError",
     "MultiTurnEnv",
+    "NeMoRLChatCompletionsClient",
     "NotSupportedError",
     "OpenAIChatCompletionsClient",
     "OpenAIChatCompletionsTokenClient",
@@ -158,6 +188,8 @@ __all__ = [
     "ProgramConfig",
     "ProgramError",
     "PythonEnv",
+    "ReasoningGymEnv",
+    "RendererClient",
     "Response",
     "ResponseDelta",
     "ResponseMessage",
@@ -207,6 +239,7 @@ __all__ = [
     "User",
     "UserConfig",
     "UserMessage",
+    "VersionInfo",
     "XMLParser",
     "__version__",
     "advantage",
@@ -216,6 +249,7 @@ __all__ = [
     "extract_boxed_answer",
     "extract_hash_answer",
     "get_plugin",
+    "install_verifiers_alias",
     "judge_reward",
     "load_environment",
     "load_example_dataset",
@@ -230,3 +264,23 @@ __all__ = [
     "teardown",
     "update",
 ]
+
+if _typing.TYPE_CHECKING:
+    from v1.classic.verifiers_alias import install_verifiers_alias
+
+_LAZY = {
+    "CodeMathEnv": "v1.classic.code_math_env",
+    "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
+    "RendererClient": "v1.clients.renderer",
+    "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
+    "install_verifiers_alias": "v1.classic.verifiers_alias",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Clients whose modules are slow to import load on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'v1' has no attribute {name!r}")

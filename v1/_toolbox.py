@@ -164,8 +164,11 @@ class RolloutToolbox:
             visible = [n for n in visible if n not in own] + kept
         return [name for name in every if name in visible]
 
-    async def call(self, name: str, arguments: str | Mapping[str, Any]) -> ToolContent:
+    async def call(self, name: str, arguments: str | Mapping[str, Any], injected: Mapping[str, Any] | None = None) -> ToolContent:
         """One model tool call: a hidden or unknown tool is a tool error message, never a crash.
+
+        `injected`: values of a Python tool's hidden (bound) arguments for this call only, given by the
+        framework (the classic `update_tool_args`); they win over the bindings.
 
         Raises:
             RolloutStopped: the tool raised one of its toolset's `stop_errors`.
@@ -177,7 +180,7 @@ class RolloutToolbox:
         if not isinstance(tool, BoundTool):  # a plain callable lent by a parent rollout
             return await _call_plain(name, tool, arguments)
         try:
-            return await tool.run(arguments)
+            return await tool.run(arguments, injected)
         except tool.toolset.stop_errors as exc:
             raise RolloutStopped("has_error", f"tool {name!r} raised a stop error: {exc}") from exc
 

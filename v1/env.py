@@ -25,17 +25,14 @@ from v1._gc_tuning import batch_gc
 from v1._provenance import version_info
 from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
 from v1.clients.base import Client
-from v1.clients.openai_wire import encode_json, status_error
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
-from v1.errors import ConfigError, TaskError, error_class
+from v1.errors import ConfigError, error_class
 from v1.harness import Harness
-from v1.interception.in_process import post_json
 from v1.interception.upstream import upstream
-from v1.lifecycle import Handler, handlers_of
-from v1.parsers import Parser
+from v1.lifecycle import Handler
+from v1.programs.model_call import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.results import EvalSummary, ResultsWriter, RolloutKey
-from v1.rubric import HandlerRubric, Rubric, RubricGroup
 from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset, rows_to_dataset
@@ -163,104 +160,61 @@ class _RunRecord:
         return sorted(self.kept, key=lambda output: (order[output["example_id"]], output["rollout_index"]))
 
 
-class ClassicTaskset(Taskset):
-    """The taskset of a classic environment: its rows, plus the environment's decorated methods and
-    rubric functions as handlers (collected by the harness on first use, and again after `add_rubric`)."""
-
-    def __init__(self, env: Environment, **kwargs: Any) -> None:
-        self.env = env
-        super().__init__(**kwargs)
-
-    @property
-    def handlers(self) -> list[Handler]:
-        return super().handlers + self.env.classic_handlers()
-
-
 class EnvOrigin(Protocol):
     """Where an env was loaded from, so a worker elsewhere can load it again (`v1.loading.EnvSource`)."""
 
-    def load(self) -> Environment: ...
+    def load(self) -> Env: ...
 
 
-class Environment:
-    """The seed's abstract environment: what eval and training workers use.
+RubricView = Callable[[Callable[[], list[Handler]]], Any]
+"""Builds `env.rubric` from a source of the env's reward and metric handlers."""
 
-    Two kinds exist: `Env(taskset, harness)`, and the classic family (`SingleTurnEnv`,
-    `MultiTurnEnv`, `ToolEnv`, ...) built with this constructor. A classic environment is a
-    taskset/harness pair too: its dataset becomes a `Taskset` whose rewards and metrics are
-    the rubric's functions and whose stop/cleanup/teardown handlers are the environment's
-    decorated methods, and its rollout loop is the `Harness`'s program, so every model call
-    goes through the interception endpoint. `vf.Environment` itself can't be instantiated.
+_rubric_view: RubricView | None = None
+
+
+def set_rubric_view(view: RubricView) -> None:
+    """How `env.rubric` of an `Env` is built: the classic layer sets its `HandlerRubric` when it is imported,
+    so `env.rubric.score_rollout(...)` (the older trainers' call) scores with the env's own handlers."""
+    global _rubric_view
+    _rubric_view = view
+
+
+class Env:
+    """Makes a taskset/harness pair usable by eval and training workers.
 
     Args:
-        dataset, eval_dataset: rows (a `datasets.Dataset` or mappings) with a `prompt` or a
-            `question` column (and optionally `answer`, `info`, `example_id`).
-        system_prompt: the system prompt of every rollout.
-        few_shot: messages put before each `question`.
-        parser: the parser the rubric's functions get (a plain `Parser` by default).
-        rubric: the reward functions (an empty `Rubric` by default).
-        sampling_args: the harness's sampling args.
-        message_type: ``"chat"`` (messages) or ``"completion"`` (a text prompt, the completions API).
-        max_workers: threads for sync user code (tools, rewards): `set_concurrency` scales them.
-        env_id, env_args: the name results are saved under, and how the env was configured.
-        max_seq_len: the context limit (a turn that reaches it stops with `prompt_too_long`).
-        score_rollouts: whether rollouts are scored.
+        taskset: the tasks and what they own (tools, rewards, stops).
+        harness: how each task is attempted; the base `Harness()` when omitted.
+            The harness is bound to the taskset (`harness.taskset = taskset`).
+        env_id: the name results are saved under; the taskset's id by default.
+        env_args: how the environment was configured, recorded in results metadata.
         pass_threshold: the reward at which a rollout counts as passed for pass@k.
-        **kwargs: attributes set on the environment (as `set_kwargs` does).
     """
+
+    state_type: type[State] = State
+    """The `State` class each rollout of this env starts from (a layer on top may widen its reads)."""
 
     def __init__(
         self,
-        dataset: Any = None,
-        eval_dataset: Any = None,
-        system_prompt: str | None = None,
-        few_shot: list[dict[str, Any]] | None = None,
-        parser: Parser | None = None,
-        rubric: Rubric | None = None,
-        sampling_args: SamplingArgs | None = None,
-        message_type: str = "chat",
-        max_workers: int = 512,
+        taskset: Taskset,
+        harness: Harness | None = None,
+        *,
         env_id: str | None = None,
         env_args: Mapping[str, Any] | None = None,
-        max_seq_len: int | None = None,
-        score_rollouts: bool = True,
         pass_threshold: float = 0.5,
-        **kwargs: Any,
     ) -> None:
-        if type(self) is Environment:
-            raise TypeError("vf.Environment is abstract: use SingleTurnEnv, MultiTurnEnv, ToolEnv or Env(taskset, harness)")
-        if type(self).is_completed is not Environment.is_completed:
-            raise ConfigError(
-                f"{type(self).__name__} overrides is_completed, which v1 never calls (its stop conditions run before "
-                "each turn): write the condition as a @vf.stop method"
-            )
-        if message_type not in MESSAGE_TYPES:
-            raise ConfigError(f"{type(self).__name__}: message_type must be one of {MESSAGE_TYPES}, got {message_type!r}")
-        self.message_type = message_type
-        self.few_shot = [dict(message) for message in few_shot or []]
-        self.parser = parser if parser is not None else (rubric.parser if rubric is not None else Parser())
-        self.rubric = rubric if rubric is not None else Rubric(parser=self.parser)
-        self.max_workers = max_workers
-        name = env_id or type(self).__name__
-        taskset = ClassicTaskset(
-            self,
-            source=self.classic_rows(dataset, "dataset"),
-            eval_source=self.classic_rows(eval_dataset, "eval_dataset"),
-            taskset_id=name,
-            system_prompt=system_prompt,
+        self.attach(
+            taskset,
+            harness if harness is not None else Harness(),
+            env_id=env_id,
+            env_args=env_args,
+            pass_threshold=pass_threshold,
         )
-        harness = Harness(
-            program=self.rollout_program,
-            sampling_args=sampling_args,
-            max_seq_len=max_seq_len,
-            **self.harness_options(),
-        )
-        self.attach(taskset, harness, env_id=name, env_args=env_args or {}, pass_threshold=pass_threshold)
-        self.set_score_rollouts(score_rollouts)
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise ConfigError(f"{type(self).__name__}: max_workers must be a positive integer, got {max_workers!r}")
-        resize_pool("user", max_workers)
-        self.set_kwargs(**kwargs)
+        self.rubric: Any = _rubric_view(self.scoring_handlers) if _rubric_view is not None else None
+
+    def scoring_handlers(self) -> list[Handler]:
+        """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
+        return self.harness.handlers.of("reward") + self.harness.handlers.of("metric")
 
     def attach(
         self, taskset: Taskset, harness: Harness, *, env_id: str | None, env_args: Mapping[str, Any] | None, pass_threshold: float
@@ -275,56 +229,10 @@ class Environment:
         )
         self.pass_threshold = pass_threshold
         self.concurrency = -1
-        self.module: str | None = type(taskset).__module__ if type(taskset) not in (Taskset, ClassicTaskset) else None
+        self.module: str | None = module if (module := type(taskset).__module__).split(".")[0] != "v1" else None
         self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
-
-    # -- the classic construction -----------------------------------------------------------
-
-    def harness_options(self) -> dict[str, Any]:
-        """Harness settings of a classic subclass (`max_turns`, `timeout_seconds`); none here."""
-        return {}
-
-    async def rollout_program(self, task: Task, state: State) -> None:
-        """The program a classic environment's harness runs for one rollout; `MultiTurnEnv` implements it."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement rollout_program; subclass MultiTurnEnv")
-
-    def classic_rows(self, dataset: Any, field: str) -> list[dict[str, Any]] | None:
-        """A dataset's rows as task rows: a `question` becomes the prompt (after `few_shot`).
-
-        Raises:
-            TaskError: a row that is not a mapping or has neither `prompt` nor `question`.
-        """
-        if dataset is None:
-            return None
-        if isinstance(dataset, Mapping) or isinstance(dataset, (str, bytes)):
-            raise TaskError(f"{type(self).__name__}: {field} must be rows (a datasets.Dataset or a list of mappings)")
-        rows = []
-        for index, row in enumerate(dataset):
-            if not isinstance(row, Mapping):
-                raise TaskError(f"{type(self).__name__}: {field} row {index}: expected a mapping, got {type(row).__name__}")
-            row = dict(row)
-            if row.get("prompt") is None:
-                if row.get("question") is None:
-                    raise TaskError(
-                        f"{type(self).__name__}: {field} row {index} has neither 'prompt' nor 'question'; columns: {sorted(row)}"
-                    )
-                question = str(row["question"])
-                row["prompt"] = (
-                    question if self.message_type == "completion" else [*self.few_shot, {"role": "user", "content": question}]
-                )
-            rows.append(row)
-        return rows
-
-    def classic_handlers(self) -> list[Handler]:
-        """The environment's decorated methods and its rubric's functions, as the taskset's handlers."""
-        return handlers_of(self) + self.rubric.handlers()
-
-    def add_rubric(self, rubric: Rubric) -> None:
-        """Score with `rubric` too: the current rubric and it become one `RubricGroup`."""
-        self.rubric = rubric if not self.rubric.funcs else RubricGroup([self.rubric, rubric])
-        self.harness.taskset = self.taskset
 
     @property
     def config(self) -> EnvConfig:
@@ -400,7 +308,7 @@ class Environment:
     async def _run_states(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
-        states = [State.for_task(task) for task in tasks]
+        states = [self.state_type.for_task(task) for task in tasks]
         for state in states:
             handles = upstream(state)
             handles.client = client
@@ -453,21 +361,12 @@ class Environment:
         """
         from openai import APIStatusError
 
-        config = state.get_endpoint_config()
-        request: dict[str, Any] = {**(sampling_args or {}), "model": config["model"]}
-        route = "/completions" if isinstance(prompt, str) else "/chat/completions"
-        request["prompt" if isinstance(prompt, str) else "messages"] = prompt
+        request: dict[str, Any] = {**(sampling_args or {}), ("prompt" if isinstance(prompt, str) else "messages"): prompt}
         if tools:
             request["tools"] = tools
         steps = len(state["trajectory"])
         try:
-            answered = await post_json(config["base_url"], config["api_key"], route, encode_json(request))
-            if answered is None:
-                client = state.get_client()
-                create = client.completions.create if isinstance(prompt, str) else client.chat.completions.create
-                await create(**request)
-            elif answered[0] >= 400:
-                raise status_error(answered[0], answered[1], answered[2], config["base_url"] + route)
+            await call_model(state, request, COMPLETIONS_ROUTE if isinstance(prompt, str) else CHAT_ROUTE)
         except APIStatusError:
             if state["is_completed"]:
                 return None
@@ -485,7 +384,7 @@ class Environment:
     ) -> State:
         """A fresh state for one input, with its client, model and sampling args resolved."""
         task = self.to_task(input)
-        state = State.for_task(task)
+        state = self.state_type.for_task(task)
         handles = upstream(state)
         handles.client = await self._next_client(client)
         handles.sampling_args = dict(self._sampling_args(sampling_args))
@@ -503,12 +402,15 @@ class Environment:
         state = await self.init_state(input, client, model, sampling_args)
         return await self.harness.run(state.task, state)
 
-    async def run_rollout(self, *args: Any, gen_sampling_args: SamplingArgs | None = None, **kwargs: Any) -> State:
+    async def run_rollout(
+        self, *args: Any, gen_sampling_args: SamplingArgs | None = None, gen_sem: Any = None, **kwargs: Any
+    ) -> State:
         """`rollout`, in both call forms that outside callers use.
 
         The seed's `run_rollout(semaphore, input, client, model, sampling_args)` holds the semaphore
         (bounding the rollouts in flight) around the rollout; the older form
-        `run_rollout(input, client, model, gen_sampling_args=...)` (chatan's) runs it directly.
+        `run_rollout(input, client, model, gen_sampling_args=..., gen_sem=...)` (chatan's) holds
+        `gen_sem` when given.
 
         Raises:
             ConfigError: both `sampling_args` and `gen_sampling_args`, or arguments of neither form.
@@ -516,6 +418,7 @@ class Environment:
         semaphore = args[0] if args and hasattr(args[0], "__aenter__") else None
         names = ("input", "client", "model", "sampling_args")
         positional = args[1:] if semaphore is not None else args
+        semaphore = semaphore or gen_sem
         if len(positional) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(names[: len(positional)]):
             raise ConfigError(
                 "run_rollout(semaphore, input, client, model, sampling_args) or run_rollout(input, client, model, "
@@ -785,41 +688,6 @@ class Environment:
         return plan
 
 
-class Env(Environment):
-    """Makes a taskset/harness pair usable by eval and training workers.
-
-    Args:
-        taskset: the tasks and what they own (tools, rewards, stops).
-        harness: how each task is attempted; the base `Harness()` when omitted.
-            The harness is bound to the taskset (`harness.taskset = taskset`).
-        env_id: the name results are saved under; the taskset's id by default.
-        env_args: how the environment was configured, recorded in results metadata.
-        pass_threshold: the reward at which a rollout counts as passed for pass@k.
-    """
-
-    def __init__(
-        self,
-        taskset: Taskset,
-        harness: Harness | None = None,
-        *,
-        env_id: str | None = None,
-        env_args: Mapping[str, Any] | None = None,
-        pass_threshold: float = 0.5,
-    ) -> None:
-        self.attach(
-            taskset,
-            harness if harness is not None else Harness(),
-            env_id=env_id,
-            env_args=env_args,
-            pass_threshold=pass_threshold,
-        )
-        self.rubric = HandlerRubric(self.scoring_handlers)
-
-    def scoring_handlers(self) -> list[Handler]:
-        """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
-        return self.harness.handlers.of("reward") + self.harness.handlers.of("metric")
-
-
 def _run_sync(coroutine: Any) -> Any:
     try:
         asyncio.get_running_loop()
@@ -831,13 +699,13 @@ def _run_sync(coroutine: Any) -> Any:
 
 __all__ = [
     "MESSAGE_TYPES",
-    "ClassicTaskset",
     "Env",
     "EnvOrigin",
-    "Environment",
     "ProgressCallback",
     "RetryCallback",
+    "RubricView",
     "RolloutLimiter",
     "is_retryable",
+    "set_rubric_view",
     "state_to_output",
 ]

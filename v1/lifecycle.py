@@ -50,75 +50,89 @@ class HandlerSpec:
     weight: float | None = None
 
 
-def _decorator(kind: Kind, fn: F | None, **spec: Any) -> Any:
+def _decorator(kind: Kind, fn: F | None, stage: str | None = None, **spec: Any) -> Any:
     def mark(target: F) -> F:
+        if stage is not None:
+            _check_stage(kind, target, stage)
         setattr(target, SPEC_ATTRIBUTE, HandlerSpec(kind=kind, **spec))
         return target
 
     return mark(fn) if fn is not None else mark
 
 
+def _check_stage(kind: Kind, fn: Callable[..., Any], stage: str) -> None:
+    """verifiers' ``stage=`` says what the arguments already say (``tasks``/``states``: group); they must agree."""
+    if stage not in ("rollout", "group"):
+        raise ConfigError(f"@vf.{kind}(stage={stage!r}) on {getattr(fn, '__name__', fn)!r}: stage is 'rollout' or 'group'")
+    is_group = any(name in GROUP_ARGS for name in inspect.signature(fn).parameters)
+    if is_group != (stage == "group"):
+        raise ConfigError(
+            f"@vf.{kind}(stage={stage!r}) on {getattr(fn, '__name__', fn)!r}: its arguments make it a "
+            f"{'group' if is_group else 'rollout'} handler (group handlers take tasks/states)"
+        )
+
+
 @overload
 def stop(fn: F, /) -> F: ...
 @overload
-def stop(*, priority: int = 0) -> Callable[[F], F]: ...
-def stop(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def stop(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def stop(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a stop condition: return True to end the rollout; its name becomes `stop_condition`."""
-    return _decorator("stop", fn, priority=priority)
+    return _decorator("stop", fn, stage, priority=priority)
 
 
 @overload
 def setup(fn: F, /) -> F: ...
 @overload
-def setup(*, priority: int = 0) -> Callable[[F], F]: ...
-def setup(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def setup(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def setup(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a setup handler, run before the program."""
-    return _decorator("setup", fn, priority=priority)
+    return _decorator("setup", fn, stage, priority=priority)
 
 
 @overload
 def update(fn: F, /) -> F: ...
 @overload
-def update(*, priority: int = 0) -> Callable[[F], F]: ...
-def update(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def update(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def update(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark an update handler, run after the program and before scoring."""
-    return _decorator("update", fn, priority=priority)
+    return _decorator("update", fn, stage, priority=priority)
 
 
 @overload
 def metric(fn: F, /) -> F: ...
 @overload
-def metric(*, priority: int = 0) -> Callable[[F], F]: ...
-def metric(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def metric(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def metric(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a metric: recorded in `state["metrics"]`, weight 0 in the reward."""
-    return _decorator("metric", fn, priority=priority, weight=0.0)
+    return _decorator("metric", fn, stage, priority=priority, weight=0.0)
 
 
 @overload
 def reward(fn: F, /) -> F: ...
 @overload
-def reward(*, weight: float = 1.0, priority: int = 0) -> Callable[[F], F]: ...
-def reward(fn: F | None = None, /, *, weight: float = 1.0, priority: int = 0) -> Any:
+def reward(*, weight: float = 1.0, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def reward(fn: F | None = None, /, *, weight: float = 1.0, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a reward function; the rollout's reward is the weighted sum of them all."""
-    return _decorator("reward", fn, priority=priority, weight=weight)
+    return _decorator("reward", fn, stage, priority=priority, weight=weight)
 
 
 @overload
 def advantage(fn: F, /) -> F: ...
 @overload
-def advantage(*, priority: int = 0) -> Callable[[F], F]: ...
-def advantage(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def advantage(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def advantage(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a group advantage function: returns one advantage per state of the group."""
-    return _decorator("advantage", fn, priority=priority)
+    return _decorator("advantage", fn, stage, priority=priority)
 
 
 @overload
 def cleanup(fn: F, /) -> F: ...
 @overload
-def cleanup(*, priority: int = 0) -> Callable[[F], F]: ...
-def cleanup(fn: F | None = None, /, *, priority: int = 0) -> Any:
+def cleanup(*, priority: int = 0, stage: str | None = None) -> Callable[[F], F]: ...
+def cleanup(fn: F | None = None, /, *, priority: int = 0, stage: str | None = None) -> Any:
     """Mark a cleanup handler, run after scoring even when the rollout failed."""
-    return _decorator("cleanup", fn, priority=priority)
+    return _decorator("cleanup", fn, stage, priority=priority)
 
 
 @overload

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref, read_toml
-from v1.env import Env, Environment
+from v1.env import Env
 from v1.errors import ConfigError, UnknownNameError
 from v1.harness import Harness
 from v1.lifecycle import LIST_KINDS
@@ -69,7 +69,7 @@ class EnvSource:
     env_kwargs: Mapping[str, Any] = dataclass_field(default_factory=dict)
     """Settings applied with `set_kwargs` after loading (`v1 eval -x`)."""
 
-    def load(self) -> Environment:
+    def load(self) -> Env:
         """Load the environment again (e.g. on a Ray worker)."""
         env = load_environment(self.env, taskset=dict(self.taskset), harness=dict(self.harness), env_args=dict(self.env_args))
         if self.env_kwargs:
@@ -265,7 +265,7 @@ def is_classic_loader(loader: Any) -> bool:
     return first.kind in (first.KEYWORD_ONLY, first.VAR_KEYWORD) or first.default is not first.empty
 
 
-def _load_classic(root: Any, env_args: Mapping[str, Any], taskset: Any, harness: Any, where: str) -> Environment:
+def _load_classic(root: Any, env_args: Mapping[str, Any], taskset: Any, harness: Any, where: str) -> Env:
     """A classic environment from `root(**env_args)`, with `harness` fields overriding its harness's config."""
     if taskset:
         raise ConfigError(
@@ -277,7 +277,7 @@ def _load_classic(root: Any, env_args: Mapping[str, Any], taskset: Any, harness:
         if env_args and "argument" in str(exc):
             raise ConfigError(f"{where}: {_name(root)} refused env_args {sorted(env_args)}: {exc}") from None
         raise
-    if not isinstance(env, Environment):
+    if not isinstance(env, Env):
         raise ConfigError(f"{where}: {_name(root)} returned {type(env).__name__}, expected a v1.Environment")
     if harness:
         section = _section(harness, where, "env.harness")
@@ -288,13 +288,13 @@ def _load_classic(root: Any, env_args: Mapping[str, Any], taskset: Any, harness:
 
 def load_module_environment(
     module: Any, taskset: Any = None, harness: Any = None, where: str | None = None, env_args: Mapping[str, Any] | None = None
-) -> Environment:
+) -> Env:
     """An environment from a module's `load_environment` (root: a config loader, or a classic
     `load_environment(**env_args)`) or `load_taskset`/`load_harness` (children)."""
     where = where or module.__name__
     root = getattr(module, "load_environment", None)
     if root is not None and is_classic_loader(root):
-        env: Environment = _load_classic(root, dict(env_args or {}), taskset, harness, where)
+        env: Env = _load_classic(root, dict(env_args or {}), taskset, harness, where)
     elif env_args:
         raise ConfigError(
             f"{where}: env_args {sorted(env_args)} given, but its loader takes a config; use taskset/harness fields"
@@ -305,7 +305,7 @@ def load_module_environment(
             {"taskset": _section(taskset, where, "env.taskset"), "harness": _section(harness, where, "env.harness")}, where, "env"
         )
         env = root(config)
-        if not isinstance(env, Environment):
+        if not isinstance(env, Env):
             raise ConfigError(f"{where}: {_name(root)} returned {type(env).__name__}, expected a v1.Environment")
     else:
         load_taskset = getattr(module, "load_taskset", None)
@@ -324,7 +324,7 @@ def load_module_environment(
     return env
 
 
-def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = None) -> Environment:
+def load_toml_environment(path: str | Path, taskset: Any = None, harness: Any = None) -> Env:
     """An `Env` from the ``[env]`` section of a TOML file; `taskset`/`harness` mappings override its fields.
 
     Raises:
@@ -387,25 +387,37 @@ def _module_of(loader: Any, config: TasksetConfig) -> str | None:
     return getattr(source, "__module__", None)
 
 
-def load_example_dataset(name: str, split: str = "train") -> Dataset:
+EXAMPLE_DATASET_NAMES = {"math": "competition_math"}
+"""verifiers' example dataset names whose bundled taskset here is named otherwise."""
+
+
+def load_example_dataset(name: str, split: str | None = "train", n: int | None = None, seed: int = 0) -> Dataset:
     """The rows of a bundled taskset (``gsm8k``, ``reverse_text``, ...) as a `datasets.Dataset`.
 
     Args:
         name: an environment id, as for `load_environment`.
-        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows).
+        split: ``train`` (the taskset's rows) or ``eval`` (its eval rows; ``test`` is the same).
+        n: keep only the first `n` rows (after shuffling with `seed`, as verifiers does).
+        seed: the shuffle seed when `n` is given.
 
     Raises:
         ConfigError: unknown environment or split.
     """
+    split = "eval" if split == "test" else split or "train"
     if split not in ("train", "eval"):
-        raise ConfigError(f"load_example_dataset: split must be 'train' or 'eval', got {split!r}")
+        raise ConfigError(f"load_example_dataset: split must be 'train', 'eval' or 'test', got {split!r}")
     from datasets import Dataset  # imported on use: it takes seconds
 
-    taskset = load_environment(name).taskset
-    return Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+    name = EXAMPLE_DATASET_NAMES.get(name, name)
+    # a bundled taskset first: an environment module of the same name (verifiers' gsm8k) may be the caller
+    taskset = (load_registered_taskset(name) if name in TASKSETS else load_environment(name)).taskset
+    dataset = Dataset.from_list(taskset.rows() if split == "train" else taskset.eval_rows())
+    if n is not None and n >= 0:
+        dataset = dataset.shuffle(seed=seed).select(range(min(n, len(dataset))))
+    return dataset
 
 
-def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
+def load_environment(env: str | Path, /, **overrides: Any) -> Env:
     """Load an environment by module/id or from a TOML file.
 
     Examples: ``load_environment("reverse_text")``, ``load_environment("configs/reverse_text.toml")``,
@@ -414,24 +426,28 @@ def load_environment(env: str | Path, /, **overrides: Any) -> Environment:
     Args:
         env: a module name or environment id (``name``, ``owner/name``), or a ``.toml`` path.
         **overrides: ``taskset={...}`` and ``harness={...}``: fields that override the environment's;
-            ``env_args={...}``: the keyword arguments of a classic ``load_environment(**kwargs)``.
+            any other keyword (or ``env_args={...}``) goes to a classic ``load_environment(**kwargs)``,
+            as the seed's ``load_environment(env_id, **kwargs)``.
 
     Raises:
         ConfigError: unknown id, bad file, or a field that does not validate.
     """
-    unknown = sorted(set(overrides) - {"taskset", "harness", "env_args"})
-    if unknown:
-        raise ConfigError(
-            f"load_environment: unknown argument {unknown[0]!r}; pass taskset={{...}}, harness={{...}} and/or env_args={{...}}"
-        )
+    env_args = {
+        **(overrides.pop("env_args", None) or {}),
+        **{k: overrides.pop(k) for k in set(overrides) - {"taskset", "harness"}},
+    }
     if str(env).endswith(".toml") or isinstance(env, Path):
+        if env_args:
+            raise ConfigError(
+                f"load_environment: {str(env)!r} is a TOML file: pass taskset={{...}} and harness={{...}}, not {sorted(env_args)}"
+            )
         return load_toml_environment(env, overrides.get("taskset"), overrides.get("harness"))
-    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=overrides.get("env_args"))
+    return load_id_environment(str(env), overrides.get("taskset"), overrides.get("harness"), env_args=env_args)
 
 
 def load_id_environment(
     env_id: str, taskset: Any = None, harness: Any = None, where: str | None = None, env_args: Mapping[str, Any] | None = None
-) -> Environment:
+) -> Env:
     """An environment by id: its module (`import_env_module`), else the taskset registered under that name
     (`v1.registry.TASKSETS`, plugins included) with the base `Harness`.
 
@@ -449,7 +465,7 @@ def load_id_environment(
     return load_module_environment(module, taskset, harness, where, env_args)
 
 
-def load_registered_taskset(name: str, taskset: Any = None, harness: Any = None, where: str | None = None) -> Environment:
+def load_registered_taskset(name: str, taskset: Any = None, harness: Any = None, where: str | None = None) -> Env:
     """An `Env` of the taskset registered as `name` (a plugin's, say) with the base `Harness`.
 
     Raises:

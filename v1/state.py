@@ -75,7 +75,9 @@ class RolloutTools(Protocol):
     @property
     def group_id(self) -> str: ...
 
-    async def call(self, name: str, arguments: str | Mapping[str, Any]) -> ToolContent: ...
+    async def call(
+        self, name: str, arguments: str | Mapping[str, Any], injected: Mapping[str, Any] | None = None
+    ) -> ToolContent: ...
 
     def add_tool(self, toolset: NamedToolset | str, fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]: ...
 
@@ -124,6 +126,8 @@ class RolloutRuntime:
     sdk_clients: dict[tuple[str, bool], Any] = field(default_factory=dict)
     toolbox: RolloutTools | None = None
     sandboxes: RolloutSandboxHandles | None = None
+    judge_prompts: dict[str, str] = field(default_factory=dict)
+    """The prompt each judge name last answered in `state["judge_responses"]` (`v1.judge.ask_judge`)."""
     upstream_from: RolloutRuntime | None = None
     """The parent rollout whose upstream client and sampling args this one borrowed; the
     interception layer copies them the first time it looks this rollout's handles up."""

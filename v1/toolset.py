@@ -125,8 +125,10 @@ class Toolset(ScopedOwner):
             return
         fn = resolve_callable(entry, where)
         fn_name = getattr(fn, "__name__", None) or ""
-        if self.sandbox is not None and _takes_sandbox(fn) and "sandbox" not in self.bindings.get(fn_name, {}):
+        if self.sandbox is not None and _takes(fn, "sandbox") and "sandbox" not in self.bindings.get(fn_name, {}):
             self.bindings.setdefault(fn_name, {})["sandbox"] = Binding(f"{fn_name}.sandbox", self._rollout_sandbox)
+        if _takes(fn, "state") and "state" not in self.bindings.get(fn_name, {}):
+            self.bindings.setdefault(fn_name, {})["state"] = Binding(f"{fn_name}.state", _rollout_state)
         hidden = self.bindings.get(fn_name, {})
         function = ToolFunction.from_callable(fn, hidden)
         if function.tool.name in self.functions:
@@ -225,11 +227,16 @@ class BoundTool:
             for argument, binding in self.toolset.bindings.get(tool_name, {}).items()
         }
 
-    async def _invoke(self, arguments: Mapping[str, Any], validated: dict[str, Any] | None = None) -> tuple[Any, bool]:
-        """(result, is_mcp_result); a Python tool's arguments are validated unless `validated` is given."""
+    async def _invoke(
+        self, arguments: Mapping[str, Any], validated: dict[str, Any] | None = None, injected: Mapping[str, Any] | None = None
+    ) -> tuple[Any, bool]:
+        """(result, is_mcp_result); a Python tool's arguments are validated unless `validated` is given, and
+        `injected` values of its bound arguments win over their bindings."""
         if self.function is not None:
             kwargs = validated if validated is not None else self.function.validate(arguments)
+            bound = self.toolset.bindings.get(self.function.tool.name, {})
             kwargs.update(await self._bound_arguments(self.function.tool.name))
+            kwargs.update({name: value for name, value in (injected or {}).items() if name in bound})
             return await call_user_code(self.function.fn, **kwargs), False
         connection, remote = self.connection  # type: ignore[misc]
         bound = await self._bound_arguments(remote.name)
@@ -239,8 +246,8 @@ class BoundTool:
         result, is_mcp = await self._invoke(arguments)
         return mcp_result_value(result) if is_mcp else result
 
-    async def run(self, arguments: str | Mapping[str, Any]) -> ToolContent:
-        """The tool-message content for one model tool call."""
+    async def run(self, arguments: str | Mapping[str, Any], injected: Mapping[str, Any] | None = None) -> ToolContent:
+        """The tool-message content for one model tool call (`injected`: values of bound arguments for this call)."""
         parsed = parse_tool_arguments(self.name, arguments)
         if isinstance(parsed, str):
             return parsed
@@ -251,7 +258,7 @@ class BoundTool:
             except ValidationError as exc:
                 return invalid_arguments_message(self.name, exc)
         try:
-            result, is_mcp = await self._invoke(parsed, validated)
+            result, is_mcp = await self._invoke(parsed, validated, injected)
         except self.toolset.stop_errors:
             raise
         except Exception as exc:
@@ -259,11 +266,16 @@ class BoundTool:
         return mcp_result_content(result) if is_mcp else render_tool_result(result)
 
 
-def _takes_sandbox(fn: Callable[..., Any]) -> bool:
+def _takes(fn: Callable[..., Any], argument: str) -> bool:
     try:
-        return "sandbox" in inspect.signature(fn).parameters
+        return argument in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _rollout_state(state: State) -> State:
+    """A tool's own `state` argument: the framework hands it the rollout's live state, never the model."""
+    return state
 
 
 def sandbox_setting(value: Any, where: str) -> SandboxConfig | str | None:

@@ -8,7 +8,6 @@ end up on disk (`TrajectoryStep`, `RolloutOutput`, ...) are TypedDicts of JSON.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -26,6 +25,9 @@ Messages = Union[str, list[ChatMessage]]
 
 Info = dict[str, Any]
 SamplingArgs = dict[str, Any]
+
+MessageType = Literal["chat", "completion"]
+"""How a classic environment talks to the model: chat messages, or a text completion."""
 
 ClientType = Literal[
     "openai_completions",
@@ -268,41 +270,6 @@ class GenerateOutputs(TypedDict):
     metadata: GenerateMetadata
 
 
-class _RolloutInputRequired(TypedDict):
-    prompt: Messages
-    example_id: int
-
-
-class RolloutInput(_RolloutInputRequired, total=False):
-    """One rollout's input, as the classic API passes it (`prompt` and `example_id` required)."""
-
-    answer: str
-    info: Info
-
-
-class RolloutScore(TypedDict):
-    """The score of one rollout: the weighted reward and every function's value."""
-
-    reward: float
-    metrics: dict[str, float]
-
-
-class RolloutScores(TypedDict):
-    """The scores of several rollouts, in their order."""
-
-    reward: list[float]
-    metrics: dict[str, list[float]]
-
-
-IndividualRewardFunc = Callable[..., Union[float, Awaitable[float]]]
-"""Scores one rollout (its arguments are injected by name: prompt, completion, answer, state, ...)."""
-
-GroupRewardFunc = Callable[..., Union[list[float], Awaitable[list[float]]]]
-"""Scores the rollouts of one example together (plural argument names: completions, answers, states, ...)."""
-
-RewardFunc = Union[IndividualRewardFunc, GroupRewardFunc]
-
-
 __all__ = [
     "ChatMessage",
     "ClientType",
@@ -327,10 +294,5 @@ __all__ = [
     "TrajectoryStepTokens",
     "Usage",
     "VersionInfo",
-    "RolloutInput",
-    "RolloutScore",
-    "RolloutScores",
-    "IndividualRewardFunc",
-    "GroupRewardFunc",
-    "RewardFunc",
+    "MessageType",
 ]

@@ -158,6 +158,7 @@ async def test_tool_errors_become_messages_and_stop_errors_end_the_rollout(
 async def test_add_and_remove_tools(mock: MockModelServer, client: vf.ClientConfig) -> None:
     env = vf.ToolEnv(dataset=rows())
     env.add_tool(reverse_text)
+    assert env.toolset in env.harness.toolsets and list(env.toolset.functions) == ["reverse_text"]  # the core dispatches
     with pytest.raises(vf.ConfigError, match="already exists"):
         env.add_tool(reverse_text)
     await env.rollout(ROW, client, "m")
@@ -165,6 +166,7 @@ async def test_add_and_remove_tools(mock: MockModelServer, client: vf.ClientConf
     env.remove_tool(reverse_text)
     with pytest.raises(vf.ConfigError, match="no tool named"):
         env.remove_tool("reverse_text")
+    assert env.toolset in env.harness.toolsets and not env.toolset.functions
     mock.reset()
     state = await env.rollout(ROW, client, "m")
     assert "tools" not in mock.requests[0].body and state["completion"] == [{"role": "assistant", "content": "cba"}]

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from v1.classic.sandbox_env import PythonEnv, SandboxEnv
 from v1.cli.main import main
 from v1.sandbox import list_sandboxes, register_backend
 from v1.sandbox.prime import PrimeBackend
-from v1.sandbox_env import PythonEnv, SandboxEnv
 from v1.testing import MockModelServer, Reply
 
 from .prime_fake import FakePrime

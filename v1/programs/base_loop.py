@@ -11,13 +11,10 @@ tools), `user_done` (the user had nothing to say), the user's `state.stop(...)`,
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.openai_chat_completions import post_options, sdk_posts
-from v1.clients.openai_wire import encode_json, status_error
-from v1.interception.in_process import post_json
+from v1.programs.model_call import call_model
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
@@ -52,33 +49,14 @@ def _without_none(value: Any) -> Any:
 async def _call_model(state: State, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """One Chat Completions call through the rollout's endpoint; the answer's assistant message as JSON.
 
-    What `client.chat.completions.create(model=..., messages=..., tools=...)` sends, the endpoint
-    gets; the message is what the SDK's `message.model_dump(exclude_none=True, exclude_unset=True)`
-    gives, with `content` always present; a failure raises the SDK's own `APIStatusError` for it. The
-    request goes straight into the endpoint's handler when it runs in this process (no SDK request
-    building, no HTTP, no SDK client built), else through the rollout's SDK client.
+    The message is what the SDK's `message.model_dump(exclude_none=True, exclude_unset=True)` gives,
+    with `content` always present.
     """
-    config = state.get_endpoint_config()
-    request: dict[str, Any] = {"model": config["model"], "messages": messages}
+    request: dict[str, Any] = {"messages": messages}
     if tools is not None:
         request["tools"] = tools
-    answered = await post_json(config["base_url"], config["api_key"], "/chat/completions", encode_json(request))
-    if answered is not None:
-        status, headers, content = answered
-        if status >= 400:
-            raise status_error(status, headers, content, config["base_url"] + "/chat/completions")
-        message = json.loads(content)["choices"][0]["message"]
-        return _without_none(message) | {"role": "assistant", "content": message.get("content")}  # type: ignore[no-any-return]
-    client = state.get_client()
-    if sdk_posts(client):
-        from openai.types.chat import ChatCompletion
-
-        body_json, options = post_options(request)
-        completion = await client.post("/chat/completions", body=body_json, options=options, cast_to=ChatCompletion)
-    else:
-        completion = await client.chat.completions.create(**request)
-    sdk_message = completion.choices[0].message
-    return sdk_message.model_dump(exclude_none=True, exclude_unset=True) | {"role": "assistant", "content": sdk_message.content}  # type: ignore[no-any-return]
+    message = (await call_model(state, request))["choices"][0]["message"]
+    return _without_none(message) | {"role": "assistant", "content": message.get("content")}  # type: ignore[no-any-return]
 
 
 async def base_loop(task: Task, state: State, context: RolloutContext) -> None:

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from v1._calling import call_user_code
-from v1.env import Environment
+from v1.classic.environment import Environment
 from v1.errors import ConfigError, ProgramError
-from v1.lifecycle import rollout_arguments, stop
+from v1.harness import RolloutContext
+from v1.lifecycle import stop
 from v1.state import State
 from v1.task import Task, thaw
 from v1.types import Messages, TrajectoryStep
@@ -176,15 +177,8 @@ class MultiTurnEnv(Environment, ABC):
     # -- the loop -------------------------------------------------------------------------------
 
     async def stopped(self, state: State) -> bool:
-        """Run the stop conditions (highest priority first); the first that fires stops the rollout."""
-        if state["is_completed"]:
-            return True
-        arguments = rollout_arguments(state.task, state)
-        for handler in self.harness.handlers.of("stop", group=False):
-            if await handler.call(arguments):
-                state.stop(handler.name)
-                return True
-        return False
+        """Run the stop conditions (highest priority first) through the core's stop check; the first that fires stops the rollout."""
+        return await RolloutContext(task=state.task, state=state, handlers=self.harness.handlers).check_stops(state)
 
     def tool_definitions(self, state: State) -> list[dict[str, Any]] | None:
         """The tools offered to the model each turn (none here; `ToolEnv` offers its tools)."""

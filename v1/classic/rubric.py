@@ -11,6 +11,7 @@ group function, which gets the whole group at once, in the group's order.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import math
@@ -19,16 +20,14 @@ from typing import Any
 
 from v1._calling import call_user_code
 from v1._scoring import score_group, score_rollout
-from v1.clients.registry import resolve_client
-from v1.config import ClientConfig
+from v1.classic.messages import typed_messages
+from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
+from v1.classic.types import RewardFunc
 from v1.errors import ConfigError
+from v1.judge import ask_judge, judge_question
 from v1.lifecycle import GROUP_ARGS, SINGLE_ARGS, Handler, Handlers
-from v1.parsers import MaybeThinkParser, Parser, extract_boxed_answer, last_assistant_text
 from v1.state import State
 from v1.task import Task
-
-RewardFunc = Callable[..., Any]
-"""An individual (`-> float`) or group (`-> list[float]`) reward function, sync or async."""
 
 RUBRIC_ARGS = ("parser",)
 
@@ -63,6 +62,13 @@ class RubricFunction:
 
     async def __call__(self, **arguments: Any) -> Any:
         available = {**arguments, "parser": self.rubric.parser, **self.rubric.class_objects}
+        state = arguments.get("state")
+        for field in ("prompt", "completion"):  # the seed's message objects: completion[-1].role, .tool_calls
+            if field in available:
+                available[field] = typed_messages(available[field])
+        for field in ("answer", "info"):  # a classic rollout's own write (state["answer"] = ...) wins
+            if isinstance(state, dict) and dict.__contains__(state, field):
+                available[field] = dict.__getitem__(state, field)
         missing = [name for name in self.required if name not in available]
         if missing:
             known = sorted(set(GROUP_ARGS if self.is_group else SINGLE_ARGS) | {"parser"} | set(self.rubric.class_objects))
@@ -99,6 +105,36 @@ class Rubric:
             self.add_reward_func(func, weight)
         for name, value in kwargs.items():
             self.add_class_object(name, value)
+            setattr(self, name, value)
+
+    def get_reward_func_names(self) -> list[str]:
+        """The function names (seed 004's name for `names`)."""
+        return self.names()
+
+    def get_reward_funcs(self) -> list[RewardFunc]:
+        """The reward functions as given (seed 004)."""
+        return [func.func for func in self.all_funcs()]
+
+    def get_reward_weights(self) -> list[float]:
+        """One weight per function (seed 004)."""
+        return [weight for _, weight in self.weighted_funcs()]
+
+    def all_funcs(self) -> list[RubricFunction]:
+        """The wrapped functions, in scoring order."""
+        return [func for func, _ in self.weighted_funcs()]
+
+    def weighted_funcs(self) -> list[tuple[RubricFunction, float]]:
+        """(function, weight) pairs, in scoring order."""
+        return list(zip(self.funcs, self.weights))
+
+    async def call_reward_func(self, func: RewardFunc, **arguments: Any) -> float:
+        """Call one reward function with the arguments it asks for (seed 004): `prompt`, `completion`, `answer`, `state`, ..."""
+        wrapped = func if isinstance(func, RubricFunction) else RubricFunction(func, self)
+        return float(await wrapped(**arguments))
+
+    async def score_rollouts(self, states: list[State]) -> None:
+        """Score a group of finished rollouts in place (seed 004's name for `score_group`)."""
+        await self.score_group(states)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         """Add a reward function (weight 0: a metric only).
@@ -229,10 +265,11 @@ class RubricGroup(Rubric):
         super().__init__(parser=self.rubrics[0].parser, **kwargs)
         seen: set[str] = set()
         for rubric in self.rubrics:
-            clash = seen & set(rubric.names())
-            if clash:
-                raise ConfigError(f"RubricGroup: function name(s) {sorted(clash)} appear in two rubrics")
-            seen |= set(rubric.names())
+            for func in rubric.all_funcs():
+                name, index = func.__name__, 2
+                while func.__name__ in seen:
+                    func.__name__, index = f"{name}_{index}", index + 1
+                seen.add(func.__name__)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         if not hasattr(self, "rubrics"):
@@ -247,6 +284,9 @@ class RubricGroup(Rubric):
 
     def names(self) -> list[str]:
         return [name for rubric in getattr(self, "rubrics", []) for name in rubric.names()]
+
+    def weighted_funcs(self) -> list[tuple[RubricFunction, float]]:
+        return [pair for rubric in getattr(self, "rubrics", []) for pair in rubric.weighted_funcs()]
 
     def handlers(self) -> list[Handler]:
         return [handler for rubric in self.rubrics for handler in rubric.handlers()]
@@ -270,15 +310,6 @@ Response:
 ```
 
 Respond either "yes" or "no" only."""
-
-
-def _question_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    for message in reversed(list(prompt or [])):
-        if message.get("role") == "user":
-            return last_assistant_text([{"role": "assistant", "content": message.get("content")}]) or ""
-    return ""
 
 
 _OLDER_JUDGE_ARGS = {
@@ -314,10 +345,15 @@ class JudgeRubric(Rubric):
         judge_sampling_args: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        older = sorted(set(kwargs) & set(_OLDER_JUDGE_ARGS))
-        if older:
-            renames = ", ".join(f"{name}= is {_OLDER_JUDGE_ARGS[name]}=" for name in older)
-            raise ConfigError(f"JudgeRubric: {renames} (older names, which would become unused class objects)")
+        for older, newer in _OLDER_JUDGE_ARGS.items():
+            if older in kwargs:
+                value = kwargs.pop(older)
+                if newer == "judge_model":
+                    judge_model = judge_model or value
+                elif newer == "judge_prompt":
+                    judge_prompt = value
+                elif newer == "judge_client":
+                    judge_client = judge_client or value
         if judge_client is not None and not judge_model:
             raise ConfigError("JudgeRubric: judge_model is required with a judge_client")
         super().__init__(funcs, weights, parser, **kwargs)
@@ -328,27 +364,12 @@ class JudgeRubric(Rubric):
         self.class_objects["judge"] = self.judge
 
     async def judge(self, prompt: Any, completion: Any, answer: Any, state: State) -> str:
-        """The judge's reply for one rollout (cached on the state by judge prompt)."""
+        """The judge's reply for one rollout, kept in ``state["judge_responses"]["judge"]`` (`v1.judge.ask_judge`)."""
         response = self.parser.parse_answer(completion) or ""
-        content = self.judge_prompt.format(question=_question_text(prompt), answer=answer, response=response)
-        cache = state.setdefault("judge_responses", {})
-        if content not in cache:
-            cache[content] = await self._ask([{"role": "user", "content": content}], state)
-        return str(cache[content])
-
-    async def _ask(self, messages: list[dict[str, Any]], state: State) -> str:
-        client = self.judge_client
-        if client is None:
-            reply = await state.get_client().chat.completions.create(
-                model=self.judge_model or state.get_model(), messages=messages, **self.judge_sampling_args
-            )
-            return reply.choices[0].message.content or ""
-        if hasattr(getattr(getattr(client, "chat", None), "completions", None), "create"):
-            reply = await client.chat.completions.create(model=self.judge_model, messages=messages, **self.judge_sampling_args)
-            return reply.choices[0].message.content or ""
-        resolved = await resolve_client(client if not isinstance(client, Mapping) else ClientConfig(**client))
-        answer = await resolved.get_response(messages, str(self.judge_model), dict(self.judge_sampling_args))
-        return str(answer.message.content or "")
+        content = self.judge_prompt.format(question=judge_question(prompt), answer=answer, response=response)
+        return await ask_judge(
+            state, content, client=self.judge_client, model=self.judge_model, sampling_args=self.judge_sampling_args
+        )
 
 
 class MathRubric(Rubric):
@@ -372,7 +393,8 @@ class MathRubric(Rubric):
     ) -> None:
         if importlib.util.find_spec("math_verify") is None:
             raise ConfigError("MathRubric needs math-verify: pip install 'v1[tasksets]'")
-        super().__init__(funcs, weights, parser or MaybeThinkParser(extract_boxed_answer), **kwargs)
+        strict = functools.partial(extract_boxed_answer, strict=True)
+        super().__init__(funcs, weights, parser or MaybeThinkParser(strict), **kwargs)
         self.add_reward_func(self.correct_answer)
 
     def correct_answer(self, parser: Parser, completion: Any, answer: Any) -> float:
@@ -386,11 +408,8 @@ class MathRubric(Rubric):
         if response.strip() == gold.strip():
             return 1.0
 
-        def wrap(text: str) -> str:
-            return text if "$" in text or "\\(" in text else f"${text}$"
-
-        expected = parse(wrap(gold), parsing_timeout=None)  # type: ignore[arg-type]
-        got = parse(wrap(response), parsing_timeout=None)  # type: ignore[arg-type]
+        expected = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)  # type: ignore[arg-type]
+        got = parse(f"\\boxed{{{response}}}", parsing_timeout=None)  # type: ignore[arg-type]
         return float(bool(expected and got and verify(expected, got, timeout_seconds=None)))
 
 
@@ -431,7 +450,6 @@ __all__ = [
     "JudgeFunction",
     "JudgeRubric",
     "MathRubric",
-    "RewardFunc",
     "Rubric",
     "RubricFunction",
     "RubricGroup",

@@ -77,9 +77,25 @@ class AssistantMessage(_Message):
     ROLE = "assistant"
 
     @property
-    def tool_calls(self) -> list[dict[str, Any]] | None:
+    def tool_calls(self) -> list[ToolCallView] | None:
         value: list[dict[str, Any]] | None = self.get("tool_calls")
-        return value
+        return None if value is None else [ToolCallView(call) for call in value]
+
+
+class ToolCallView(dict):  # type: ignore[type-arg]
+    """One OpenAI-format tool call with the seed's attribute access: `.id`, `.name`, `.arguments`."""
+
+    @property
+    def id(self) -> str:
+        return str(self.get("id", ""))
+
+    @property
+    def name(self) -> str:
+        return str((self.get("function") or {}).get("name", ""))
+
+    @property
+    def arguments(self) -> str:
+        return str((self.get("function") or {}).get("arguments", ""))
 
 
 class ToolMessage(_Message):
@@ -93,4 +109,18 @@ class ToolMessage(_Message):
         return str(self["tool_call_id"])
 
 
-__all__ = ["AssistantMessage", "MessageContent", "SystemMessage", "ToolMessage", "UserMessage"]
+_BY_ROLE: dict[str, type[_Message]] = {}
+
+
+def typed_messages(messages: Any) -> Any:
+    """Chat messages as the message classes (still dicts, now with `.role`, `.content`, `.tool_calls`); other values as given."""
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and m.get("role") in _BY_ROLE for m in messages):
+        return messages
+    return [
+        m if isinstance(m, _Message) else _BY_ROLE[m["role"]](**{k: v for k, v in m.items() if k != "role"}) for m in messages
+    ]
+
+
+_BY_ROLE.update({"system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage, "tool": ToolMessage})
+
+__all__ = ["AssistantMessage", "MessageContent", "SystemMessage", "ToolCallView", "ToolMessage", "UserMessage", "typed_messages"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from v1.classic.environment import Environment
 from v1.clients.base import Client
-from v1.env import Environment
 from v1.errors import ConfigError
 from v1.harness import Harness
 from v1.state import State
@@ -39,7 +39,8 @@ class EnvGroup(Environment):
 
     Args:
         envs: the environments.
-        env_names: their ids in the group (each env's `env_id` by default); must be unique.
+        env_names: their ids in the group; must be unique. By default each env's `env_id`, or
+            ``env_0``, ``env_1``, ... (the seed's default) when two envs share an id.
         env_id: the group's own id.
         pass_threshold: the reward at which a rollout counts as passed for pass@k.
     """
@@ -58,9 +59,12 @@ class EnvGroup(Environment):
             if not isinstance(env, Environment):
                 raise ConfigError(f"EnvGroup: expected v1 environments, got {type(env).__name__}")
         names = list(env_names) if env_names is not None else [env.env_id for env in envs]
+        if env_names is None and len(set(names)) != len(names):
+            names = [f"env_{index}" for index in range(len(envs))]  # the seed's default names
         if len(names) != len(envs) or len(set(names)) != len(names):
             raise ConfigError(f"EnvGroup: env_names must name each environment once, got {names}")
         self.envs: dict[str, Environment] = dict(zip(names, envs))
+        self.env_names = names
         self.env_id = env_id
         self.env_args = {name: env.env_args for name, env in self.envs.items()}
         self.pass_threshold = pass_threshold

@@ -10,26 +10,38 @@ it raised one of `stop_errors`, which ends the rollout with the error recorded (
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
-from v1._calling import call_user_code
-from v1._tool_function import ToolFunction, invalid_arguments_message, parse_tool_arguments, render_tool_result
-from v1.errors import ConfigError, RolloutStopped
+from v1._tool_function import ToolFunction, parse_tool_arguments
+from v1.classic.multiturn_env import MultiTurnEnv
+from v1.errors import ConfigError
 from v1.lifecycle import stop
-from v1.multiturn_env import MultiTurnEnv
 from v1.state import State
+from v1.toolset import Toolset
 from v1.types import Messages
+
+TOOLSET_NAME = "tool_env"
+"""The name of a `ToolEnv`'s toolset in its harness."""
 
 
 def _default_error_formatter(error: Exception) -> str:
     return f"{error}"
 
 
+def _skipped_default(tool: Callable[..., Any], argument: str) -> Callable[[], Any]:
+    """The binding of a skipped argument when `update_tool_args` gives none: its default, else None."""
+    default = inspect.signature(tool).parameters[argument].default
+    value = None if default is inspect.Parameter.empty else default
+    return lambda: value
+
+
 class ToolEnv(MultiTurnEnv):
     """Tool calling with Python functions; ends when the model answers without a tool call.
+
+    The tools are a rollout `Toolset` of the environment's harness (`env.toolset`), so the core's
+    dispatcher runs every call: argument parsing and validation, `error_formatter`, `stop_errors`.
 
     Args:
         tools: named functions (sync or async); their signatures and docstrings are the schemas.
@@ -47,18 +59,49 @@ class ToolEnv(MultiTurnEnv):
         stop_errors: Sequence[type[Exception]] | None = None,
         **kwargs: Any,
     ) -> None:
+        if "max_steps" in kwargs:  # seed 004's name for max_turns
+            max_turns = kwargs.pop("max_steps")
         # the seed names the tool list `tools`; it shadows `Environment.tools()` on a ToolEnv
         self.tools: list[Callable[..., Any]] = []  # type: ignore[assignment]
-        self.tool_map: dict[str, ToolFunction] = {}
         self.skipped_args: dict[str, list[str]] = {}
         self.error_formatter = error_formatter
         self.stop_errors = tuple(stop_errors or ())
         for error_type in self.stop_errors:
             if not (isinstance(error_type, type) and issubclass(error_type, BaseException)):
                 raise ConfigError(f"{type(self).__name__}: stop_errors must be exception classes, got {error_type!r}")
+        self.toolset = self._build_toolset()
         for tool in tools or []:
             self.add_tool(tool)
         super().__init__(max_turns=max_turns, **kwargs)
+
+    def harness_options(self) -> dict[str, Any]:
+        return {**super().harness_options(), "toolsets": [self.toolset]}
+
+    def _build_toolset(self) -> Toolset:
+        """The tools as one rollout toolset; each skipped argument a binding that `update_tool_args` fills per call."""
+        bindings = {
+            f"{getattr(tool, '__name__', '')}.{argument}": _skipped_default(tool, argument)
+            for tool in self.tools
+            for argument in self.skipped_args.get(getattr(tool, "__name__", ""), [])
+        }
+        return Toolset(
+            self.tools,
+            bindings=bindings,
+            name=TOOLSET_NAME,
+            error_formatter=lambda error: self.error_formatter(error),  # type: ignore[arg-type]
+            stop_errors=self.stop_errors,
+        )
+
+    def _replace_toolset(self) -> None:
+        old, self.toolset = self.toolset, self._build_toolset()
+        harness = getattr(self, "harness", None)
+        if harness is not None:
+            harness.toolsets = [self.toolset if toolset is old else toolset for toolset in harness.toolsets]
+
+    @property
+    def tool_map(self) -> dict[str, ToolFunction]:
+        """The tools by name, as the toolset describes them."""
+        return self.toolset.functions
 
     def add_tool(self, tool: Callable[..., Any], args_to_skip: Iterable[str] = ()) -> None:
         """Offer `tool` to the model from the next rollout on (`args_to_skip`: arguments kept out of its schema).
@@ -66,13 +109,12 @@ class ToolEnv(MultiTurnEnv):
         Raises:
             ConfigError: an unnamed function, *args/**kwargs, or a name already taken.
         """
-        skipped = list(args_to_skip)
-        function = ToolFunction.from_callable(tool, hidden=skipped)
-        if function.tool.name in self.tool_map:
-            raise ConfigError(f"{type(self).__name__}: a tool named {function.tool.name!r} already exists")
+        name = ToolFunction.from_callable(tool, hidden=list(args_to_skip)).tool.name
+        if name in self.tool_map:
+            raise ConfigError(f"{type(self).__name__}: a tool named {name!r} already exists")
         self.tools.append(tool)
-        self.tool_map[function.tool.name] = function
-        self.skipped_args[function.tool.name] = skipped
+        self.skipped_args[name] = list(args_to_skip)
+        self._replace_toolset()
 
     def remove_tool(self, tool: Callable[..., Any] | str) -> None:
         """Stop offering a tool (by function or name).
@@ -83,9 +125,10 @@ class ToolEnv(MultiTurnEnv):
         name = tool if isinstance(tool, str) else getattr(tool, "__name__", "")
         if name not in self.tool_map:
             raise ConfigError(f"{type(self).__name__}.remove_tool: no tool named {name!r}; tools: {sorted(self.tool_map)}")
-        function = self.tool_map.pop(name)
+        function = self.tool_map[name]
         self.skipped_args.pop(name, None)
         self.tools = [t for t in self.tools if t is not function.fn]
+        self._replace_toolset()
 
     @property
     def oai_tools(self) -> list[dict[str, Any]]:
@@ -113,24 +156,24 @@ class ToolEnv(MultiTurnEnv):
         return not (isinstance(message, dict) and message.get("tool_calls"))
 
     async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str, **kwargs: Any) -> dict[str, Any]:
-        """Run one tool call and return its tool message; a failure is the message's text.
+        """Run one tool call through the rollout's toolbox and return its tool message; a failure is the message's text.
+
+        Args:
+            tool_name, tool_args, tool_call_id: the call (skipped arguments in `tool_args` are injected as they are).
+            **kwargs: `state`, the rollout's state.
 
         Raises:
-            Exception: one of `stop_errors`, which ends the rollout.
+            RolloutStopped: the tool raised one of `stop_errors`, which ends the rollout.
         """
-        function = self.tool_map.get(tool_name)
-        if function is None:
-            content = f"Error: unknown tool {tool_name!r}; available tools: {', '.join(sorted(self.tool_map)) or 'none'}"
-            return {"role": "tool", "content": content, "tool_call_id": tool_call_id}
+        state: State = kwargs["state"]
         skipped = self.skipped_args.get(tool_name, [])
-        visible = {k: v for k, v in tool_args.items() if k not in skipped}
-        injected = {k: v for k, v in tool_args.items() if k in skipped}
-        try:
-            validated = function.validate(visible)
-        except ValidationError as exc:
-            return {"role": "tool", "content": invalid_arguments_message(tool_name, exc), "tool_call_id": tool_call_id}
-        result = await call_user_code(function.fn, **validated, **injected)
-        return {"role": "tool", "content": render_tool_result(result), "tool_call_id": tool_call_id}
+        visible = {key: value for key, value in tool_args.items() if key not in skipped}
+        injected = {key: value for key, value in tool_args.items() if key in skipped}
+        toolbox = state.runtime.toolbox
+        if toolbox is None:
+            raise ConfigError(f"{type(self).__name__}.call_tool: the rollout has no toolbox (call it inside a rollout)")
+        content = await toolbox.call(tool_name, visible, injected)
+        return {"role": "tool", "content": content, "tool_call_id": tool_call_id}
 
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Messages:
         last = messages[-1] if isinstance(messages, list) and messages else {}
@@ -144,12 +187,7 @@ class ToolEnv(MultiTurnEnv):
             hidden = self.skipped_args.get(name, [])
             visible = {key: value for key, value in arguments.items() if key not in hidden}  # never the model's to set
             arguments = self.update_tool_args(name, visible, messages, state, **kwargs)
-            try:
-                replies.append(await self.call_tool(name, arguments, call["id"], state=state))
-            except self.stop_errors as exc:
-                raise RolloutStopped("has_error", f"tool {name!r} raised {type(exc).__name__}: {exc}") from exc
-            except Exception as exc:
-                replies.append({"role": "tool", "content": self.error_formatter(exc), "tool_call_id": call["id"]})
+            replies.append(await self.call_tool(name, arguments, call["id"], state=state))
         return replies
 
     def update_tool_args(

@@ -14,10 +14,10 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from v1.classic.sandbox_fields import run_shell
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox.backend import ExecResult, Sandbox
-from v1.sandbox.classic import run_shell
 from v1.sandbox.manager import get_manager
 from v1.sandbox.scopes import SandboxScopes
 

@@ -12,25 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from v1._message_text import last_assistant_text, message_text
 from v1.types import ChatMessage, Messages
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """The text of one chat message (the text parts of a content list, joined)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return content if isinstance(content, str) else ""
-
-
-def last_assistant_text(completion: Messages | None) -> str | None:
-    """The text of the last assistant message of `completion` (a string is returned as is; None when there is none)."""
-    if completion is None or isinstance(completion, str):
-        return completion
-    for message in reversed(list(completion)):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            return message_text(message)
-    return None
 
 
 def extract_boxed_answer(text: str, strict: bool = False) -> str:
@@ -234,6 +217,4 @@ __all__ = [
     "XMLParser",
     "extract_boxed_answer",
     "extract_hash_answer",
-    "last_assistant_text",
-    "message_text",
 ]

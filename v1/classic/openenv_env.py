@@ -33,13 +33,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from v1.classic.multiturn_env import MultiTurnEnv
+from v1.classic.rubric import Rubric
+from v1.classic.sandbox_mixin import SandboxMixin
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
 from v1.lifecycle import cleanup, reward, teardown
-from v1.multiturn_env import MultiTurnEnv
-from v1.rubric import Rubric
 from v1.sandbox.backend import ExecResult, Sandbox
-from v1.sandbox_mixin import SandboxMixin
 from v1.state import State
 from v1.types import Messages
 

@@ -1,0 +1,5 @@
+"""``verifiers.parsers.parser``."""
+
+from v1 import Parser
+
+__all__ = ["Parser"]

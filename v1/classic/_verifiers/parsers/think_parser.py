@@ -1,0 +1,5 @@
+"""``verifiers.parsers.think_parser``."""
+
+from v1 import ThinkParser
+
+__all__ = ["ThinkParser"]

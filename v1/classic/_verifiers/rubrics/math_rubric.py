@@ -1,0 +1,5 @@
+"""``verifiers.rubrics.math_rubric``."""
+
+from v1 import MathRubric
+
+__all__ = ["MathRubric"]
