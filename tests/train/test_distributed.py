@@ -22,15 +22,16 @@ from v1.inference import build_tiny_model  # noqa: E402
 from v1.train.config import DistributedConfig, TrainConfig  # noqa: E402
 from v1.train.ranks import RankGroup, backend_for, share_samples  # noqa: E402
 
+from . import fsdp_head  # noqa: E402
 from .fsdp_steps import MICRO_BATCH_SIZE, SHAPE, batch, new_trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchrun(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node 2 ARGS`` in its own session: on a timeout its workers are killed too."""
+def torchrun(*args: str, timeout: float = 600, ranks: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node RANKS ARGS`` in its own session: on a timeout its workers are killed too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
     with subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as process:
@@ -70,6 +71,31 @@ def test_two_ranks_train_the_same_weights_as_one_process_and_resume_from_the_gat
     for one, two in zip(stats, report["stats"]):
         for key in ("loss", "grad_norm", "loss_tokens", "clip_fraction", "entropy"):
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_sharded_model_runs_the_chunked_head_and_the_shared_prefix_forward_with_unsharded_results(
+    tmp_path: Path, ranks: int
+) -> None:
+    # one rank is the GPU failure of `train_gpu.py --fsdp` at world size 1: the head ran outside FSDP2's hooks
+    done = torchrun(str(ROOT / "tests" / "train" / "fsdp_head.py"), str(tmp_path), ranks=ranks)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "head.json").read_text())
+    assert report["world"] == ranks
+    weights = torch.load(tmp_path / "step_weights.pt", weights_only=True)
+    for tied in (False, True):
+        found = report["tied" if tied else "untied"]
+        assert found["head_input_dims"] == [2]  # flat chunks of hidden states only: no [B, T, V] logits
+        for way in ("chunked", "shared"):
+            assert found[f"logprobs_{way}"] <= 1e-5 and found[f"loss_{way}"] <= 1e-4, (tied, way, found)
+            assert found[f"grad_{way}"] <= 1e-5, (tied, way, found)
+        whole, _ = build_tiny_model({**SHAPE, "tie_word_embeddings": tied})
+        trainer = fsdp_head.new_trainer(whole)
+        trainer.train_step(fsdp_head.group(0) + fsdp_head.group(1))
+        sharded = weights["tied" if tied else "untied"]
+        assert sharded.keys() == whole.state_dict().keys()
+        for name, tensor in whole.state_dict().items():
+            torch.testing.assert_close(sharded[name], tensor, atol=5e-5, rtol=1e-4)
 
 
 def test_distributed_settings_are_checked() -> None:

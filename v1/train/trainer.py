@@ -37,7 +37,14 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
-from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
+from v1.train.logprobs import (
+    activation_checkpointing,
+    is_distributed,
+    is_sharded,
+    register_decoder,
+    shared_prefix_logprobs,
+    token_logprobs,
+)
 from v1.train.lora import is_lora, merged_state_dict
 from v1.train.losses import LossConfig, policy_loss
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
@@ -77,6 +84,7 @@ def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
     for layer in layers:
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+    register_decoder(model)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -125,9 +133,7 @@ class PolicyTrainer:
         self.model = model
         self.processing = processing
         self.micro_batch_tokens = micro_batch_tokens
-        self.share_prefixes = (
-            share_prefixes and micro_batch_tokens is None and not is_distributed() and not activation_checkpointing(model)
-        )
+        self.share_prefixes = share_prefixes and micro_batch_tokens is None and not activation_checkpointing(model)
         self.loss = loss
         self.optim_config = optim
         self.max_steps = max_steps
@@ -260,9 +266,13 @@ class PolicyTrainer:
         }
 
     def _shared_prefix_batch(self, chunk: Sequence[Sample]) -> SharedPrefixBatch | None:
+        """`chunk`'s shared-prefix layout when it pays, on every rank or none (a sharded model's
+        layers gather their weights once per pass: every rank must run the same passes)."""
         if not self.share_prefixes:
             return None
         shared = shared_prefix_batch(chunk, self.pad_id)
+        if self._global_max(int(shared is None)):
+            return None
         return shared.to(self.device) if shared is not None else None
 
     def _update(
@@ -373,7 +383,7 @@ class PolicyTrainer:
         """
         if is_lora(self.model):
             return merged_state_dict(self.model)
-        if is_distributed():
+        if is_sharded(self.model):
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
@@ -396,7 +406,7 @@ class PolicyTrainer:
     def load(self, folder: Path) -> None:
         """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file)."""
         state = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=False)
-        options = StateDictOptions(full_state_dict=True) if is_distributed() else None
+        options = StateDictOptions(full_state_dict=True) if is_sharded(self.model) else None
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
