@@ -133,15 +133,16 @@ GONE_WITHIN_S = 120.0
 """The bound on every process ending after one is killed (the ranks check their launcher every 0.5 s)."""
 
 
-def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None) -> Path:
+def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None, kl_coef: float = 0.0) -> Path:
     """`recipe` cut to a few RL steps (8 held-out examples), checkpointing every step, written to `folder`.
 
     The recipe's SFT warm-up stays whole unless `sft_steps` says: without it the random model's
-    rewards are all equal and no group trains.
+    rewards are all equal and no group trains. `kl_coef` > 0 adds the KL term (and its reference model).
     """
     config = TrainConfig.load(recipe)
     config = config.model_copy(
         update={
+            "loss": config.loss.model_copy(update={"kl_coef": kl_coef}) if kl_coef else config.loss,
             "sft": config.sft.model_copy(update={"steps": sft_steps or config.sft.steps}),
             "output_dir": str(folder / "out"),
             "max_steps": max_steps,
@@ -166,9 +167,10 @@ def metrics(config: Path) -> list[dict[str, float]]:
 
 def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_checkpoint(tmp_path: Path) -> None:
     # 3 SFT steps: enough for rewards that differ within groups; few enough that the float noise of
-    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts)
-    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3)
-    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3)
+    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts).
+    # A KL term: the ranks' reference is built on the meta device and sharded like the policy.
+    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3, kl_coef=0.1)
+    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3, kl_coef=0.1)
     done = torchrun("-m", "v1.train", str(two), "--no-progress", timeout=DEADLINE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "v1 train: 3 steps" in done.stdout
@@ -180,8 +182,9 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
     sharded, whole = metrics(two), metrics(one)
     assert len(sharded) == len(whole) == 3
     for step_two, step_one in zip(sharded, whole, strict=True):
-        for key in COMPARED:  # rank 0 samples the rollouts either way: the same data, split, same denominators
+        for key in (*COMPARED, "kl"):  # rank 0 samples the rollouts either way: the same data, split, same denominators
             assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
+    assert sharded[-1]["kl"] > 0.0  # the policy moved away from the sharded reference: the term is live
     model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_3" / "model"
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     from transformers import AutoModelForCausalLM
