@@ -527,6 +527,10 @@ async def train(
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
         with frozen_heap():
             return await lead(config, prepared, group, progress, on_step, started, rank_thread)
+    except Exception:
+        if watch is not None:  # the launcher died and another rank left first: its line, not this error
+            watch.exit_if_parent_gone()
+        raise
     finally:
         await loop.run_in_executor(rank_thread, group.close)
         rank_thread.shutdown(wait=False)
