@@ -94,7 +94,7 @@ def main() -> None:
     )  # fmt: skip
     world = dist.get_world_size() if dist.is_initialized() else 1
     batch = samples(args.samples, args.prompt, args.completion, args.vocab, seed=rank)
-    params = sum(p.numel() for p in model.parameters()) * (world if args.fsdp else 1)
+    params = sum(p.numel() for p in model.parameters())  # a DTensor counts its whole shape
     if rank == 0:
         print(
             f"torch {torch.__version__}, device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}), "

@@ -4,12 +4,12 @@
     python benchmarks/train_memory_ranks.py --ranks 1 2     # a subset
 
 One rank is one process without FSDP (as ``v1 train`` runs); N > 1 is ``torchrun --nproc-per-node N``
-with the model sharded by `shard_with_fsdp2`. Each rank builds the same Qwen2-layout model from a
-config (no download; default ~110M parameters, 440 MB in fp32), takes `--steps` GRPO steps with AdamW
-on its share of a small batch (so weights, gradients and Adam's two moments dominate, not
-activations), and reports its peak RSS (``VmHWM``) and its RSS after the steps. Every rank still
-builds the whole model before `fully_shard` (no meta-device load yet), so the peak includes that
-full copy; the steady state after the steps is what sharding saves.
+loading the model as a run does (`load_sharded_policy`: every rank builds it on the meta device
+and allocates only its FSDP2 shards; rank 0 alone builds the whole model and sends each rank its
+shards, then frees it). The model is a Qwen2-layout model from a config (no download; default
+~106M parameters, 404 MiB in fp32); each rank takes `--steps` GRPO steps with AdamW on its share of
+a small batch (so weights, gradients and Adam's two moments dominate, not activations), and
+reports its peak RSS (``VmHWM``) and RSS once the model is loaded, then after the steps.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,13 +38,13 @@ def worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
     import torch.distributed as dist
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from v1.train.batch import Sample
-    from v1.train.config import OptimConfig
+    from v1.train.config import ModelConfig, OptimConfig
     from v1.train.losses import LossConfig
+    from v1.train.model import load_policy, load_sharded_policy
     from v1.train.ranks import share_samples
-    from v1.train.trainer import PolicyTrainer, shard_with_fsdp2
+    from v1.train.trainer import PolicyTrainer
 
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
@@ -51,14 +52,14 @@ def worker(args: argparse.Namespace) -> None:
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 3, num_hidden_layers=args.layers,
-        num_attention_heads=args.hidden // 64, num_key_value_heads=args.hidden // 128, tie_word_embeddings=False,
-    )  # fmt: skip
-    model: torch.nn.Module = Qwen2ForCausalLM(config)
-    parameters = sum(p.numel() for p in model.parameters())
+    model_config = ModelConfig(path=args.folder, device="cpu")  # loaded as `v1 train` loads [model] path
+    model: torch.nn.Module
     if distributed:
-        model = shard_with_fsdp2(model, bf16=False)
+        model = load_sharded_policy(model_config, None, bf16=False, keep_whole=False)[0]
+    else:
+        model = load_policy(model_config)[0]
+    parameters = sum(p.numel() for p in model.parameters())  # a DTensor counts its whole shape
+    loaded = {"peak_load_mb": rss_mb("VmHWM"), "rss_loaded_mb": rss_mb("VmRSS")}
     trainer = PolicyTrainer(model, LossConfig(kind="grpo"), OptimConfig(lr=1e-5), max_steps=args.steps, micro_batch_size=4)
     rng = random.Random(0)
     samples = [
@@ -68,7 +69,7 @@ def worker(args: argparse.Namespace) -> None:
     ]  # fmt: skip
     for _ in range(args.steps):
         trainer.train_step(share_samples(samples, world)[rank])
-    mine = {"rank": rank, "peak_rss_mb": rss_mb("VmHWM"), "rss_after_mb": rss_mb("VmRSS")}
+    mine = {"rank": rank, **loaded, "peak_rss_mb": rss_mb("VmHWM"), "rss_after_mb": rss_mb("VmRSS")}
     every = [mine]
     if distributed:
         every = [{} for _ in range(world)]
@@ -78,8 +79,29 @@ def worker(args: argparse.Namespace) -> None:
         print("RESULT " + json.dumps({"world": world, "parameters": parameters, "ranks": every}), flush=True)
 
 
+def write_model(args: argparse.Namespace, folder: Path) -> None:
+    """The benchmark's model and tokenizer as a ``save_pretrained`` folder (written once, before any rank starts)."""
+    sys.path.insert(0, str(ROOT))
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from v1.inference import build_tiny_tokenizer
+
+    config = Qwen2Config(
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 3, num_hidden_layers=args.layers,
+        num_attention_heads=args.hidden // 64, num_key_value_heads=args.hidden // 128, tie_word_embeddings=False,
+    )  # fmt: skip
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+
+
 def measure(ranks: int, args: argparse.Namespace) -> dict[str, object]:
-    script = [str(Path(__file__).resolve()), "--worker", *(f"--{k}={v}" for k, v in sizes(args).items())]
+    script = [
+        str(Path(__file__).resolve()),
+        "--worker",
+        f"--folder={args.folder}",
+        f"--vocab={args.vocab}",
+        f"--steps={args.steps}",
+    ]
     if ranks == 1:
         command = [sys.executable, *script]
     else:
@@ -91,10 +113,6 @@ def measure(ranks: int, args: argparse.Namespace) -> dict[str, object]:
     return dict(json.loads(lines[-1].removeprefix("RESULT ")))
 
 
-def sizes(args: argparse.Namespace) -> dict[str, int]:
-    return {"hidden": args.hidden, "layers": args.layers, "vocab": args.vocab, "steps": args.steps}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
@@ -103,15 +121,28 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    print(f"{'ranks':>5} {'rank':>4} {'peak RSS MiB':>12} {'RSS after MiB':>13}")
+    with tempfile.TemporaryDirectory(prefix="v1-memory-") as folder:
+        args.folder = folder
+        write_model(args, Path(folder))
+        report(args)
+
+
+def report(args: argparse.Namespace) -> None:
+    """Measure each rank count and print a row per rank."""
+    print(f"{'ranks':>5} {'rank':>4} {'load peak MiB':>13} {'loaded MiB':>10} {'peak RSS MiB':>12} {'RSS after MiB':>13}")
     for ranks in args.ranks:
         result = measure(ranks, args)
         for one in result["ranks"]:  # type: ignore[attr-defined]
-            print(f"{ranks:>5} {one['rank']:>4} {one['peak_rss_mb']:>12.0f} {one['rss_after_mb']:>13.0f}", flush=True)
+            print(
+                f"{ranks:>5} {one['rank']:>4} {one['peak_load_mb']:>13.0f} {one['rss_loaded_mb']:>10.0f} "
+                f"{one['peak_rss_mb']:>12.0f} {one['rss_after_mb']:>13.0f}",
+                flush=True,
+            )
     print(f"model: {result['parameters'] / 1e6:.0f}M parameters, {4 * result['parameters'] / 2**20:.0f} MiB in fp32")  # type: ignore[operator]
 
 

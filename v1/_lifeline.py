@@ -67,8 +67,13 @@ class ParentWatch:
 
     def _watch(self) -> None:
         while not self._stopped.wait(self.interval_s):
-            if os.getppid() != self.parent:
-                self.exit(f"{self.who}: {self.parent_name} (pid {self.parent}) exited; stopping this process too")
+            self.exit_if_parent_gone()
+
+    def exit_if_parent_gone(self) -> None:
+        """Exit (one line) when the parent has exited: also where an error came from its exit before the watch
+        saw it (a collective failing because another rank of the dead launcher left first)."""
+        if os.getppid() != self.parent:
+            self.exit(f"{self.who}: {self.parent_name} (pid {self.parent}) exited; stopping this process too")
 
     def exit(self, line: str) -> None:
         exit_now(line, EXIT_PARENT_GONE)

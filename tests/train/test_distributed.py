@@ -22,15 +22,16 @@ from v1.inference import build_tiny_model  # noqa: E402
 from v1.train.config import DistributedConfig, TrainConfig  # noqa: E402
 from v1.train.ranks import RankGroup, backend_for, share_samples  # noqa: E402
 
+from . import fsdp_head  # noqa: E402
 from .fsdp_steps import MICRO_BATCH_SIZE, SHAPE, batch, new_trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchrun(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node 2 ARGS`` in its own session: on a timeout its workers are killed too."""
+def torchrun(*args: str, timeout: float = 600, ranks: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node RANKS ARGS`` in its own session: on a timeout its workers are killed too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
     with subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as process:
@@ -72,6 +73,31 @@ def test_two_ranks_train_the_same_weights_as_one_process_and_resume_from_the_gat
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_sharded_model_runs_the_chunked_head_and_the_shared_prefix_forward_with_unsharded_results(
+    tmp_path: Path, ranks: int
+) -> None:
+    # one rank is the GPU failure of `train_gpu.py --fsdp` at world size 1: the head ran outside FSDP2's hooks
+    done = torchrun(str(ROOT / "tests" / "train" / "fsdp_head.py"), str(tmp_path), ranks=ranks)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "head.json").read_text())
+    assert report["world"] == ranks
+    weights = torch.load(tmp_path / "step_weights.pt", weights_only=True)
+    for tied in (False, True):
+        found = report["tied" if tied else "untied"]
+        assert found["head_input_dims"] == [2]  # flat chunks of hidden states only: no [B, T, V] logits
+        for way in ("chunked", "shared"):
+            assert found[f"logprobs_{way}"] <= 1e-5 and found[f"loss_{way}"] <= 1e-4, (tied, way, found)
+            assert found[f"grad_{way}"] <= 1e-5, (tied, way, found)
+        whole, _ = build_tiny_model({**SHAPE, "tie_word_embeddings": tied})
+        trainer = fsdp_head.new_trainer(whole)
+        trainer.train_step(fsdp_head.group(0) + fsdp_head.group(1))
+        sharded = weights["tied" if tied else "untied"]
+        assert sharded.keys() == whole.state_dict().keys()
+        for name, tensor in whole.state_dict().items():
+            torch.testing.assert_close(sharded[name], tensor, atol=5e-5, rtol=1e-4)
+
+
 def test_distributed_settings_are_checked() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match=r"nccl.* needs CUDA"):
@@ -107,15 +133,16 @@ GONE_WITHIN_S = 120.0
 """The bound on every process ending after one is killed (the ranks check their launcher every 0.5 s)."""
 
 
-def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None) -> Path:
+def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None, kl_coef: float = 0.0) -> Path:
     """`recipe` cut to a few RL steps (8 held-out examples), checkpointing every step, written to `folder`.
 
     The recipe's SFT warm-up stays whole unless `sft_steps` says: without it the random model's
-    rewards are all equal and no group trains.
+    rewards are all equal and no group trains. `kl_coef` > 0 adds the KL term (and its reference model).
     """
     config = TrainConfig.load(recipe)
     config = config.model_copy(
         update={
+            "loss": config.loss.model_copy(update={"kl_coef": kl_coef}) if kl_coef else config.loss,
             "sft": config.sft.model_copy(update={"steps": sft_steps or config.sft.steps}),
             "output_dir": str(folder / "out"),
             "max_steps": max_steps,
@@ -140,9 +167,10 @@ def metrics(config: Path) -> list[dict[str, float]]:
 
 def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_checkpoint(tmp_path: Path) -> None:
     # 3 SFT steps: enough for rewards that differ within groups; few enough that the float noise of
-    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts)
-    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3)
-    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3)
+    # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts).
+    # A KL term: the ranks' reference is built on the meta device and sharded like the policy.
+    two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3, kl_coef=0.1)
+    one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3, kl_coef=0.1)
     done = torchrun("-m", "v1.train", str(two), "--no-progress", timeout=DEADLINE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "v1 train: 3 steps" in done.stdout
@@ -154,8 +182,9 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
     sharded, whole = metrics(two), metrics(one)
     assert len(sharded) == len(whole) == 3
     for step_two, step_one in zip(sharded, whole, strict=True):
-        for key in COMPARED:  # rank 0 samples the rollouts either way: the same data, split, same denominators
+        for key in (*COMPARED, "kl"):  # rank 0 samples the rollouts either way: the same data, split, same denominators
             assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
+    assert sharded[-1]["kl"] > 0.0  # the policy moved away from the sharded reference: the term is live
     model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_3" / "model"
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     from transformers import AutoModelForCausalLM

@@ -9,10 +9,12 @@ computes the same values with each distinct prefix of a micro-batch run once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
 from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -27,16 +29,21 @@ FINAL_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scal
 """Model config fields that change logits after the output head: such models go through their own forward."""
 
 
-def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """The model's decoder body and output head when logits are exactly ``head(body(...))``, else None.
+DECODER_METHOD = "v1_decoder"
+"""The method `register_decoder` gives a sharded model: its decoder body, run under the root's FSDP2 hooks."""
 
-    Under FSDP2 the root's parameters (the head's among them) are gathered by the root's forward
-    only, so a sharded model always runs its own forward.
-    """
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` is sharded with FSDP2 (whatever the world size, one rank included)."""
+    return isinstance(model, FSDPModule)
+
+
+def decoder_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """The model's decoder body and output head modules when logits are exactly ``head(body(...))``, else None."""
     if is_lora(model):  # peft adapts the wrapped model's layers in place: its body and head are the LoRA model's
         model = cast(Any, model).get_base_model()
     config = getattr(model, "config", None)
-    if is_distributed() or any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
+    if any(getattr(config, name, None) for name in FINAL_LOGIT_TRANSFORMS):
         return None
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
@@ -44,6 +51,35 @@ def output_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
     if head is None or body is None or body is model:
         return None
     return body, head
+
+
+def register_decoder(model: torch.nn.Module) -> None:
+    """Let `output_head` run a sharded model's body and head apart (call after the root's `fully_shard`).
+
+    The root unit holds what no decoder layer does (embedding, final norm, output head, tied or
+    not): its FSDP2 pre-forward hook gathers them and, the root being kept unsharded after
+    forward until its post-backward, the head can run chunk by chunk (and again when a chunk is
+    recomputed in backward). The body runs through `DECODER_METHOD`, which FSDP2 wraps in the
+    root's hooks as it does the root's forward.
+    """
+    parts = decoder_parts(model)
+    if parts is None or not is_sharded(model):
+        return
+    setattr(model, DECODER_METHOD, parts[0].__call__)
+    register_fsdp_forward_method(model, DECODER_METHOD)
+
+
+def output_head(model: torch.nn.Module) -> tuple[Callable[..., Any], torch.nn.Module] | None:
+    """What runs the decoder body and the output head when logits are exactly ``head(body(...))``, else None.
+
+    A sharded model's body runs under its root's FSDP2 hooks (`register_decoder`); one sharded
+    without that registration runs its own forward.
+    """
+    parts = decoder_parts(model)
+    if parts is None or not is_sharded(model):
+        return parts
+    run = getattr(model, DECODER_METHOD, None)
+    return (run, parts[1]) if run is not None else None
 
 
 def chunk_logprobs(
@@ -144,6 +180,26 @@ def reusable_cache(cache: object) -> bool:
     return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+def gather_for_cache_gradients(model: torch.nn.Module, cache: DynamicCache) -> None:
+    """Under FSDP2, gather each decoder layer's weights again when gradients reach its prefix keys/values.
+
+    FSDP2 gathers a layer's weights for backward when gradients reach the layer's outputs; a prefix
+    pass's keys and values leave the layer through the cache instead, and their gradients come
+    after the suffix pass's backward has already freed the gathered weights. The layer's
+    post-backward for the prefix pass then reduces those gradients and frees them again.
+    """
+    parts = decoder_parts(model)
+    layers = getattr(parts[0], "layers", None) if parts is not None else None
+    if not is_sharded(model) or not torch.is_grad_enabled() or layers is None:
+        return
+    for layer, layer_cache in zip(layers, cache.layers, strict=True):
+        if not isinstance(layer, FSDPModule):
+            continue
+        for tensor in (getattr(layer_cache, "keys", None), getattr(layer_cache, "values", None)):
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                tensor.register_hook(lambda grad, layer=layer: layer.unshard())
+
+
 def shared_prefix_logprobs(
     model: torch.nn.Module, batch: SharedPrefixBatch, processing: LogitProcessing = LogitProcessing()
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -159,6 +215,7 @@ def shared_prefix_logprobs(
     cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).cache
     if not reusable_cache(cache):
         return None
+    gather_for_cache_gradients(model, cache)
     cache.reorder_cache(batch.owner)
     states = body(
         input_ids=batch.suffix_ids,
@@ -172,13 +229,17 @@ def shared_prefix_logprobs(
 
 
 __all__ = [
+    "DECODER_METHOD",
     "FINAL_LOGIT_TRANSFORMS",
     "LOGPROB_CHUNK_TOKENS",
     "activation_checkpointing",
     "chunk_logprobs",
+    "decoder_parts",
     "is_distributed",
+    "is_sharded",
     "logprobs_at",
     "output_head",
+    "register_decoder",
     "reusable_cache",
     "shared_prefix_logprobs",
     "token_logprobs",

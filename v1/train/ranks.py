@@ -26,7 +26,7 @@ import torch.distributed as dist
 from v1.errors import ConfigError, Error
 from v1.train.batch import Sample
 from v1.train.config import DistributedConfig, TrainConfig
-from v1.train.logprobs import is_distributed
+from v1.train.logprobs import is_sharded
 from v1.train.outputs import checkpoint_dir, write_json
 from v1.train.trainer import PolicyTrainer
 
@@ -105,7 +105,7 @@ class RankWorker:
     def save_model(self, folder: Path) -> Path:
         """The model and tokenizer as a ``save_pretrained`` folder (a collective under FSDP2: every rank
         gathers, rank 0 writes)."""
-        weights = self.trainer.full_state_dict() if is_distributed() else None
+        weights = self.trainer.full_state_dict() if is_sharded(self.model) else None
         if self.rank == 0:
             self.model.save_pretrained(folder, state_dict=weights)
             if weights is not None and self.architectures is not None:

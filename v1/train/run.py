@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from v1._gc_tuning import freeze_heap, frozen_heap
 from v1._lifeline import ParentWatch, exit_on_sigterm
@@ -47,7 +48,14 @@ from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
 from v1.train.lora import inference_copy
 from v1.train.losses import RewardScaling
-from v1.train.model import autocast_dtype, load_policy
+from v1.train.model import (
+    autocast_dtype,
+    copy_weights,
+    load_policy,
+    load_sharded_policy,
+    resolve_device,
+    sharded_skeleton,
+)
 from v1.train.orchestrator import Orchestrator, StepBatch
 from v1.train.outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
 from v1.train.ranks import (
@@ -64,7 +72,7 @@ from v1.train.ranks import (
 )
 from v1.train.sft import samples_from_answers, samples_from_results
 from v1.train.trackers import open_trackers
-from v1.train.trainer import PolicyTrainer, current_rss_mb, shard_with_fsdp2
+from v1.train.trainer import PolicyTrainer, current_rss_mb
 from v1.train.vllm_engine import VLLM_CPU_THREADS, nccl_sync, vllm_endpoint
 from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
 
@@ -370,23 +378,52 @@ def rollout_processing(config: TrainConfig) -> LogitProcessing:
         raise ConfigError(f"rollouts.sampling_args: {exc}") from None
 
 
-def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint: Path | None) -> Any:
-    """The KL reference (None when ``loss.kl_coef == 0``): the policy RL started from.
-
-    A new run copies the policy (an SFT warm-up re-anchors it afterwards); a resumed run loads
-    ``step_0``, the checkpoint written when RL started, never the checkpoint being resumed.
+def reference_start(config: TrainConfig, output_dir: Path, checkpoint: Path | None) -> Path | None:
+    """Where a resumed run's KL reference loads from: ``step_0``, the checkpoint written when RL started
+    (never the checkpoint being resumed); None for a new run (the policy is copied).
 
     Raises:
         ConfigError: resuming with a KL term and no ``step_0`` checkpoint to anchor to.
     """
-    if config.loss.kl_coef <= 0:
-        return None
     if checkpoint is None:
-        return copy.deepcopy(model).eval()
+        return None
     start = checkpoint_dir(output_dir, 0)
     if not (start / "run.json").is_file():
         raise ConfigError(f"--resume with loss.kl_coef > 0: the KL reference {start} (where RL started) is missing")
-    return load_policy(config.model, str(start / "model"))[0].eval()
+    return start / "model"
+
+
+def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint: Path | None) -> Any:
+    """The KL reference (None when ``loss.kl_coef == 0``): the policy RL started from.
+
+    A new run copies the policy (an SFT warm-up re-anchors it afterwards); a resumed run loads
+    ``step_0`` (`reference_start`).
+    """
+    if config.loss.kl_coef <= 0:
+        return None
+    start = reference_start(config, output_dir, checkpoint)
+    if start is None:
+        return copy.deepcopy(model).eval()
+    return load_policy(config.model, str(start))[0].eval()
+
+
+def load_sharded_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint: Path | None, bf16: bool) -> Any:
+    """`load_reference` sharded like `model`: built on the meta device, its shards copied from the policy's
+    (a new run) or sent by rank 0 from ``step_0`` (a resumed one)."""
+    if config.loss.kl_coef <= 0:
+        return None
+    start = reference_start(config, output_dir, checkpoint)
+    if start is not None:
+        return load_sharded_policy(config.model, str(start), bf16=bf16, keep_whole=False)[0].eval()
+    reference = sharded_skeleton(config.model, None, bf16, next(model.parameters()).device)[0]
+    copy_weights(reference, model)
+    return reference.eval()
+
+
+def unsharded_class_name(model: Any) -> str:
+    """The model's own class name (FSDP2 makes a sharded model an instance of a subclass it names ``FSDP...``)."""
+    own = [base for base in type(model).__bases__ if base is not FSDPModule]
+    return own[0].__name__ if isinstance(model, FSDPModule) and own else type(model).__name__
 
 
 def make_output_dir(config: TrainConfig) -> Path:
@@ -469,19 +506,24 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
     run_state = read_run_state(checkpoint / "run.json") if checkpoint else {}
-    model, tokenizer, device = load_policy(config.model, str(checkpoint / "model") if checkpoint else None)
-    reference = load_reference(config, model, output_dir, checkpoint)
+    path = str(checkpoint / "model") if checkpoint else None
     builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
-    served = inference_copy(model) if group.is_leader and builtin_here else None
-    mixed = autocast_dtype(config.model, device)
+    mixed = autocast_dtype(config.model, resolve_device(config.model.device))
     architectures = None
     if group.distributed and config.model.lora is not None:
         raise ConfigError("model.lora under torchrun is not supported yet (FSDP2 over a peft model is untested): run one process")
     if group.distributed:
-        architectures = [type(model).__name__]
-        model = shard_with_fsdp2(model, bf16=mixed is torch.bfloat16)
-        reference = shard_with_fsdp2(reference, bf16=mixed is torch.bfloat16) if reference is not None else None
+        bf16 = mixed is torch.bfloat16
+        keep_whole = group.is_leader and builtin_here
+        model, tokenizer, device, whole = load_sharded_policy(config.model, path, bf16=bf16, keep_whole=keep_whole)
+        served = whole.to(device).eval() if whole is not None else None  # rank 0's whole load: the built-in engine's copy
+        reference = load_sharded_reference(config, model, output_dir, checkpoint, bf16)
+        architectures = [unsharded_class_name(model)]
         mixed = None  # FSDP2's mixed-precision policy casts instead of autocast
+    else:
+        model, tokenizer, device = load_policy(config.model, path)
+        reference = load_reference(config, model, output_dir, checkpoint)
+        served = inference_copy(model) if builtin_here else None
     trainer = PolicyTrainer(
         model,
         config.loss,
@@ -538,6 +580,10 @@ async def train(
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
         with frozen_heap():
             return await lead(config, prepared, group, progress, on_step, started, rank_thread)
+    except Exception:
+        if watch is not None:  # the launcher died and another rank left first: its line, not this error
+            watch.exit_if_parent_gone()
+        raise
     finally:
         await loop.run_in_executor(rank_thread, group.close)
         rank_thread.shutdown(wait=False)

@@ -39,10 +39,17 @@ from v1.errors import ConfigError, Error
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
 from v1.train.config import OptimConfig
-from v1.train.logprobs import activation_checkpointing, is_distributed, shared_prefix_logprobs, token_logprobs
+from v1.train.data_only import unpickling_reason
+from v1.train.logprobs import (
+    activation_checkpointing,
+    is_distributed,
+    is_sharded,
+    register_decoder,
+    shared_prefix_logprobs,
+    token_logprobs,
+)
 from v1.train.lora import is_lora, merged_state_dict
 from v1.train.losses import LossConfig, policy_loss
-from v1.train.model import unpickling_reason
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
@@ -109,6 +116,7 @@ def shard_with_fsdp2(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
     for layer in layers:
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+    register_decoder(model)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -157,9 +165,7 @@ class PolicyTrainer:
         self.model = model
         self.processing = processing
         self.micro_batch_tokens = micro_batch_tokens
-        self.share_prefixes = (
-            share_prefixes and micro_batch_tokens is None and not is_distributed() and not activation_checkpointing(model)
-        )
+        self.share_prefixes = share_prefixes and micro_batch_tokens is None and not activation_checkpointing(model)
         self.loss = loss
         self.optim_config = optim
         self.max_steps = max_steps
@@ -292,9 +298,13 @@ class PolicyTrainer:
         }
 
     def _shared_prefix_batch(self, chunk: Sequence[Sample]) -> SharedPrefixBatch | None:
+        """`chunk`'s shared-prefix layout when it pays, on every rank or none (a sharded model's
+        layers gather their weights once per pass: every rank must run the same passes)."""
         if not self.share_prefixes:
             return None
         shared = shared_prefix_batch(chunk, self.pad_id)
+        if self._global_max(int(shared is None)):
+            return None
         return shared.to(self.device) if shared is not None else None
 
     def _update(
@@ -422,7 +432,7 @@ class PolicyTrainer:
         """
         if is_lora(self.model):
             return merged_state_dict(self.model)
-        if is_distributed():
+        if is_sharded(self.model):
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
@@ -451,7 +461,7 @@ class PolicyTrainer:
             ConfigError: the file holds anything else (a pickled object, a function) or is not a trainer state.
         """
         state = read_trainer_state(folder / "trainer.pt")
-        options = StateDictOptions(full_state_dict=True) if is_distributed() else None
+        options = StateDictOptions(full_state_dict=True) if is_sharded(self.model) else None
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
