@@ -3,6 +3,7 @@
     python benchmarks/train_vs_trl.py                       # both, seeds 0 1 2, 40 steps each
     python benchmarks/train_vs_trl.py --seeds 0 --steps 80 --frameworks v1
     python benchmarks/train_vs_trl.py --lr 3e-3 --warmup-steps 0     # the earlier setting: 3e-3 from the first step
+    python benchmarks/train_vs_trl.py --shape qwen2.5-0.5b --seeds 0  # Qwen2.5-0.5B's shape, random weights, 3 steps
 
 Equal work: the recipe's tiny model (`configs/train/tiny_first_letter.toml`) after ONE SFT
 warm-up, saved once and loaded by both; the first_letter task (same prompts, same reward
@@ -18,6 +19,17 @@ false`: TRL trains on every group too) and is on-policy like TRL (`max_staleness
 through the harness and the interception endpoint (recorded) to the built-in server. TRL generates each round in process with
 `model.generate` (no server, no endpoint) and trains on the same process's two cores.
 
+Equal threads: both run on the same `--threads` cores (default: every core this process may use),
+each child pinned to them (`sched_setaffinity`); TRL trains with that many torch threads, v1
+splits them as a run does (the built-in engine's thread, the trainer's `trainer_cpu_threads`).
+
+`--shape qwen2.5-0.5b`: Qwen2.5-0.5B's dimensions (vocabulary 151,936, hidden 896, 24 layers,
+14 heads, 2 KV heads, intermediate 4,864, tied embeddings; 494M parameters), randomly
+initialised from a Qwen2 config with the tiny recipe's byte tokenizer padded to its vocabulary
+(`TinyModelConfig.vocab_size`; no download), saved once and loaded by both; no SFT and no
+held-out eval (a random model scores 0); per step 2 prompts x 4 generations of 4 tokens in one
+micro-batch of 8, 2 updates; 3 steps by default. Both shapes print each run's peak RSS.
+
 Both are scored by the same code: v1's `Env.evaluate` on the 112 held-out strings, greedy, 4
 tokens, against the built-in server serving the trained weights. Each (framework, seed) runs in
 a fresh process. Prints per run and the medians over seeds; asserts nothing on timing. Needs TRL
@@ -31,10 +43,12 @@ import asyncio
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +56,44 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
 sys.path.insert(0, str(ROOT))
 
-PROMPTS_PER_STEP = 16
-GENERATIONS = 8
-MICRO_BATCH = 64
 UPDATES_PER_STEP = 2
 MAX_TOKENS = 4
 RESULT_PREFIX = "RESULT "
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model and the work per step the two frameworks run on it."""
+
+    prompts_per_step: int
+    generations: int
+    micro_batch: int
+    default_steps: int
+    tiny: dict[str, Any] | None = None
+    """The model built from this config (random weights, no SFT, no eval); None: the recipe's SFT checkpoint."""
+
+
+SHAPES = {
+    "tiny": Shape(prompts_per_step=16, generations=8, micro_batch=64, default_steps=40),
+    "qwen2.5-0.5b": Shape(
+        prompts_per_step=2,
+        generations=4,
+        micro_batch=8,
+        default_steps=3,
+        tiny={
+            "architecture": "qwen2",
+            "vocab_size": 151_936,
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32_768,
+            "tie_word_embeddings": True,
+            "seed": 0,
+        },
+    ),
+}
 
 
 def step_count(text: str) -> int:
@@ -66,8 +112,9 @@ def seed_int(text: str) -> int:
 
 def thread_count(text: str) -> int:
     value = int(text)
-    if not 0 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"between 0 (torch's default) and 1024, got {value}")
+    cores = len(os.sched_getaffinity(0))
+    if not 1 <= value <= cores:
+        raise argparse.ArgumentTypeError(f"between 1 and the {cores} cores this process may use, got {value}")
     return value
 
 
@@ -100,6 +147,7 @@ def recipe_config(
     max_staleness: int = 0,
     lr: float | None = None,
     warmup_steps: int | None = None,
+    shape: Shape = SHAPES["tiny"],
 ) -> Any:
     """The recipe at equal work: the SFT checkpoint as the model (or the tiny config, to make it), every group kept.
 
@@ -110,13 +158,18 @@ def recipe_config(
     config = TrainConfig.load(RECIPE)
     lr = config.optim.lr if lr is None else lr
     warmup_steps = config.optim.warmup_steps if warmup_steps is None else warmup_steps
-    update: dict[str, Any] = {"output_dir": str(output_dir), "max_steps": steps, "seed": seed, "micro_batch_size": MICRO_BATCH}
+    update: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "max_steps": steps,
+        "seed": seed,
+        "micro_batch_size": shape.micro_batch,
+    }
     if checkpoint is not None:
         update["model"] = config.model.model_copy(update={"path": str(checkpoint), "tiny": None})
         update["sft"] = config.sft.model_copy(update={"warmup": False})
     rollouts = {
-        "examples_per_step": PROMPTS_PER_STEP,
-        "rollouts_per_example": GENERATIONS,
+        "examples_per_step": shape.prompts_per_step,
+        "rollouts_per_example": shape.generations,
         "filter_zero_variance": False,
         "max_groups_per_step": None,
         "sampling_args": {"temperature": 1.0, "max_tokens": MAX_TOKENS},
@@ -135,17 +188,29 @@ def recipe_config(
             "weight_decay": 0.0,
         }
     )
-    update["eval"] = config.eval.model_copy(update={"at_start": False, "at_end": True, "every": 0})
+    update["eval"] = config.eval.model_copy(update={"at_start": False, "at_end": shape.tiny is None, "every": 0})
     return config.model_copy(update=update)
 
 
-def make_checkpoint(out: Path) -> Path:
-    """The recipe's SFT warm-up, once: ``out/sft/model`` (model and tokenizer)."""
+def make_checkpoint(out: Path, shape: Shape) -> Path:
+    """The recipe's SFT warm-up, once: ``out/sft/model`` (model and tokenizer); or the shape's random model."""
+    if shape.tiny is not None:
+        from v1.inference.tiny import save_tiny_model
+
+        folder = out / "random_model"
+        if not (folder / "config.json").exists():
+            save_tiny_model(shape.tiny, folder)
+        return folder
     from v1.train.run import run_sft
 
     config = recipe_config(out, 0, 1, None)
     run_sft(config)
     return out / "sft" / "model"
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
@@ -162,8 +227,9 @@ async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
 def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
     from v1.train.run import train
 
+    shape = SHAPES[options.shape]
     config = recipe_config(
-        out / f"v1_seed{seed}", seed, steps, checkpoint, options.max_staleness, options.lr, options.warmup_steps
+        out / f"v1_seed{seed}", seed, steps, checkpoint, options.max_staleness, options.lr, options.warmup_steps, shape
     )
     started = time.perf_counter()
     result = asyncio.run(train(config))
@@ -171,9 +237,10 @@ def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, options: argparse
     return {
         "step_s": [m["step_time_s"] for m in result.metrics],
         "rollout_tokens_per_s": [m["rollout_tokens_per_s"] for m in result.metrics],
-        "rollouts": sum(m["groups_finished"] for m in result.metrics) * GENERATIONS,
+        "rollouts": sum(m["groups_finished"] for m in result.metrics) * shape.generations,
         "eval_after": result.eval_after,
         "wall_s": wall,
+        "peak_rss_mib": peak_rss_mib(),
     }
 
 
@@ -186,9 +253,9 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
     from tasksets.first_letter import first_letter, train_rows
     from v1.train.trainer import lr_factor
 
-    if options.trl_threads:
-        torch.set_num_threads(options.trl_threads)
-    config = recipe_config(out, seed, steps, checkpoint, 0, options.lr, options.warmup_steps)
+    torch.set_num_threads(options.threads)
+    shape = SHAPES[options.shape]
+    config = recipe_config(out, seed, steps, checkpoint, 0, options.lr, options.warmup_steps, shape)
     tokens_per_round: list[int] = []
     ends: list[float] = []
 
@@ -211,9 +278,9 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
         seed=seed,
         use_cpu=True,
         bf16=False,
-        per_device_train_batch_size=MICRO_BATCH,
-        gradient_accumulation_steps=PROMPTS_PER_STEP * GENERATIONS // MICRO_BATCH,
-        num_generations=GENERATIONS,
+        per_device_train_batch_size=shape.micro_batch,
+        gradient_accumulation_steps=shape.prompts_per_step * shape.generations // shape.micro_batch,
+        num_generations=shape.generations,
         num_iterations=UPDATES_PER_STEP,
         max_steps=steps * UPDATES_PER_STEP,
         max_completion_length=MAX_TOKENS,
@@ -253,17 +320,20 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
     trainer.train()
     wall = time.perf_counter() - started
     step_s = [ends[i + UPDATES_PER_STEP] - ends[i] for i in range(0, len(ends) - UPDATES_PER_STEP, UPDATES_PER_STEP)]
-    eval_after = asyncio.run(held_out_reward(trainer.model.eval(), tokenizer, config))
+    rss = peak_rss_mib()  # before the eval's server
+    eval_after = asyncio.run(held_out_reward(trainer.model.eval(), tokenizer, config)) if config.eval.at_end else None
     return {
         "step_s": step_s,
         "rollout_tokens_per_s": [tokens / s for tokens, s in zip(tokens_per_round, step_s)],
-        "rollouts": len(tokens_per_round) * PROMPTS_PER_STEP * GENERATIONS,
+        "rollouts": len(tokens_per_round) * shape.prompts_per_step * shape.generations,
         "eval_after": eval_after,
         "wall_s": wall,
+        "peak_rss_mib": rss,
     }
 
 
 def child(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> None:
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: options.threads])  # both frameworks on the same cores
     if framework == "v1":
         result = run_v1(out, seed, steps, checkpoint, options)
     else:
@@ -274,7 +344,7 @@ def child(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, op
 def spawn(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
     """One (framework, seed) in a fresh process; its result, or an ``error`` with the output's tail."""
     command = [sys.executable, __file__, "--child", framework, "--out", str(out), "--seeds", str(seed), "--steps", str(steps)]
-    command += ["--checkpoint", str(checkpoint), "--trl-threads", str(options.trl_threads)]
+    command += ["--checkpoint", str(checkpoint), "--threads", str(options.threads), "--shape", options.shape]
     command += [
         "--max-staleness",
         str(options.max_staleness),
@@ -290,15 +360,20 @@ def spawn(framework: str, out: Path, seed: int, steps: int, checkpoint: Path, op
     return {"error": f"exit {done.returncode}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"}
 
 
-def summary_line(framework: str, seed: int | str, result: dict[str, Any], eval_before: float) -> str:
+def summary_line(framework: str, seed: int | str, result: dict[str, Any], eval_before: float | None) -> str:
     if "error" in result:
         return f"{framework:4} seed {seed}: FAILED {result['error']}"
     step_s = statistics.median(result["step_s"]) if result["step_s"] else float("nan")
     tokens = statistics.median(result["rollout_tokens_per_s"]) if result["rollout_tokens_per_s"] else float("nan")
+    held_out = (
+        f"held-out {eval_before:.3f} -> {result['eval_after']:.3f} "
+        if eval_before is not None and result["eval_after"] is not None
+        else ""
+    )
     return (
         f"{framework:4} seed {seed}: {step_s:.3f} s/step (median of {len(result['step_s'])}), "
-        f"rollout {tokens:.0f} tokens/s, held-out {eval_before:.3f} -> {result['eval_after']:.3f} "
-        f"after {result['rollouts']} rollouts, {result['wall_s']:.0f} s training"
+        f"rollout {tokens:.0f} tokens/s, {held_out}after {result['rollouts']} rollouts, "
+        f"{result['wall_s']:.0f} s training, peak RSS {result['peak_rss_mib']:.0f} MiB"
     )
 
 
@@ -312,11 +387,16 @@ def trl_installed() -> bool:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2], help="RL seeds (one run each per framework)")
-    parser.add_argument("--steps", type=step_count, default=40, help="steps per run (each: one round of 16 x 8 rollouts)")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="tiny", help="the model and work per step (see above)")
+    parser.add_argument("--steps", type=step_count, default=None, help="steps per run (default: tiny 40, qwen2.5-0.5b 3)")
     parser.add_argument("--frameworks", nargs="+", choices=("v1", "trl"), default=["v1", "trl"])
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/train_vs_trl"), help="checkpoint and run folders")
     parser.add_argument(
-        "--trl-threads", type=thread_count, default=0, metavar="N", help="TRL's torch threads (0: torch's default)"
+        "--threads",
+        type=thread_count,
+        default=len(os.sched_getaffinity(0)),
+        metavar="N",
+        help="cores both frameworks run on, pinned; TRL's torch threads (default: every core this process may use)",
     )
     parser.add_argument(
         "--max-staleness",
@@ -340,6 +420,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    shape = SHAPES[args.shape]
+    args.steps = shape.default_steps if args.steps is None else args.steps
     recipe = recipe_config(args.out, 0, 1, None)
     args.lr = recipe.optim.lr if args.lr is None else args.lr
     args.warmup_steps = recipe.optim.warmup_steps if args.warmup_steps is None else args.warmup_steps
@@ -349,20 +431,28 @@ def main(argv: list[str] | None = None) -> int:
     if "trl" in args.frameworks and not trl_installed():
         print("train_vs_trl: TRL is not installed; install the benchmark extra: pip install -e '.[bench]'", file=sys.stderr)
         return 2
+    if shape.tiny is not None:
+        args.out = args.out / args.shape
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(f"train_vs_trl: cannot use --out {args.out}: {exc.strerror}", file=sys.stderr)
         return 2
     load = os.getloadavg()
-    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} CPUs", flush=True)
-    print(f"lr {args.lr:g}, reached over {args.warmup_steps} warm-up steps; {args.steps} steps", flush=True)
-    checkpoint = make_checkpoint(args.out)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} CPUs, both on {args.threads}", flush=True)
+    print(
+        f"shape {args.shape}: {shape.prompts_per_step} x {shape.generations} rollouts a step; "
+        f"lr {args.lr:g}, reached over {args.warmup_steps} warm-up steps; {args.steps} steps",
+        flush=True,
+    )
+    checkpoint = make_checkpoint(args.out, shape)
+    eval_before = None
+    if shape.tiny is None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(checkpoint), AutoTokenizer.from_pretrained(checkpoint)
-    eval_before = asyncio.run(held_out_reward(model, tokenizer, recipe_config(args.out, 0, 1, checkpoint)))
-    print(f"SFT checkpoint {checkpoint}: held-out reward {eval_before:.3f}", flush=True)
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(checkpoint), AutoTokenizer.from_pretrained(checkpoint)
+        eval_before = asyncio.run(held_out_reward(model, tokenizer, recipe_config(args.out, 0, 1, checkpoint)))
+        print(f"SFT checkpoint {checkpoint}: held-out reward {eval_before:.3f}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {framework: [] for framework in args.frameworks}
     for seed in args.seeds:
         for framework in args.frameworks:
@@ -378,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                 "step_s": [statistics.median(run["step_s"]) for run in good],
                 "rollout_tokens_per_s": [statistics.median(run["rollout_tokens_per_s"]) for run in good],
                 "rollouts": good[0]["rollouts"],
-                "eval_after": statistics.median(run["eval_after"] for run in good),
+                "eval_after": statistics.median(run["eval_after"] for run in good) if eval_before is not None else None,
                 "wall_s": statistics.median(run["wall_s"] for run in good),
+                "peak_rss_mib": statistics.median(run["peak_rss_mib"] for run in good),
             }
             print("median " + summary_line(framework, f"x{len(good)}", merged, eval_before), flush=True)
     load = os.getloadavg()

@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.tools.patience import HANG_S
 from v1.cli.main import main
-from v1.inference import build_tiny_model, save_tiny_model
+from v1.inference import build_tiny_model, build_tiny_tokenizer, save_tiny_model
+from v1.inference.tiny import SPECIAL_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,23 @@ def test_same_seed_same_weights_other_seed_other_weights() -> None:
     other, _ = build_tiny_model({"seed": 4})
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
     assert not torch.equal(first.state_dict()["model.embed_tokens.weight"], other.state_dict()["model.embed_tokens.weight"])
+
+
+def test_a_real_vocabulary_size_pads_the_tokenizer_without_changing_what_text_encodes_to() -> None:
+    small, padded = build_tiny_tokenizer(), build_tiny_tokenizer(vocab_size=1000)
+    assert len(small) == 259 and len(padded) == 1000
+    text = padded.apply_chat_template([{"role": "user", "content": "héllo, wörld"}], tokenize=False, add_generation_prompt=True)
+    ids = padded.encode(text)
+    special = {small.convert_tokens_to_ids(token): padded.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    assert ids == [special.get(token, token) for token in small.encode(text)], "bytes keep their ids; specials move to the end"
+    assert sorted(special.values()) == [997, 998, 999]
+    assert padded.decode(ids) == text
+    assert padded.decode([256, 300]) == "\x00\x00\x00,", "a filler decodes to its bytes"
+    model, tokenizer = build_tiny_model({"vocab_size": 1000, "hidden_size": 16, "intermediate_size": 16})
+    assert model.config.vocab_size == len(tokenizer) == 1000
+    assert model.config.eos_token_id == tokenizer.eos_token_id == 999
+    with pytest.raises(ValueError, match="vocab_size"):
+        build_tiny_tokenizer(vocab_size=10)
 
 
 def test_saved_model_and_tokenizer_load_with_from_pretrained(tmp_path: Path) -> None:

@@ -223,9 +223,13 @@ class Engine:
         for name, tensor in state_dict.items():
             if tuple(tensor.shape) != tuple(params[name].shape):
                 raise ValueError(f"{name}: shape {tuple(tensor.shape)} does not match the model's {tuple(params[name].shape)}")
+        copied: set[tuple[Any, ...]] = set()  # (parameter, source memory): tied weights sent as one tensor copy once
         with self._weights_lock, torch.no_grad():
             for name, tensor in state_dict.items():
-                params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+                key = (id(params[name]), str(tensor.device), tensor.data_ptr(), tensor.stride())
+                if key not in copied:
+                    copied.add(key)
+                    params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
             self.weight_version += 1
             self.stats.weight_updates += 1
             return self.weight_version

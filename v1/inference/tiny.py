@@ -74,6 +74,9 @@ class TinyModelConfig(Config):
     num_key_value_heads: int = Field(2, ge=1, le=128)
     max_position_embeddings: int = Field(1024, ge=16, le=131072)
     tie_word_embeddings: bool = True
+    vocab_size: int | None = Field(None, ge=259)
+    """A real model's vocabulary size (151,936 for Qwen2.5) instead of the byte tokenizer's 259: the
+    tokenizer gains filler tokens (never produced by encoding; each decodes to 2-3 bytes) to fill it."""
     seed: int = 0
 
     @model_validator(mode="after")
@@ -110,9 +113,29 @@ def byte_symbols() -> dict[int, str]:
     return symbols
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """The byte-level ChatML tokenizer: 256 byte tokens (id = byte value), then `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`."""
-    vocab = {symbol: byte for byte, symbol in byte_symbols().items()}
+def filler_tokens(count: int, symbols: dict[int, str]) -> list[str]:
+    """`count` distinct tokens of 2 or 3 byte symbols each (none a single byte's), in a fixed order."""
+    fillers = []
+    for index in range(count):
+        digits = [index // 256 % 256, index % 256] if index < 65536 else [index // 65536 % 256, index // 256 % 256, index % 256]
+        fillers.append("".join(symbols[digit] for digit in digits))
+    return fillers
+
+
+def build_tiny_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """The byte-level ChatML tokenizer: 256 byte tokens (id = byte value), then `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`.
+
+    Args:
+        vocab_size: pad the vocabulary to this size with filler tokens between the bytes and the
+            special tokens (which then take the last three ids); encoding never produces a filler.
+    """
+    symbols = byte_symbols()
+    vocab = {symbol: byte for byte, symbol in symbols.items()}
+    if vocab_size is not None:
+        if not len(vocab) + len(SPECIAL_TOKENS) <= vocab_size <= 16_000_000:
+            raise ValueError(f"vocab_size must be in [{len(vocab) + len(SPECIAL_TOKENS)}, 16000000], not {vocab_size}")
+        fillers = filler_tokens(vocab_size - len(vocab) - len(SPECIAL_TOKENS), symbols)
+        vocab |= {token: len(vocab) + index for index, token in enumerate(fillers)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
@@ -135,7 +158,7 @@ def build_tiny_model(config: TinyModelConfig | dict[str, Any] | None = None) -> 
         config: a `TinyModelConfig` (or its fields as a dict); defaults build a ~150k-parameter Qwen2.
     """
     config = TinyModelConfig(config)
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(config.vocab_size)
     fields: dict[str, Any] = {
         "vocab_size": len(tokenizer),
         "hidden_size": config.hidden_size,

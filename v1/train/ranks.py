@@ -27,6 +27,7 @@ from v1.errors import ConfigError, Error
 from v1.train.batch import Sample
 from v1.train.config import DistributedConfig, TrainConfig
 from v1.train.logprobs import is_sharded
+from v1.train.lora import is_lora
 from v1.train.outputs import checkpoint_dir, write_json
 from v1.train.trainer import PolicyTrainer
 
@@ -126,6 +127,19 @@ class RankWorker:
         return folder
 
 
+def weights_for_sync(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
+    """What a weight sync sends after a command: in one process on the CPU, the trainer's own tensors, not copied;
+    else `PolicyTrainer.full_state_dict` (gathered under FSDP2, merged with LoRA, moved off a GPU).
+
+    Not copying is safe because every sync finishes before the trainer's next step (the run awaits
+    each push): the built-in engine copies them into its own model, the file syncs write them out.
+    It saves a full fp32 copy of the model per step (2 GB and 1.9 s at Qwen2.5-0.5B's shape on 2 busy cores).
+    """
+    if is_sharded(trainer.model) or is_lora(trainer.model) or trainer.device.type != "cpu":
+        return trainer.full_state_dict()
+    return {name: tensor.detach() for name, tensor in trainer.model.state_dict().items()}
+
+
 class Command(Protocol):
     def apply(self, worker: RankWorker) -> Any:
         """Run this rank's part; rank 0 gets the result."""
@@ -138,7 +152,7 @@ class SFTCommand:
 
     def apply(self, worker: RankWorker) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
         history = worker.sft(self.batches)
-        return history, worker.trainer.full_state_dict()
+        return history, weights_for_sync(worker.trainer)
 
 
 @dataclass
@@ -148,13 +162,13 @@ class TrainCommand:
 
     def apply(self, worker: RankWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         stats = worker.trainer.train_step(self.samples, weight=self.weight)
-        return stats, worker.trainer.full_state_dict()
+        return stats, weights_for_sync(worker.trainer)
 
 
 @dataclass
 class GatherCommand:
     def apply(self, worker: RankWorker) -> dict[str, torch.Tensor]:
-        return worker.trainer.full_state_dict()
+        return weights_for_sync(worker.trainer)
 
 
 @dataclass

