@@ -233,6 +233,8 @@ class Env:
         self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
+        self._direct: dict[str, State] = {}
+        """Rollouts a caller drives itself (`init_state` + `get_model_response`), open until finished or `teardown`."""
 
     @property
     def config(self) -> EnvConfig:
@@ -358,8 +360,15 @@ class Env:
 
         Returns the recorded step's `Response`, or None when the endpoint refused the call because
         the rollout had stopped (turn limit, stop condition, token budget); other failures raise.
+
+        Called outside a running rollout (a state from `init_state`, driven by the caller), the first
+        call opens the rollout's endpoint; `finish_state` or `teardown` closes it.
         """
         from openai import APIStatusError
+
+        if state.runtime.endpoint is None and not state.runtime.finalized:
+            await self.harness.open_direct(state.task, state)
+            self._direct[state["trajectory_id"]] = state
 
         request: dict[str, Any] = {**(sampling_args or {}), ("prompt" if isinstance(prompt, str) else "messages"): prompt}
         if tools:
@@ -374,6 +383,13 @@ class Env:
         if len(state["trajectory"]) == steps:
             return None
         return Response.model_validate(state["trajectory"][-1]["response"])
+
+    async def finish_state(self, state: State) -> State:
+        """Finish a rollout its caller drove with `get_model_response`: cleanups run, its endpoint closes,
+        the state is finalized (a state `rollout`/`generate` ran is finished already). Returns `state`."""
+        if self._direct.pop(state["trajectory_id"], None) is not None:
+            await self.harness.close_direct(state)
+        return state
 
     async def init_state(
         self,
@@ -665,7 +681,9 @@ class Env:
         """The environment is done: its teardown handlers run (taskset, harness, toolsets, a classic
         env's `@vf.teardown` methods; highest priority first) and its global-scope objects, MCP
         servers and sandboxes close. `v1 eval` and `v1 train` call it once at the end; a handler's
-        failure is logged, not raised."""
+        failure is logged, not raised. Rollouts a caller drove itself and left open are finished first."""
+        for state in list(self._direct.values()):
+            await self.finish_state(state)
         await self.harness.teardown()
 
     def scoring_plan(self, independent_scoring: bool = False) -> dict[str, Any]:

@@ -348,15 +348,7 @@ class Harness:
         except Error as exc:
             state.record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
-        context = RolloutContext(
-            task=task,
-            state=state,
-            handlers=self.handlers,
-            user=self.active_user,
-            default_max_turns=self.config.max_turns,
-            timeout_seconds=self.config.timeout_seconds,
-            artifacts=self._declared_artifacts(),
-        )
+        context = self._context(task, state)
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()
@@ -375,6 +367,39 @@ class Harness:
             await score_rollout(self.handlers, task, state)
         timing.scoring.end = time.time()
         return context
+
+    def _context(self, task: Task, state: State) -> RolloutContext:
+        return RolloutContext(
+            task=task,
+            state=state,
+            handlers=self.handlers,
+            user=self.active_user,
+            default_max_turns=self.config.max_turns,
+            timeout_seconds=self.config.timeout_seconds,
+            artifacts=self._declared_artifacts(),
+        )
+
+    async def open_direct(self, task: Task, state: State) -> None:
+        """Open the endpoint of a rollout its caller drives itself (`init_state`, then `get_model_response`).
+
+        The rollout gets what `run` gives a program before it starts (runtime, tools, prompt, stop checks)
+        but no program: the caller's calls are its turns, recorded on the state. `close_direct` ends it.
+        """
+        if not isinstance(state.task, Task) or not state.task:
+            state.task = task
+        state.runtime.timing.start_time = state.runtime.timing.generation.start = time.time()
+        await self._resolve_runtime(state)
+        state.runtime.toolbox = RolloutToolbox(state, None)
+        await self._resolve_task(task, state)
+        endpoint = await get_endpoint()
+        endpoint.open(state, self._context(task, state).first_stop)
+
+    async def close_direct(self, state: State) -> None:
+        """End a rollout `open_direct` opened: cleanups, its endpoint, tools and sandboxes close, the state is finalized."""
+        if upstream(state).session is not None:
+            state.runtime.timing.generation.end = time.time()
+            state.stop("state_done")
+            await self._finish(state.task, state)
 
     async def _run_program(self, program: Program, task: Task, state: State, context: RolloutContext) -> None:
         # A command program kills its own process tree at the timeout and records how it ended.
