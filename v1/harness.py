@@ -10,6 +10,7 @@ only raises for a harness that cannot run at all (no model, no client).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -114,6 +115,10 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
+
+
+_RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("harness_running_state", default=None)
+"""The state of the rollout whose program is running (a nested `Harness.run` borrows its model and client)."""
 
 
 class Harness:
@@ -315,9 +320,16 @@ class Harness:
     # -- one rollout ------------------------------------------------------------------------
 
     async def run(self, task: Task | Mapping[str, Any] | str, state: State | None = None) -> State:
-        """Run one rollout of `task` and return its finalized, JSON-serializable state."""
+        """Run one rollout of `task` and return its finalized, JSON-serializable state.
+
+        Without a `state`, called from inside a running rollout (a tool, a program) by a harness with no
+        client and no model of its own, the child rollout borrows that rollout's model and client.
+        """
         task = self._as_task(task)
-        state = state if state is not None else State.for_task(task)
+        if state is None:
+            parent = _RUNNING.get()
+            own = self.client is not None or self.config.client is not None or bool(self.config.model)
+            state = parent.for_task(task, borrow=["model", "client"]) if parent is not None and not own else State.for_task(task)
         try:
             await self._rollout(task, state)
         finally:
@@ -404,6 +416,7 @@ class Harness:
     async def _run_program(self, program: Program, task: Task, state: State, context: RolloutContext) -> None:
         # A command program kills its own process tree at the timeout and records how it ended.
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
+        running = _RUNNING.set(state)
         try:
             await asyncio.wait_for(program(task, state, context), timeout)
         except RolloutStopped as stopped:
@@ -419,6 +432,8 @@ class Harness:
             # condition, error already recorded) ended the way the refusal said.
             if session is None or session.refused is None:
                 state.record_error(exc, "program")
+        finally:
+            _RUNNING.reset(running)
         state.stop("state_done")
 
     async def _run_handlers(self, kind: str, arguments: Mapping[str, Any], state: State) -> bool:
