@@ -152,6 +152,17 @@ def test_a_subclass_that_implements_rollout_calls_the_model_directly(client: vf.
     assert outputs[0]["trajectory"][0]["extras"]["dialect"] == "chat_completions"
 
 
+def test_an_own_rollout_calling_the_base_rollout_is_one_clear_error(client: vf.ClientConfig) -> None:
+    class Wrapper(vf.Environment):
+        async def rollout(self, input: Any, client: Any, model: str, sampling_args: Any = None) -> Any:
+            await self.init_state(input, client, model, sampling_args)
+            return await super().rollout(input, client, model, sampling_args)
+
+    env = Wrapper(dataset=rows(), rubric=vf.Rubric([reversed_exactly]))
+    output = env.generate_sync(env.get_dataset(n=1), client, "m")["outputs"][0]
+    assert output["error"]["type"] == "NotImplementedError" and "calls the base rollout" in output["error"]["message"]
+
+
 def test_init_state_and_get_model_response_outside_an_eval(client: vf.ClientConfig) -> None:
     env = single()
 

@@ -33,6 +33,7 @@ from v1.types import GenerateOutputs, SamplingArgs
 
 _RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("classic_running_state", default=None)
 """The state of the rollout whose program is a subclass's own `rollout`, until its `init_state` takes it."""
+_IN_OWN_ROLLOUT: contextvars.ContextVar[bool] = contextvars.ContextVar("classic_in_own_rollout", default=False)
 
 
 class ClassicTaskset(Taskset):
@@ -137,8 +138,7 @@ class Environment(Env, metaclass=ABCMeta):
             raise NotImplementedError(
                 f"{type(self).__name__} implements neither rollout nor rollout_program; subclass MultiTurnEnv"
             )
-        if _RUNNING.get() is not None:
-            raise NotImplementedError(f"{type(self).__name__}.rollout calls the base rollout, which runs rollout itself")
+        _IN_OWN_ROLLOUT.set(True)
         _RUNNING.set(state)
         handles = upstream(state)
         await self.rollout(task, handles.client, state.runtime.model or "", handles.sampling_args)
@@ -165,6 +165,8 @@ class Environment(Env, metaclass=ABCMeta):
         sampling_args: SamplingArgs | None = None,
     ) -> State:
         """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses)."""
+        if _IN_OWN_ROLLOUT.get():
+            raise NotImplementedError(f"{type(self).__name__}.rollout calls the base rollout, which would run it again")
         return classic_view(await super().rollout(input, client, model, sampling_args))  # type: ignore[return-value]
 
     def classic_rows(self, dataset: Any, field: str) -> list[dict[str, Any]] | None:
