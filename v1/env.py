@@ -27,7 +27,7 @@ from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJo
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
-from v1.errors import ConfigError, error_class
+from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception.upstream import upstream
 from v1.lifecycle import Handler
@@ -310,13 +310,27 @@ class Env:
     async def _run_states(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
-        states = [self.state_type.for_task(task) for task in tasks]
+        tasks, states = await self._group_states(tasks)
         for state in states:
             handles = upstream(state)
             handles.client = client
             handles.sampling_args = dict(sampling_args)
             state.runtime.model = model
         return await self.harness.run_group(tasks, states)
+
+    async def _group_states(self, tasks: list[Task]) -> tuple[list[Task], list[State]]:
+        """The tasks and fresh states of one group: the taskset's `init_group` when it has its own and the
+        group is rollouts of one task (it may give each rollout its own task, e.g. an assigned candidate)."""
+        own_init = type(self.taskset).init_group is not Taskset.init_group
+        if own_init and tasks and all(task == tasks[0] for task in tasks):
+            group_tasks, states = await self.taskset.init_group(tasks[0], len(tasks))
+            if len(group_tasks) != len(tasks) or len(states) != len(tasks):
+                raise TaskError(
+                    f"{type(self.taskset).__name__}.init_group returned {len(group_tasks)} tasks and {len(states)} states "
+                    f"for {len(tasks)} rollouts"
+                )
+            return [self.to_task(task) for task in group_tasks], states
+        return tasks, [self.state_type.for_task(task) for task in tasks]
 
     async def run_group(
         self,

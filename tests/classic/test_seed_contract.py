@@ -481,3 +481,10 @@ def test_handler_decorators_take_verifiers_stage_and_check_it() -> None:
 
         @vf.cleanup(stage="group")
         async def per_rollout(task: Any, state: Any) -> None: ...
+
+
+def test_classic_state_for_task_gives_the_core_state(verifiers: Any) -> None:
+    from v1.state import State as CoreState
+
+    state = verifiers.State.for_task(verifiers.Task({"prompt": "abc"}).freeze())
+    assert isinstance(state, CoreState) and state.task["prompt"][0]["content"] == "abc"

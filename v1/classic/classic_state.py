@@ -53,6 +53,11 @@ class State(dict):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:
         return dict.__iter__(self)
 
+    @classmethod
+    def for_task(cls, task: Mapping[str, Any], **kwargs: Any) -> CoreState:
+        """A fresh rollout's core `State` for `task` (`v1.State.for_task`), as a `Taskset.init_group` returns."""
+        return CoreState.for_task(task, **kwargs)  # type: ignore[no-any-return]
+
 
 class RolloutState(CoreState):
     """The core `State` of a classic rollout, with the seed's reads: a guarded, typed record for the core,
