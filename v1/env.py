@@ -27,7 +27,7 @@ from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJo
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
-from v1.errors import ConfigError, error_class
+from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception.upstream import upstream
 from v1.lifecycle import Handler
@@ -233,6 +233,8 @@ class Env:
         self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
+        self._direct: dict[str, State] = {}
+        """Rollouts a caller drives itself (`init_state` + `get_model_response`), open until finished or `teardown`."""
 
     @property
     def config(self) -> EnvConfig:
@@ -308,13 +310,27 @@ class Env:
     async def _run_states(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
-        states = [self.state_type.for_task(task) for task in tasks]
+        tasks, states = await self._group_states(tasks)
         for state in states:
             handles = upstream(state)
             handles.client = client
             handles.sampling_args = dict(sampling_args)
             state.runtime.model = model
         return await self.harness.run_group(tasks, states)
+
+    async def _group_states(self, tasks: list[Task]) -> tuple[list[Task], list[State]]:
+        """The tasks and fresh states of one group: the taskset's `init_group` when it has its own and the
+        group is rollouts of one task (it may give each rollout its own task, e.g. an assigned candidate)."""
+        own_init = type(self.taskset).init_group is not Taskset.init_group
+        if own_init and tasks and all(task == tasks[0] for task in tasks):
+            group_tasks, states = await self.taskset.init_group(tasks[0], len(tasks))
+            if len(group_tasks) != len(tasks) or len(states) != len(tasks):
+                raise TaskError(
+                    f"{type(self.taskset).__name__}.init_group returned {len(group_tasks)} tasks and {len(states)} states "
+                    f"for {len(tasks)} rollouts"
+                )
+            return [self.to_task(task) for task in group_tasks], states
+        return tasks, [self.state_type.for_task(task) for task in tasks]
 
     async def run_group(
         self,
@@ -358,8 +374,15 @@ class Env:
 
         Returns the recorded step's `Response`, or None when the endpoint refused the call because
         the rollout had stopped (turn limit, stop condition, token budget); other failures raise.
+
+        Called outside a running rollout (a state from `init_state`, driven by the caller), the first
+        call opens the rollout's endpoint; `finish_state` or `teardown` closes it.
         """
         from openai import APIStatusError
+
+        if state.runtime.endpoint is None and not state.runtime.finalized:
+            await self.harness.open_direct(state.task, state)
+            self._direct[state["trajectory_id"]] = state
 
         request: dict[str, Any] = {**(sampling_args or {}), ("prompt" if isinstance(prompt, str) else "messages"): prompt}
         if tools:
@@ -374,6 +397,13 @@ class Env:
         if len(state["trajectory"]) == steps:
             return None
         return Response.model_validate(state["trajectory"][-1]["response"])
+
+    async def finish_state(self, state: State) -> State:
+        """Finish a rollout its caller drove with `get_model_response`: cleanups run, its endpoint closes,
+        the state is finalized (a state `rollout`/`generate` ran is finished already). Returns `state`."""
+        if self._direct.pop(state["trajectory_id"], None) is not None:
+            await self.harness.close_direct(state)
+        return state
 
     async def init_state(
         self,
@@ -665,7 +695,9 @@ class Env:
         """The environment is done: its teardown handlers run (taskset, harness, toolsets, a classic
         env's `@vf.teardown` methods; highest priority first) and its global-scope objects, MCP
         servers and sandboxes close. `v1 eval` and `v1 train` call it once at the end; a handler's
-        failure is logged, not raised."""
+        failure is logged, not raised. Rollouts a caller drove itself and left open are finished first."""
+        for state in list(self._direct.values()):
+            await self.finish_state(state)
         await self.harness.teardown()
 
     def scoring_plan(self, independent_scoring: bool = False) -> dict[str, Any]:

@@ -10,6 +10,7 @@ only raises for a harness that cannot run at all (no model, no client).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -114,6 +115,10 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
+
+
+_RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("harness_running_state", default=None)
+"""The state of the rollout whose program is running (a nested `Harness.run` borrows its model and client)."""
 
 
 class Harness:
@@ -315,9 +320,16 @@ class Harness:
     # -- one rollout ------------------------------------------------------------------------
 
     async def run(self, task: Task | Mapping[str, Any] | str, state: State | None = None) -> State:
-        """Run one rollout of `task` and return its finalized, JSON-serializable state."""
+        """Run one rollout of `task` and return its finalized, JSON-serializable state.
+
+        Without a `state`, called from inside a running rollout (a tool, a program) by a harness with no
+        client and no model of its own, the child rollout borrows that rollout's model and client.
+        """
         task = self._as_task(task)
-        state = state if state is not None else State.for_task(task)
+        if state is None:
+            parent = _RUNNING.get()
+            own = self.client is not None or self.config.client is not None or bool(self.config.model)
+            state = parent.for_task(task, borrow=["model", "client"]) if parent is not None and not own else State.for_task(task)
         try:
             await self._rollout(task, state)
         finally:
@@ -348,15 +360,7 @@ class Harness:
         except Error as exc:
             state.record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
-        context = RolloutContext(
-            task=task,
-            state=state,
-            handlers=self.handlers,
-            user=self.active_user,
-            default_max_turns=self.config.max_turns,
-            timeout_seconds=self.config.timeout_seconds,
-            artifacts=self._declared_artifacts(),
-        )
+        context = self._context(task, state)
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()
@@ -376,9 +380,43 @@ class Harness:
         timing.scoring.end = time.time()
         return context
 
+    def _context(self, task: Task, state: State) -> RolloutContext:
+        return RolloutContext(
+            task=task,
+            state=state,
+            handlers=self.handlers,
+            user=self.active_user,
+            default_max_turns=self.config.max_turns,
+            timeout_seconds=self.config.timeout_seconds,
+            artifacts=self._declared_artifacts(),
+        )
+
+    async def open_direct(self, task: Task, state: State) -> None:
+        """Open the endpoint of a rollout its caller drives itself (`init_state`, then `get_model_response`).
+
+        The rollout gets what `run` gives a program before it starts (runtime, tools, prompt, stop checks)
+        but no program: the caller's calls are its turns, recorded on the state. `close_direct` ends it.
+        """
+        if not isinstance(state.task, Task) or not state.task:
+            state.task = task
+        state.runtime.timing.start_time = state.runtime.timing.generation.start = time.time()
+        await self._resolve_runtime(state)
+        state.runtime.toolbox = RolloutToolbox(state, None)
+        await self._resolve_task(task, state)
+        endpoint = await get_endpoint()
+        endpoint.open(state, self._context(task, state).first_stop)
+
+    async def close_direct(self, state: State) -> None:
+        """End a rollout `open_direct` opened: cleanups, its endpoint, tools and sandboxes close, the state is finalized."""
+        if upstream(state).session is not None:
+            state.runtime.timing.generation.end = time.time()
+            state.stop("state_done")
+            await self._finish(state.task, state)
+
     async def _run_program(self, program: Program, task: Task, state: State, context: RolloutContext) -> None:
         # A command program kills its own process tree at the timeout and records how it ended.
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
+        running = _RUNNING.set(state)
         try:
             await asyncio.wait_for(program(task, state, context), timeout)
         except RolloutStopped as stopped:
@@ -394,6 +432,8 @@ class Harness:
             # condition, error already recorded) ended the way the refusal said.
             if session is None or session.refused is None:
                 state.record_error(exc, "program")
+        finally:
+            _RUNNING.reset(running)
         state.stop("state_done")
 
     async def _run_handlers(self, kind: str, arguments: Mapping[str, Any], state: State) -> bool:

@@ -151,7 +151,8 @@ async def test_tool_errors_become_messages_and_stop_errors_end_the_rollout(
     assert "unknown tool 'nope'" in tool_texts[0] and "not valid JSON" in tool_texts[1] and "invalid arguments" in tool_texts[2]
     mock.script(Reply.tool("fatal", {"text": "abc"}), Reply.text("never"))
     state = await env.rollout(ROW, client, "m")
-    assert state["error"]["type"] == "KeyError" and state["error"]["where"] == "tool"
+    assert isinstance(state["error"], vf.ToolError) and state["error"].record["type"] == "KeyError"  # the seed's vf.Error
+    assert state["error"].record["where"] == "tool"
     assert state["stop_condition"] == "has_error" and len(state["trajectory"]) == 1
 
 

@@ -137,7 +137,6 @@ def test_a_rollout_writing_answer_reaches_the_rubric_once(client: vf.ClientConfi
 # 4-6. Direct calls outside an eval; init_state's fields; the seed's record types.
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33 item 4 is not done yet; docs/classic.md lists the difference")
 def test_a_subclass_that_implements_rollout_calls_the_model_directly(client: vf.ClientConfig) -> None:
     class Direct(vf.Environment):
         async def rollout(self, input: Any, client: Any, model: str, sampling_args: Any = None) -> Any:
@@ -149,9 +148,21 @@ def test_a_subclass_that_implements_rollout_calls_the_model_directly(client: vf.
     env = Direct(dataset=rows(), rubric=vf.Rubric([reversed_exactly]))
     outputs = env.generate_sync(env.get_dataset(n=2), client, "m")["outputs"]
     assert [o["reward"] for o in outputs] == [1.0, 1.0]
+    assert [len(o["trajectory"]) for o in outputs] == [1, 1]  # the call went through the rollout's endpoint
+    assert outputs[0]["trajectory"][0]["extras"]["dialect"] == "chat_completions"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33 item 4-5 is not done yet; docs/classic.md lists the difference")
+def test_an_own_rollout_calling_the_base_rollout_is_one_clear_error(client: vf.ClientConfig) -> None:
+    class Wrapper(vf.Environment):
+        async def rollout(self, input: Any, client: Any, model: str, sampling_args: Any = None) -> Any:
+            await self.init_state(input, client, model, sampling_args)
+            return await super().rollout(input, client, model, sampling_args)
+
+    env = Wrapper(dataset=rows(), rubric=vf.Rubric([reversed_exactly]))
+    output = env.generate_sync(env.get_dataset(n=1), client, "m")["outputs"][0]
+    assert output["error"]["type"] == "NotImplementedError" and "calls the base rollout" in output["error"]["message"]
+
+
 def test_init_state_and_get_model_response_outside_an_eval(client: vf.ClientConfig) -> None:
     env = single()
 
@@ -164,9 +175,62 @@ def test_init_state_and_get_model_response_outside_an_eval(client: vf.ClientConf
         assert field in state, field
     assert state["model"] == "m" and state["answer"] == "olleh"
     assert isinstance(response, vf.Response) and response.message.content == "olleh"
+    assert len(state["trajectory"]) == 1 and state["trajectory"][0]["response"]["id"] == response.id
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33 item 6 is not done yet; docs/classic.md lists the difference")
+def test_a_directly_driven_rollout_closes_its_endpoint(client: vf.ClientConfig) -> None:
+    from v1.interception.server import get_endpoint
+
+    env = single()
+
+    async def drive(finish: bool) -> tuple[Any, int, int]:
+        endpoint = await get_endpoint()
+        state = await env.init_state(first_input(), client, "m")
+        await env.get_model_response(state, state["prompt"])
+        opened = len(endpoint.sessions)
+        if finish:
+            await env.finish_state(state)
+        else:
+            await env.teardown()
+        return state, opened, len(endpoint.sessions)
+
+    for finish in (True, False):
+        state, opened, left = asyncio.run(drive(finish))
+        assert (opened, left) == (1, 0)
+        assert state.runtime.finalized and json.loads(json.dumps(state))["trajectory"][0]["response"]["id"]
+        assert state["is_completed"] is True
+
+
+def test_an_env_group_drives_a_rollout_on_its_rows_environment(client: vf.ClientConfig) -> None:
+    from v1.interception.server import get_endpoint
+
+    first, second = single(), single()
+    group = vf.EnvGroup([first, second], env_names=["a", "b"])
+    row = next(r for r in group.get_dataset() if r["info"]["env_id"] == "b")
+
+    async def drive() -> tuple[Any, Any, int]:
+        state = await group.init_state(row, client, "m")
+        response = await group.get_model_response(state, state["prompt"])
+        await group.teardown()
+        return state, response, len((await get_endpoint()).sessions)
+
+    state, response, left = asyncio.run(drive())
+    assert response.message.content == row["answer"] and left == 0 and state.runtime.finalized
+    assert second._direct == {} and first._direct == {}
+
+
+def test_saved_outputs_keep_json_records(client: vf.ClientConfig) -> None:
+    def reverse_text(text: str) -> str:
+        """Reverse a text."""
+        raise ValueError("broken tool")
+
+    env = vf.ToolEnv(tools=[reverse_text], dataset=rows(), rubric=vf.Rubric([reversed_exactly]), stop_errors=[ValueError])
+    output = env.generate_sync(env.get_dataset(n=1), client, "m")["outputs"][0]
+    assert isinstance(output["timing"], dict) and isinstance(output["error"], dict)
+    assert isinstance(output["trajectory"][0]["response"], dict)
+    json.dumps(output)
+
+
 def test_records_are_the_seed_types(client: vf.ClientConfig) -> None:
     def reverse_text(text: str) -> str:
         """Reverse a text."""
@@ -417,3 +481,10 @@ def test_handler_decorators_take_verifiers_stage_and_check_it() -> None:
 
         @vf.cleanup(stage="group")
         async def per_rollout(task: Any, state: Any) -> None: ...
+
+
+def test_classic_state_for_task_gives_the_core_state(verifiers: Any) -> None:
+    from v1.state import State as CoreState
+
+    state = verifiers.State.for_task(verifiers.Task({"prompt": "abc"}).freeze())
+    assert isinstance(state, CoreState) and state.task["prompt"][0]["content"] == "abc"

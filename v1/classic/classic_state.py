@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+from v1 import errors
 from v1.interception.upstream import upstream
 from v1.state import State as CoreState
+from v1.types import Response
 
 
 class State(dict):  # type: ignore[type-arg]
@@ -51,6 +53,11 @@ class State(dict):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:
         return dict.__iter__(self)
 
+    @classmethod
+    def for_task(cls, task: Mapping[str, Any], **kwargs: Any) -> CoreState:
+        """A fresh rollout's core `State` for `task` (`v1.State.for_task`), as a `Taskset.init_group` returns."""
+        return CoreState.for_task(task, **kwargs)  # type: ignore[no-any-return]
+
 
 class RolloutState(CoreState):
     """The core `State` of a classic rollout, with the seed's reads: a guarded, typed record for the core,
@@ -73,6 +80,10 @@ class RolloutState(CoreState):
             return upstream(self).client
         if key == "sampling_args":
             return upstream(self).sampling_args
+        if key == "timing":
+            return self.runtime.timing  # the live record (the core saves its JSON when the rollout ends)
+        if key == "tool_defs":
+            return None  # no tools resolved yet: the harness sets them when the rollout opens
         raise KeyError(key)
 
     def __getitem__(self, key: Any) -> Any:
@@ -93,4 +104,40 @@ class RolloutState(CoreState):
 
 _MISSING = object()
 
-__all__ = ["RolloutState", "State"]
+_ERROR_OF_PART = {"tool": errors.ToolError, "model": errors.ModelError, "sandbox": errors.SandboxError}
+
+
+def error_instance(record: Mapping[str, Any] | None) -> errors.Error | None:
+    """The `vf.Error` a core error record (`{"type", "message", "where"}`) stands for.
+
+    A v1 error keeps its class; any other exception becomes the error of the part that failed
+    (`ToolError` for a tool, `ModelError` for the model, ...) or `vf.Error`.
+    """
+    if record is None:
+        return None
+    named = getattr(errors, str(record.get("type")), None)
+    part = str(record.get("where") or "").split(":")[0]
+    kind = named if isinstance(named, type) and issubclass(named, errors.Error) else _ERROR_OF_PART.get(part, errors.Error)
+    error = kind(str(record.get("message", "")))
+    error.record = dict(record)  # type: ignore[attr-defined]
+    return error
+
+
+def classic_view(state: CoreState) -> State:
+    """A finished rollout as the seed's classic `State`: its own dict, with ``input`` the task's row and the
+    records typed (``timing`` a `RolloutTiming`, ``error`` a `vf.Error`, each step's ``response`` a `vf.Response`).
+
+    The core state is left as it is (the JSON record results, the trainer and the viewer read).
+    """
+    view = State(dict.items(state))
+    view["input"] = dict(state.task)
+    view["timing"] = state.runtime.timing  # finalize keeps the typed record beside its JSON
+    view["error"] = error_instance(dict.get(state, "error"))
+    view["trajectory"] = [
+        {**step, "response": Response.model_validate(step["response"])} if step.get("response") is not None else dict(step)
+        for step in dict.get(state, "trajectory") or []
+    ]
+    return view
+
+
+__all__ = ["RolloutState", "State", "classic_view", "error_instance"]

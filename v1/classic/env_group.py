@@ -16,7 +16,7 @@ from v1.harness import Harness
 from v1.state import State
 from v1.task import Task, thaw
 from v1.taskset import Taskset
-from v1.types import SamplingArgs
+from v1.types import Response, SamplingArgs
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -178,6 +178,16 @@ class EnvGroup(Environment):
         sampling_args: SamplingArgs | None = None,
     ) -> State:
         return await self.env_for(input).rollout(input, client, model, sampling_args)
+
+    async def get_model_response(
+        self, state: State, prompt: Any, tools: list[dict[str, Any]] | None = None, sampling_args: SamplingArgs | None = None
+    ) -> Response | None:
+        """The call on the environment the state's row belongs to (its endpoint, its harness)."""
+        return await self.env_for(state.task).get_model_response(state, prompt, tools, sampling_args)
+
+    async def finish_state(self, state: State) -> State:
+        """`finish_state` on the environment the state's row belongs to."""
+        return await self.env_for(state.task).finish_state(state)
 
     # -- description and settings ---------------------------------------------------------------
 

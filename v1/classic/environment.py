@@ -9,6 +9,7 @@ model call goes through the interception endpoint. A core `Env` counts as an `En
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from abc import ABCMeta
@@ -16,18 +17,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from v1._calling import resize_pool
-from v1.classic.classic_state import RolloutState
+from v1.classic.classic_state import RolloutState, classic_view
 from v1.classic.parsers import Parser
 from v1.classic.rubric import HandlerRubric, Rubric, RubricGroup
 from v1.classic.seed_forms import built_once, is_dataset_builder, set_free_attributes
 from v1.env import MESSAGE_TYPES, Env, set_rubric_view
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
+from v1.interception.upstream import upstream
 from v1.lifecycle import Handler, handlers_of
 from v1.state import State
 from v1.task import Task
 from v1.taskset import Taskset
 from v1.types import GenerateOutputs, SamplingArgs
+
+_RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("classic_running_state", default=None)
+"""The state of the rollout whose program is a subclass's own `rollout`, until its `init_state` takes it."""
+_IN_OWN_ROLLOUT: contextvars.ContextVar[bool] = contextvars.ContextVar("classic_in_own_rollout", default=False)
 
 
 class ClassicTaskset(Taskset):
@@ -122,8 +128,46 @@ class Environment(Env, metaclass=ABCMeta):
         return {}
 
     async def rollout_program(self, task: Task, state: State) -> None:
-        """The program a classic environment's harness runs for one rollout; `MultiTurnEnv` implements it."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement rollout_program; subclass MultiTurnEnv")
+        """The program a classic environment's harness runs for one rollout; `MultiTurnEnv` implements it.
+
+        A subclass that implements the seed's `rollout(input, client, model, sampling_args)` instead has it
+        run here: its `init_state` gets this rollout's state, so its `get_model_response` calls are this
+        rollout's turns through the endpoint, and the state it fills is scored like any other.
+        """
+        if type(self).rollout is Environment.rollout:
+            raise NotImplementedError(
+                f"{type(self).__name__} implements neither rollout nor rollout_program; subclass MultiTurnEnv"
+            )
+        _IN_OWN_ROLLOUT.set(True)
+        _RUNNING.set(state)
+        handles = upstream(state)
+        await self.rollout(task, handles.client, state.runtime.model or "", handles.sampling_args)
+
+    async def init_state(
+        self,
+        input: Mapping[str, Any] | Task,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+    ) -> State:
+        """`Env.init_state`; inside a subclass's own `rollout` run by the harness, the running rollout's state."""
+        running = _RUNNING.get()
+        if running is not None and running.task == self.to_task(input):
+            _RUNNING.set(None)
+            return running
+        return await super().init_state(input, client, model, sampling_args)
+
+    async def rollout(
+        self,
+        input: Mapping[str, Any] | Task,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+    ) -> State:
+        """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses)."""
+        if _IN_OWN_ROLLOUT.get():
+            raise NotImplementedError(f"{type(self).__name__}.rollout calls the base rollout, which would run it again")
+        return classic_view(await super().rollout(input, client, model, sampling_args))  # type: ignore[return-value]
 
     def classic_rows(self, dataset: Any, field: str) -> list[dict[str, Any]] | None:
         """A dataset's rows as task rows: a `question` becomes the prompt (after `few_shot`).
