@@ -8,10 +8,11 @@ rollout's key as a bearer token, like its model routes: `initialize`, `ping`,
 own (`GET` is 405, as the transport allows) and keeps no session state, so an
 agent can reconnect at will.
 
-Tool calls made this way are the model's tool calls, and no more: a `tools/call`
-runs only while the rollout's program runs and while the model's recorded answers
-asked for more tool calls than were made here (so none before the first answer,
-and none past the turn budget beyond what the last answer asked for). Each one
+Tool calls made this way are bounded by the model's answers: a `tools/call` runs
+only while the rollout's program runs, never before the model's first answer, and
+at most as many after an answer as it asked for natively (`tool_calls`); after an
+answer that asked for none natively (an agent that reads tool calls from the
+answer's text, such as terminus) at most `TEXT_TOOL_CALLS_PER_ANSWER`. Each one
 that runs is recorded on the trajectory step whose answer allowed it
 (``extras["mcp_tool_calls"]``: name, arguments, content, isError). A batch holds
 at most `MAX_BATCH` messages, each counted by the endpoint against the rollout's
@@ -34,6 +35,8 @@ PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 MAX_BATCH = 16
 """The most JSON-RPC messages one request may batch."""
+TEXT_TOOL_CALLS_PER_ANSWER = 16
+"""Tool calls that may run after a model answer with no native `tool_calls` (the agent found them in its text)."""
 
 
 def _error(message_id: Any, code: int, message: str) -> dict[str, Any]:
@@ -141,11 +144,30 @@ def _refusal(session: RolloutSession) -> str | None:
     state = session.state
     if session.closed or not session.recording or state["is_completed"]:
         return f"the rollout stopped: {state['stop_condition'] or 'program_finished'}; no more tool calls"
-    asked = sum(len(step["completion"][-1].get("tool_calls") or ()) for step in state["trajectory"] if step["completion"])
-    made = sum(len(step["extras"].get("mcp_tool_calls", ())) for step in state["trajectory"])
-    if made >= asked:
-        return f"refused: the model asked for {asked} tool call(s) so far and {made} were made; ask the model first"
+    answered = [step for step in state["trajectory"] if step["completion"]]
+    if not answered:
+        return "refused: the model has not answered yet; ask the model first"
+    last = state["trajectory"][-1]
+    asked = len(last["completion"][-1].get("tool_calls") or ()) if last["completion"] else 0
+    made = len(last["extras"].get("mcp_tool_calls", ()))
+    if asked and made >= asked:
+        return f"refused: the model asked for {asked} tool call(s) in its last answer and {made} were made; ask the model first"
+    if not asked and made >= TEXT_TOOL_CALLS_PER_ANSWER:
+        return (
+            f"refused: {made} tool call(s) were made since the model's last answer, which asked for none natively "
+            f"(at most {TEXT_TOOL_CALLS_PER_ANSWER}); ask the model again"
+        )
     return None
 
 
-__all__ = ["MAX_BATCH", "PARSE_ERROR", "PROTOCOL_VERSIONS", "ROUTE", "answer", "invalid_request", "list_tools", "parse_error"]
+__all__ = [
+    "MAX_BATCH",
+    "PARSE_ERROR",
+    "PROTOCOL_VERSIONS",
+    "ROUTE",
+    "TEXT_TOOL_CALLS_PER_ANSWER",
+    "answer",
+    "invalid_request",
+    "list_tools",
+    "parse_error",
+]
