@@ -42,8 +42,8 @@ PIP_ENV = {"PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1"}
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tgz", ".tbz", ".txz", ".tlz", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.lz", ".egg")
 
 
-DEFAULT_BUILD_REQUIRES = ["setuptools>=40.8.0"]
-"""What pip builds a project with when its pyproject.toml has no ``[build-system]`` (PEP 517's fallback)."""
+DEFAULT_BUILD_REQUIRES = ["setuptools>=40.8.0", "wheel"]
+"""What pip builds a project with when its pyproject.toml has no ``[build-system]`` (pip's fallback; older pips ask for wheel too)."""
 
 
 def _read_pyproject(project: Path) -> dict[str, Any]:
