@@ -81,5 +81,6 @@ async def test_env_group_routes_rows_by_env_id(mock: MockModelServer, client_con
         await group.rollout({"question": "q", "info": {"env_id": "other"}}, client_config, "m")
     with pytest.raises(vf.ConfigError, match="one environment"):
         await group.run_group([rows[0], rows[2]], client_config, "m")
+    assert vf.EnvGroup([env_of("a", ["x"]), env_of("a", ["y"])]).env_names == ["env_0", "env_1"]  # the seed's default
     with pytest.raises(vf.ConfigError, match="name each environment once"):
-        vf.EnvGroup([env_of("a", ["x"]), env_of("a", ["y"])])
+        vf.EnvGroup([env_of("a", ["x"]), env_of("b", ["y"])], env_names=["a", "a"])

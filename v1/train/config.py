@@ -15,7 +15,6 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from v1.config import ClientConfig, Config
-from v1.inference.tiny import TinyModelConfig
 from v1.train.losses import LossConfig
 from v1.types import ClientType
 
@@ -62,6 +61,8 @@ class ModelConfig(Config):
     def _tiny_within_bounds(cls, tiny: dict[str, Any] | None) -> dict[str, Any] | None:
         """The tiny model's shape is checked with the config, before anything is built."""
         if tiny is not None:
+            from v1.inference.tiny import TinyModelConfig  # torch and transformers: only once a tiny model is asked for
+
             try:
                 TinyModelConfig.model_validate(tiny)
             except ValidationError as exc:
