@@ -169,7 +169,7 @@ async def test_task_overrides_program_and_sandbox_per_rollout(mock: MockModelSer
     plain, overridden = await h.run_group(
         [
             {"prompt": "a"},
-            {"prompt": "b", "program": {"args": ["task"], "env": {"GREETING": "hello"}}, "sandbox": {"workdir": "/work"}},
+            {"prompt": "b", "program": {"args": ["task"], "env": {"GREETING": "hello"}}, "sandbox": {"workdir": "/job"}},
         ]
     )
     assert plain["artifacts"]["out.txt"] == "hi harness\n"
