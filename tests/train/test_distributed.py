@@ -303,7 +303,11 @@ def test_killing_one_rank_ends_the_other_with_one_line(tmp_path: Path) -> None:
         assert launch.process.returncode != 0
         wait_for(lambda: not alive(ranks[0]), "rank 0 gone", GONE_WITHIN_S)
         stderr = launch.stderr()
-        assert "rank 0: stopped by SIGTERM (torchrun stops every rank when one fails)" in stderr, stderr[-3000:]
+        ends = (
+            "rank 0: stopped by SIGTERM (torchrun stops every rank when one fails)",
+            "rank 0: another rank's connection closed",
+        )
+        assert any(line in stderr for line in ends), stderr[-3000:]  # torchrun's SIGTERM, or the collective failing first
         assert "Signal 9 (SIGKILL)" in stderr or "exitcode  : -9" in stderr, stderr[-3000:]
     finally:
         launch.close()
@@ -375,10 +379,11 @@ def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_p
         stderr = launch.stderr()
         expected = {
             "engine": f"vLLM (pid {session}) exited -9 mid-run",
-            "rank 0": "rank 1: stopped by SIGTERM",
+            "rank 0": ("rank 1: stopped by SIGTERM", "rank 1: another rank's connection closed mid-collective"),
             "launcher": "rank 0: the launcher (torchrun)",
         }[victim]
-        assert expected in stderr, stderr[-3000:]
+        # rank 1 ends by torchrun's SIGTERM, or first by its collective failing when rank 0's socket closes
+        assert any(line in stderr for line in ((expected,) if isinstance(expected, str) else expected)), stderr[-3000:]
     finally:
         launch.close()
     assert latest_checkpoint(tmp_path / "out") is not None

@@ -37,7 +37,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 
 from v1._gc_tuning import freeze_heap, frozen_heap
-from v1._lifeline import ParentWatch, exit_on_sigterm
+from v1._lifeline import ParentWatch, exit_now, exit_on_sigterm
 from v1.config import import_ref
 from v1.errors import ConfigError
 from v1.executors import RayExecutor, check_ray_address
@@ -580,15 +580,25 @@ async def train(
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
         with frozen_heap():
             return await lead(config, prepared, group, progress, on_step, started, rank_thread)
-    except Exception:
+    except Exception as exc:
         if watch is not None:  # the launcher died and another rank left first: its line, not this error
             watch.exit_if_parent_gone()
+        if group.distributed and _peer_lost(exc):  # another rank died mid-collective: one line, as SIGTERM would give
+            exit_now(f"rank {group.rank}: another rank's connection closed mid-collective (it died or was stopped)", 1)
         raise
     finally:
         await loop.run_in_executor(rank_thread, group.close)
         rank_thread.shutdown(wait=False)
         if watch is not None:
             watch.stop()
+
+
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+"""How gloo words a collective whose peer process ended."""
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and any(words in str(exc) for words in PEER_LOST)
 
 
 def watch_launcher() -> ParentWatch | None:
