@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -137,6 +138,28 @@ async def test_mounts_are_visible_read_only(tmp_path: Path) -> None:
         await manager.delete(sandbox)
     with pytest.raises(vf.SandboxError, match="does not exist"):
         await manager.create(vf.SandboxConfig(mounts={"/opt/tools": str(tmp_path / "missing")}))
+
+
+async def test_a_workdir_above_the_python_and_a_mount_inside_the_workdir_both_stay_visible(tmp_path: Path) -> None:
+    """Binds go parent first: a workdir over the folder holding the interpreter (a venv in /work/venv with
+    workdir /work) does not hide it, and a mount below the workdir is not hidden by the workspace."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.txt").write_text("mounted")
+    workdir = str(Path(sys.prefix).parent)
+    manager = get_manager()
+    sandbox = await manager.create(vf.SandboxConfig(workdir=workdir, mounts={f"{workdir}/data": str(data)}))
+    try:
+        result = await sandbox.exec(["sh", "-c", f"pwd; cat data/rows.txt; echo; {sys.executable} -c 'print(7 * 6)'"])
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == f"{workdir}\nmounted\n42\n"
+    finally:
+        await manager.delete(sandbox)
+
+
+def test_a_workdir_at_or_inside_the_pythons_folder_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(vf.SandboxError, match="would hide the Python"):
+        asyncio.run(get_manager().create(vf.SandboxConfig(workdir=sys.prefix)))
 
 
 async def test_the_hosts_ca_settings_reach_the_sandbox_only_when_it_shows_their_path(

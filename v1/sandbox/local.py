@@ -220,10 +220,16 @@ class LocalSandbox:
         self.staged: dict[str, str] = {}
 
     def _binds(self) -> list[tuple[str, str, bool]]:
-        """(host path, path inside, writable) of every host path bound into the sandbox."""
-        binds = [(prefix, prefix, False) for prefix in _python_prefixes()]
+        """(host path, path inside, writable) of every host path bound into the sandbox, parents first:
+        a later bind covers an earlier one, so a mount or the Python below the workdir stays visible."""
+        prefixes = _python_prefixes()
+        for prefix in prefixes:
+            if PurePosixPath(self.workdir).is_relative_to(prefix):
+                raise SandboxError(f"workdir {self.workdir!r} would hide the Python at {prefix!r}: choose another workdir")
+        binds = [(prefix, prefix, False) for prefix in prefixes]
         binds += [(host, inside, False) for inside, host in self.config.mounts.items()]
-        return [*binds, (str(self.workspace), self.workdir, True)]
+        binds.append((str(self.workspace), self.workdir, True))
+        return sorted(binds, key=lambda bind: len(PurePosixPath(bind[1]).parts))
 
     async def start(self) -> None:
         self.workspace.mkdir(parents=True)
