@@ -83,8 +83,9 @@ async def test_built_in_stop_conditions(client: vf.ClientConfig, settings: dict[
 
 
 async def test_timeout_reached(mock: MockModelServer, client: vf.ClientConfig) -> None:
-    mock.script(Reply.text("cba"), Reply.text("slow", delay=5))
-    env = TwiceEnv(dataset=rows(), timeout_seconds=0.5)
+    # The first turn has 3 s (ample under load); only the second reply hangs past the rollout's timeout.
+    mock.script(Reply.text("cba"), Reply.text("slow", delay=60))
+    env = TwiceEnv(dataset=rows(), timeout_seconds=3)
     state = await env.rollout(ROW, client, "m")
     assert state["stop_condition"] == "timeout_reached" and len(state["trajectory"]) == 1
 
