@@ -371,7 +371,7 @@ def gated() -> Iterator[tuple[MockModelServer, Gate]]:
         gate.release()
 
 
-def test_sigterm_keeps_results_and_resume_finishes_with_the_saved_settings(
+def test_sigterm_keeps_results_and_resume_with_the_same_command_finishes_it(
     gated: tuple[MockModelServer, Gate], tmp_path: Path
 ) -> None:
     server, gate = gated
@@ -400,7 +400,7 @@ def test_sigterm_keeps_results_and_resume_finishes_with_the_saved_settings(
 
     # Other settings beside --resume: every difference in one line, nothing run.
     before = len(server.requests)
-    # (V1_EVAL_* variables override the saved settings as they override a config file's.)
+    # (V1_EVAL_* variables count as the command's, as they override a config file's.)
     refused = v1_cli(
         "eval",
         CONFIG,
@@ -422,10 +422,11 @@ def test_sigterm_keeps_results_and_resume_finishes_with_the_saved_settings(
         assert difference in line
     assert len(server.requests) == before
 
-    # The env and URL again, from another directory: the model, counts and sampling args come from metadata.json.
+    # The same command again, from another directory.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    resumed = v1_cli("eval", CONFIG, "-b", server.url, "--resume", str(run), cwd=elsewhere)
+    same = ("-n", "8", "-r", "2", "-s", '{"max_tokens": 64}')
+    resumed = v1_cli("eval", CONFIG, "-b", server.url, *same, "--resume", str(run), cwd=elsewhere)
     assert resumed.returncode == 0, resumed.stderr
     final = saved_lines(run)
     assert sorted((o["example_id"], o["rollout_index"]) for o in final) == [(e, i) for e in range(8) for i in range(2)]

@@ -88,7 +88,8 @@ def test_v1_views_run_apis_report_the_bad_line_and_field_and_load_the_rest(runs:
 
 def test_resume_reports_the_bad_line_in_one_line_and_loads_the_rest(runs: tuple[Path, str]) -> None:
     base, url = runs
-    resumed = v1_cli("eval", CONFIG, "-m", "m", "-b", url, "--resume", str(base / "deep"))  # a resume repeats the command
+    # a resume repeats the command
+    resumed = v1_cli("eval", CONFIG, "-m", "m", "-b", url, "-n", "4", "-r", "1", "--resume", str(base / "deep"))
     assert resumed.returncode == 0, resumed.stderr
     results = base / "deep" / "results.jsonl"
     [named] = [line for line in resumed.stderr.splitlines() if f"{results} line 2" in line]

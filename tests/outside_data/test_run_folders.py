@@ -141,3 +141,40 @@ def test_resume_with_the_same_command_finishes_the_saved_run(tmp_path: Path) -> 
         resumed = v1_cli(*command, "--resume", str(run), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(saved_lines(run)) == 2
+
+
+def test_a_folder_cannot_raise_what_the_run_costs(tmp_path: Path) -> None:
+    """The folder's counts, sampling args, concurrency and retries are never taken: the command's are."""
+    with MockModelServer(reverser, model="m") as mine:
+        run = crafted_run(
+            tmp_path / "costly",
+            base_url=mine.url,
+            api_key_var="MY_REAL_KEY",
+            rollouts_per_example=40,
+            sampling_args={"max_tokens": 999_999},
+            max_concurrent=4096,
+            max_retries=50,
+        )
+        command = ("eval", CONFIG, "-b", mine.url, "-m", "m", "-k", "MY_REAL_KEY", "-n", "1", "-r", "1", "--resume", str(run))
+        result = v1_cli(*command, cwd=tmp_path, MY_REAL_KEY=SECRET)
+        assert result.returncode == 0, result.stderr
+        assert len(mine.requests) == 1  # one row, one rollout: the command's -r 1, not the folder's 40
+        assert "max_tokens" not in mine.requests[0].body
+    assert len(saved_lines(run)) == 1
+    metadata = json.loads((run / "metadata.json").read_text())
+    assert metadata["rollouts_per_example"] == 1 and metadata["num_rollouts"] == 1
+
+
+def test_resume_without_the_runs_counts_names_them(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with MockModelServer(reverser, model="m") as server:
+        command = ("eval", CONFIG, "-b", server.url, "-m", "m", "--output-dir", str(out))
+        first = v1_cli(*command, "-n", "2", "-r", "2", cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        (run,) = out.iterdir()
+        (run / "results.jsonl").write_text("")
+        resumed = v1_cli(*command, "--resume", str(run), cwd=tmp_path)
+    assert resumed.returncode == 2, resumed.stderr
+    (line,) = error_lines(resumed.stderr)
+    assert "rollouts_per_example (saved 2, now " in line and "num_examples (saved 2, now " in line, line
+    assert saved_lines(run) == []

@@ -8,7 +8,8 @@ or an endpoint id of the registry (``configs/endpoints.toml``); with no ``-m`` a
 ``load_environment``; a ``-x`` key the environment has no setting for is a warning.
 Results stream to ``OUTPUT_DIR/ENV--MODEL--TIME/{results.jsonl,metadata.json}``;
 ``CONFIG_OR_ENV_ID ... --resume PATH`` finishes an interrupted run: the command names what runs and
-where the key goes (they must equal what the folder saved), the folder supplies the counts.
+where the key goes and every setting (those that shape results must equal what the folder saved); the
+folder supplies only its finished rollouts.
 Bad input is one line on stderr and exit code 2, before anything is written; the
 exit codes are listed in `ExitCode` (and docs/evaluation.md).
 """
@@ -84,7 +85,7 @@ class ExitCode(enum.IntEnum):
 
 RESUME_MUST_MATCH = ("env_id", "model", "num_examples", "rollouts_per_example", "sampling_args", "independent_scoring")
 SAVED_SETTINGS_FIELD = "eval_settings"
-"""The `metadata.json` field holding what `v1 eval` was given: `--resume PATH` checks the command against it and takes its counts."""
+"""The `metadata.json` field holding what `v1 eval` was given: `--resume PATH` checks the command against it (it takes nothing from it)."""
 RESUME_REACH_SETTINGS = ("base_url", "api_key_var", "endpoints", "extra_env_kwargs", "env_args")
 """Saved settings that choose where a resumed run sends the key or what it sets on the env: `--resume` never takes them from the folder."""
 DEFAULT_MODEL = "openai/gpt-4.1-mini"
@@ -215,7 +216,7 @@ def add_parser(commands: Any) -> None:
         "--resume",
         default=s,
         metavar="PATH",
-        help="finish the interrupted run in PATH (pass its environment, overrides and -b/-k/-e/-x again)",
+        help="finish the interrupted run in PATH (repeat its command: environment, overrides and flags)",
     )
     parser.add_argument("--save-to-hf-hub", default=s, metavar="NAME", help="push results.jsonl to this HF Hub dataset")
     parser.add_argument(
@@ -440,7 +441,7 @@ def check_resume(path: Path, saved: Mapping[str, Any], expected: Mapping[str, An
     if differences:
         raise ConfigError(
             f"--resume {path}: the saved run differs in {len(differences)} setting(s): {'; '.join(differences)}; "
-            "resume with the saved settings (leave those flags out and the saved ones are used)"
+            "a run folder never chooses them: pass the saved run's flags yourself"
         )
 
 
@@ -617,7 +618,6 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
     target: str | None = args.env
     resume_path = flags.get("resume") or os.environ.get("V1_EVAL_RESUME")
     resumed = saved = None
-    saved_settings: dict[str, Any] = {}
     if resume_path:
         resumed = ResultsWriter.resuming(resume_path, extra_fields=[SAVED_SETTINGS_FIELD], redo=stopped_the_run)
         saved = resumed.read_metadata()
@@ -626,7 +626,6 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
             given = _check_saved_invocation(given, resumed.metadata_path)
             now = {"env": target, "taskset": taskset_overrides, "harness": harness_overrides}
             refuse_what_the_folder_would_change(Path(str(resume_path)), given, now, flags)
-            saved_settings = {key: value for key, value in given["settings"].items() if key not in RESUME_REACH_SETTINGS}
         elif target is None:
             raise ConfigError(
                 f"--resume {resume_path}: the saved run does not record its settings (an older v1 made it); "
@@ -636,8 +635,8 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         raise ConfigError("pass CONFIG_OR_ENV_ID (a TOML config or an environment id), or --resume PATH to finish a saved run")
     target = environment_config_file(target)
     file, table = read_eval_table(target)
-    # A resumed run's saved settings take the config file's place: V1_EVAL_* variables and flags still override them.
-    settings = load_settings(flags, file, {**table, **saved_settings})
+    # A resumed run's settings are this command's, never the folder's: `check_resume` compares those that shape results.
+    settings = load_settings(flags, file, table)
     if settings.save_to_hf_hub and not settings.save:
         raise ConfigError("--save-to-hf-hub needs --save (it uploads the saved results.jsonl)")
     if settings.resume and not settings.save:
