@@ -43,6 +43,8 @@ from v1.errors import ConfigError
 from v1.executors import RayExecutor, check_ray_address
 from v1.inference.sampling import LogitProcessing
 from v1.inference.server import InferenceServer
+from v1.inference.vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
+from v1.inference.weight_sync import InProcessWeightSync, WeightSync
 from v1.loading import load_environment
 from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
@@ -73,8 +75,6 @@ from v1.train.ranks import (
 from v1.train.sft import samples_from_answers, samples_from_results
 from v1.train.trackers import open_trackers
 from v1.train.trainer import PolicyTrainer, current_rss_mb
-from v1.train.vllm_engine import VLLM_CPU_THREADS, nccl_sync, vllm_endpoint
-from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
 
 logger = logging.getLogger(__name__)
 
@@ -137,12 +137,8 @@ async def inference_endpoint(
             yield endpoint
         return
     if inference.base_url is not None:
-        folder = output_dir / "weights_for_server"
-        sync: WeightSync = (VLLMWeightSync if inference.weight_sync == "vllm" else HTTPWeightSync)(inference.base_url, folder)
-        if inference.weight_sync == "vllm_nccl":
-            sync = nccl_sync(config, inference.base_url)
         engine_info.update(engine=inference.engine, base_url=inference.base_url)
-        yield inference.base_url, sync
+        yield inference.base_url, server_sync(config, inference.base_url, output_dir / "weights_for_server")
         return
     if inference.weight_sync != "in_process":
         raise ConfigError(f"inference.weight_sync = {inference.weight_sync!r} needs inference.base_url (a running server)")
