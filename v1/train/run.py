@@ -494,6 +494,10 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     """Model (from the latest checkpoint when resuming), sharded with FSDP2 across `group`, and trainer; on rank 0
     also the environment, the built-in server's copy of the model and the metrics log."""
     group = group or RankGroup.single()
+    if not config.loss.policy_gradient:
+        raise ConfigError(
+            "loss.kind = 'sft' is the objective v1 sft and the [sft] warm-up choose themselves; RL trains with grpo, dapo or cispo"
+        )
     processing = rollout_processing(config)
     output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
@@ -520,18 +524,8 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
         model, tokenizer, device = load_policy(config.model, path)
         reference = load_reference(config, model, output_dir, checkpoint)
         served = inference_copy(model) if builtin_here else None
-    trainer = PolicyTrainer(
-        model,
-        config.loss,
-        config.optim,
-        max_steps=config.max_steps,
-        micro_batch_size=config.micro_batch_size,
-        micro_batch_tokens=config.micro_batch_tokens,
-        share_prefixes=config.share_prefixes,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-        ref_model=reference,
-        autocast_dtype=mixed,
-        processing=processing,
+    trainer = PolicyTrainer.from_config(
+        config, model, tokenizer, ref_model=reference, autocast_dtype=mixed, processing=processing
     )
     if checkpoint:
         trainer.load(checkpoint)
@@ -794,22 +788,9 @@ def run_sft(config: TrainConfig) -> TrainResult:
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     model, tokenizer, device = load_policy(config.model)
     samples = build_sft_samples(config, env, tokenizer)
-    trainer = PolicyTrainer(
-        model,
-        config.loss,
-        config.sft.optim(config.optim),
-        max_steps=config.sft.steps,
-        micro_batch_size=config.micro_batch_size,
-        micro_batch_tokens=config.micro_batch_tokens,
-        share_prefixes=config.share_prefixes,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-        autocast_dtype=autocast_dtype(config.model, device),
-    )
+    trainer = PolicyTrainer.from_config(config.for_sft(), model, tokenizer, autocast_dtype=autocast_dtype(config.model, device))
     log = MetricsLog(output_dir / "sft_metrics.jsonl")
-    history = [
-        trainer.train_step(batch, sft=True)
-        for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)
-    ]
+    history = [trainer.train_step(batch) for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)]
     for step, stats in enumerate(history, 1):
         log.write({"step": step, **stats})
     model.save_pretrained(output_dir / "sft" / "model")
