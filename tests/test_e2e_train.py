@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
+from v1.inference.weight_sync import save_weights  # noqa: E402
 from v1.train.config import TrainConfig  # noqa: E402
 from v1.train.logprobs import token_logprobs  # noqa: E402
 from v1.train.run import train  # noqa: E402
-from v1.train.weight_sync import save_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"

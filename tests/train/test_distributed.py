@@ -390,8 +390,8 @@ def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_p
 
 
 def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
+    from v1.inference.vllm_engine import vllm_gpus
     from v1.train.run import trainer_cpu_threads
-    from v1.train.vllm_engine import vllm_gpus
 
     config = TrainConfig.load(VLLM_RECIPE)
     assert vllm_gpus(config, trainer_gpus=2, visible=None, gpu_count=4) == ["2"], "the first GPU after the trainer's"

@@ -75,9 +75,10 @@ def test_sft_step_and_kl_to_a_reference() -> None:
     model = tiny_model()
     samples = on_policy_samples(model, [0.0])
     before = completion_logprob(model, samples[0])
-    trainer = PolicyTrainer(model, LossConfig(), OptimConfig(lr=1e-2), max_steps=5)
-    stats = trainer.train_step(samples, sft=True)
+    trainer = PolicyTrainer(model, LossConfig(kind="sft"), OptimConfig(lr=1e-2), max_steps=5)
+    stats = trainer.train_step(samples)
     assert completion_logprob(model, samples[0]) > before and stats["loss"] > 0
+    assert stats["loss"] == pytest.approx(-before / 3, rel=1e-5)  # the mean negative log-likelihood of the 3 answer tokens
     reference = copy.deepcopy(model).eval()
     kl_trainer = PolicyTrainer(
         model, LossConfig(kind="dapo", kl_coef=0.1), OptimConfig(lr=1e-2), max_steps=5, ref_model=reference

@@ -223,8 +223,8 @@ class SFTSection(Config):
     warmup: bool = False
 
     def optim(self, rl: OptimConfig) -> OptimConfig:
-        """The SFT run's optimizer: RL's AdamW settings at `lr`, constant (no RL warm-up or decay)."""
-        return rl.model_copy(update={"lr": self.lr, "warmup_steps": 0, "schedule": "constant"})
+        """The SFT run's optimizer: RL's AdamW settings at `lr`, constant (no RL warm-up or decay), one update per step."""
+        return rl.model_copy(update={"lr": self.lr, "warmup_steps": 0, "schedule": "constant", "updates_per_step": 1})
 
 
 class WandbConfig(Config):
@@ -332,6 +332,13 @@ class TrainConfig(Config):
                 "where vLLM's LoRA adapters are the right way; use the built-in engine or v1 serve"
             )
         return self
+
+    def for_sft(self) -> TrainConfig:
+        """This run's SFT (``v1 sft``, or the warm-up before RL) as a run of its own: the ``sft`` objective,
+        `sft`'s optimizer (`SFTSection.optim`) and `sft.steps` steps; the model and micro-batching as they are."""
+        return self.model_copy(
+            update={"loss": LossConfig(kind="sft"), "optim": self.sft.optim(self.optim), "max_steps": self.sft.steps}
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:

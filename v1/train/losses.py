@@ -1,10 +1,12 @@
-"""Policy-gradient losses on completion tokens: GRPO, DAPO-style token-level normalisation, CISPO.
+"""The loss family on completion tokens: the policy-gradient objectives GRPO, DAPO-style token-level
+normalisation and CISPO, and SFT's negative log-likelihood (``kind = "sft"``: `v1 sft` and the warm-up).
 
 Every loss sees the same tensors: the trainer's log-probabilities of the sampled
 tokens (`logprobs`, with grad), the inference server's log-probabilities of the same
 tokens (`inference_logprobs`: the behaviour policy, so the importance ratio
 `exp(logprobs - inference_logprobs)` also corrects for off-policy staleness),
-per-token `advantages` and a `loss_mask` that is 1 on completion tokens only.
+per-token `advantages` and a `loss_mask` that is 1 on completion tokens only. SFT's objective
+reads only the log-probabilities: it learns the tokens as they are, token-normalised.
 
 Normalisation decides what one token weighs:
 
@@ -29,6 +31,7 @@ Two options change the ratio (both as TRL 1.16 computes them; formulas in docs/t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -39,7 +42,7 @@ from v1.config import Config
 if TYPE_CHECKING:
     import torch
 
-LossKind = Literal["grpo", "dapo", "cispo"]
+LossKind = Literal["grpo", "dapo", "cispo", "sft"]
 Normalization = Literal["sequence", "token"]
 RewardScaling = Literal["none", "group", "batch"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
@@ -52,7 +55,9 @@ class LossConfig(Config):
     Args:
         kind: ``grpo`` (clipped ratio, per-sequence mean), ``dapo`` (clipped ratio with a higher
             upper clip, token-level mean) or ``cispo`` (clipped importance weight, stop-gradient,
-            times the log-probability; token-level mean).
+            times the log-probability; token-level mean); ``sft`` (the negative log-likelihood of the
+            loss tokens, token-level mean: what `v1 sft` and the SFT warm-up train with, which choose it
+            themselves; an RL run's loss is one of the other three).
         clip_low: the ratio's lower clip is ``1 - clip_low`` (grpo, dapo).
         clip_high: the ratio's upper clip is ``1 + clip_high``; None: 0.2 for grpo, 0.28 for dapo,
             4.0 for cispo (where it bounds the importance weight).
@@ -96,12 +101,17 @@ class LossConfig(Config):
         """`clip_high`, or the kind's default."""
         if self.clip_high is not None:
             return self.clip_high
-        return {"grpo": 0.2, "dapo": 0.28, "cispo": 4.0}[self.kind]
+        return {"grpo": 0.2, "dapo": 0.28, "cispo": 4.0, "sft": 0.0}[self.kind]
 
     @property
     def token_normalized(self) -> bool:
         """Whether every loss token of the step weighs the same."""
         return (self.normalization or ("sequence" if self.kind == "grpo" else "token")) == "token"
+
+    @property
+    def policy_gradient(self) -> bool:
+        """Whether the objective weighs tokens by the policy's ratio to the sampler (grpo, dapo, cispo; not sft)."""
+        return self.kind != "sft"
 
 
 @dataclass
@@ -115,6 +125,16 @@ class LossResult:
     kl_sum: float
     sampler_weight_sum: float = 0.0
     sampler_bounded_tokens: float = 0.0
+
+    def sums(self) -> dict[str, float]:
+        """The statistics by the names `update_statistics` reads them."""
+        return {
+            "clipped": self.clipped_tokens,
+            "ratio": self.ratio_sum,
+            "kl": self.kl_sum,
+            "sampler_weight": self.sampler_weight_sum,
+            "sampler_bounded": self.sampler_bounded_tokens,
+        }
 
 
 class TokenObjective(Protocol):
@@ -147,10 +167,20 @@ def cispo_objective(
     return -weight * advantages * logprobs, ratio > 1.0 + config.upper_clip
 
 
+def nll_objective(
+    logprobs: torch.Tensor, ratio: torch.Tensor, advantages: torch.Tensor, config: LossConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SFT: ``-logprob`` of every loss token (no ratio, no advantage, nothing clipped)."""
+    import torch
+
+    return -logprobs, torch.zeros_like(logprobs, dtype=torch.bool)
+
+
 OBJECTIVES: dict[str, TokenObjective] = {
     "grpo": clipped_ratio_objective,
     "dapo": clipped_ratio_objective,
     "cispo": cispo_objective,
+    "sft": nll_objective,
 }
 
 
@@ -252,6 +282,34 @@ def policy_loss(
         )
 
 
+def update_statistics(config: LossConfig, totals: Mapping[str, float]) -> dict[str, float]:
+    """An update's statistics particular to its objective, from the sums over its micro-batches (and ranks).
+
+    `totals` holds the loss tokens (``tokens``), the sums of `LossResult`'s statistics (``clipped``, ``ratio``,
+    ``kl``, ``sampler_weight``, ``sampler_bounded``) and the sampler gap on fresh and stale samples (``mismatch_kl``,
+    ``stale_kl``, ``fresh_tokens``). A policy-gradient objective reports their means; SFT, which has no sampler
+    ratio, none of them.
+    """
+    if not config.policy_gradient:
+        return {}
+    per_token = max(totals["tokens"], 1.0)
+    stale_tokens = totals["tokens"] - totals["fresh_tokens"]
+    stats = {
+        "clip_fraction": totals["clipped"] / per_token,
+        "ratio_mean": totals["ratio"] / per_token,
+        "kl": totals["kl"] / per_token,
+        "mismatch_kl": totals["mismatch_kl"] / max(totals["fresh_tokens"], 1.0),
+        "stale_kl": totals["stale_kl"] / max(stale_tokens, 1.0),
+        "fresh_tokens": totals["fresh_tokens"],
+    }
+    if config.sampler_correction != "none":
+        stats |= {
+            "sampler_weight_mean": totals["sampler_weight"] / per_token,
+            "sampler_bounded_fraction": totals["sampler_bounded"] / per_token,
+        }
+    return stats
+
+
 __all__ = [
     "OBJECTIVES",
     "ImportanceSamplingLevel",
@@ -263,7 +321,9 @@ __all__ = [
     "SamplerCorrection",
     "TokenObjective",
     "log_importance_weights",
+    "nll_objective",
     "policy_loss",
     "sampler_weights",
     "sequence_mean",
+    "update_statistics",
 ]

@@ -91,15 +91,10 @@ class RankWorker:
 
         The KL reference (when there is one) becomes the warmed-up policy: RL is anchored where it starts.
         """
-        config = self.config
-        optim = config.sft.optim(config.optim)
-        warmup = PolicyTrainer(
-            self.model, config.loss.model_copy(update={"kl_coef": 0.0}), optim, max_steps=len(batches),
-            micro_batch_size=config.micro_batch_size, micro_batch_tokens=config.micro_batch_tokens,
-            share_prefixes=config.share_prefixes,
-            pad_id=self.trainer.pad_id, autocast_dtype=self.trainer.autocast_dtype,
-        )  # fmt: skip
-        history = [warmup.train_step(batch, sft=True) for batch in batches]
+        warmup = PolicyTrainer.from_config(
+            self.config.for_sft(), self.model, self.tokenizer, autocast_dtype=self.trainer.autocast_dtype
+        )
+        history = [warmup.train_step(batch) for batch in batches]
         self.trainer.anchor_reference()
         return history
 

@@ -43,6 +43,8 @@ from v1.errors import ConfigError
 from v1.executors import RayExecutor, check_ray_address
 from v1.inference.sampling import LogitProcessing
 from v1.inference.server import InferenceServer
+from v1.inference.vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
+from v1.inference.weight_sync import InProcessWeightSync, WeightSync
 from v1.loading import load_environment
 from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
@@ -71,10 +73,8 @@ from v1.train.ranks import (
     under_torchrun,
 )
 from v1.train.sft import samples_from_answers, samples_from_results
-from v1.train.trackers import open_trackers
+from v1.train.trackers import Tracker, open_trackers
 from v1.train.trainer import PolicyTrainer, current_rss_mb
-from v1.train.vllm_engine import VLLM_CPU_THREADS, nccl_sync, vllm_endpoint
-from v1.train.weight_sync import HTTPWeightSync, InProcessWeightSync, VLLMWeightSync, WeightSync
 
 logger = logging.getLogger(__name__)
 
@@ -137,12 +137,8 @@ async def inference_endpoint(
             yield endpoint
         return
     if inference.base_url is not None:
-        folder = output_dir / "weights_for_server"
-        sync: WeightSync = (VLLMWeightSync if inference.weight_sync == "vllm" else HTTPWeightSync)(inference.base_url, folder)
-        if inference.weight_sync == "vllm_nccl":
-            sync = nccl_sync(config, inference.base_url)
         engine_info.update(engine=inference.engine, base_url=inference.base_url)
-        yield inference.base_url, sync
+        yield inference.base_url, server_sync(config, inference.base_url, output_dir / "weights_for_server")
         return
     if inference.weight_sync != "in_process":
         raise ConfigError(f"inference.weight_sync = {inference.weight_sync!r} needs inference.base_url (a running server)")
@@ -498,6 +494,10 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     """Model (from the latest checkpoint when resuming), sharded with FSDP2 across `group`, and trainer; on rank 0
     also the environment, the built-in server's copy of the model and the metrics log."""
     group = group or RankGroup.single()
+    if not config.loss.policy_gradient:
+        raise ConfigError(
+            "loss.kind = 'sft' is the objective v1 sft and the [sft] warm-up choose themselves; RL trains with grpo, dapo or cispo"
+        )
     processing = rollout_processing(config)
     output_dir = make_output_dir(config)
     torch.manual_seed(config.seed)
@@ -524,18 +524,8 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
         model, tokenizer, device = load_policy(config.model, path)
         reference = load_reference(config, model, output_dir, checkpoint)
         served = inference_copy(model) if builtin_here else None
-    trainer = PolicyTrainer(
-        model,
-        config.loss,
-        config.optim,
-        max_steps=config.max_steps,
-        micro_batch_size=config.micro_batch_size,
-        micro_batch_tokens=config.micro_batch_tokens,
-        share_prefixes=config.share_prefixes,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-        ref_model=reference,
-        autocast_dtype=mixed,
-        processing=processing,
+    trainer = PolicyTrainer.from_config(
+        config, model, tokenizer, ref_model=reference, autocast_dtype=mixed, processing=processing
     )
     if checkpoint:
         trainer.load(checkpoint)
@@ -579,7 +569,10 @@ async def train(
             trainer = prepared.worker.trainer
             return TrainResult(prepared.worker.output_dir, trainer.step, wall_time_s=time.time() - started, rank=group.rank)
         with frozen_heap():
-            return await lead(config, prepared, group, progress, on_step, started, rank_thread)
+            recipe = TrainRecipe(
+                config, prepared, group, progress=progress, on_step=on_step, started=started, rank_thread=rank_thread
+            )
+            return await recipe.run()
     except Exception as exc:
         if watch is not None:  # the launcher died and another rank left first: its line, not this error
             watch.exit_if_parent_gone()
@@ -632,160 +625,245 @@ async def rollout_executor(config: TrainConfig) -> RayExecutor | None:
     return executor
 
 
-async def lead(
-    config: TrainConfig,
-    prepared: Prepared,
-    group: RankGroup,
-    progress: bool,
-    on_step: StepCallback | None,
-    started: float,
-    rank_thread: ThreadPoolExecutor | None = None,
-) -> TrainResult:
-    """Rank 0's run (the only rank of a one-process run): rollouts, evals, outputs; the ranks' work through `group`
-    on `rank_thread` (the thread that started the group; default: a new one)."""
-    worker, env, run_state, checkpoint = prepared.worker, prepared.env, prepared.run_state, prepared.checkpoint
-    trainer, output_dir, tokenizer = worker.trainer, worker.output_dir, worker.tokenizer
-    metrics_log = prepared.metrics_log
-    assert metrics_log is not None
-    result = TrainResult(output_dir, trainer.step, eval_before=run_state.get("eval_before"))
-    earlier_wall_time = float(run_state.get("wall_time_s", 0.0))  # the run's segments before this resume
-    trackers = open_trackers(config)
+def trainable_samples(batch: StepBatch, config: TrainConfig) -> StateSamples:
+    """`batch_samples` as `config` says, refused in one line when no rollout of the step can train.
 
-    threads = rank_cpu_threads(config, group, worker.trainer.device)
-    # One thread runs every rank command: torch's OpenMP thread team belongs to the thread that
-    # started it, and `asyncio.to_thread` would hop between pool threads, each building a team.
-    trainer_thread = rank_thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
+    Raises:
+        ConfigError: every rollout was cut and masked, or none has token ids (a server that does not return them).
+    """
+    built = batch_samples(batch, config.max_seq_len, config.loss.scale_rewards, config.loss.mask_truncated_completions)
+    if not built.samples and built.counts.masked_truncated:
+        raise ConfigError(
+            f"step {batch.step + 1}: every rollout was cut by a token limit and loss.mask_truncated_completions "
+            "leaves it without loss: raise rollouts.sampling_args.max_tokens (or max_seq_len)"
+        )
+    if not built.samples:
+        raise ConfigError(
+            "no rollout of this step has token ids: the server must return them "
+            "(inference.client_type openai_chat_completions_token or renderer, or a server honouring return_token_ids)"
+        )
+    return built
 
-    async def on_ranks(commands: list[Any]) -> Any:
-        call = functools.partial(call_with_torch_threads, threads, group.run, commands, worker)
-        return await asyncio.get_running_loop().run_in_executor(trainer_thread, call)
 
-    async def write_model(folder: Path) -> None:
-        await on_ranks([SaveModelCommand(folder)] * group.world_size)
+class TrainRecipe:
+    """Rank 0's run (the only rank of a one-process run), in phases: `set_up`, `warm_up`, `step`, `evaluate`,
+    `save`, `close`; `run` runs them in order.
 
-    if checkpoint is not None:
-        print(resume_note(checkpoint, trainer.step, config), file=sys.stderr, flush=True)
-    bar = Progress(progress, config.max_steps, trainer.step)
-    failed = True
-    executor: RayExecutor | None = None
-    try:
-        served = prepared.served if prepared.served is not None else worker.model
-        endpoint = inference_endpoint(
-            config, served, tokenizer, output_dir, result.inference,
-            write_model if group.distributed else None, prepared.mixed, local_ranks(group),
+    The trainer is the one `prepare` built (`PolicyTrainer.from_config`); every rank's part of a phase (an
+    SFT warm-up, a step, a gather, a save) is a command sent through `group`, run on `rank_thread` (the
+    thread that started the group; default: a new one): torch's OpenMP thread team belongs to the thread that
+    started it, and `asyncio.to_thread` would hop between pool threads, each building a team.
+
+    Args:
+        config: the run.
+        prepared: this rank's model, trainer, environment and outputs (`prepare`).
+        group: the run's ranks.
+        progress: show a live progress bar.
+        on_step: called with each step's metrics.
+        started: when the run started (`time.time()`), for its wall time.
+        rank_thread: the thread that runs this rank's torch work.
+    """
+
+    sync: WeightSync
+    """The weight sync to the inference server (set by `run` once the server is up)."""
+    client: Any
+    """The inference server's client config, for rollouts and evals (set by `run`)."""
+    bar: Progress
+    """The progress bar or lines (set by `run`)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        prepared: Prepared,
+        group: RankGroup,
+        *,
+        progress: bool = False,
+        on_step: StepCallback | None = None,
+        started: float | None = None,
+        rank_thread: ThreadPoolExecutor | None = None,
+    ) -> None:
+        assert prepared.metrics_log is not None, "rank 0 keeps the metrics log"
+        self.config, self.prepared, self.group = config, prepared, group
+        self.worker, self.trainer, self.env = prepared.worker, prepared.worker.trainer, prepared.env
+        self.metrics_log = prepared.metrics_log
+        self.progress, self.on_step = progress, on_step
+        self.started = started if started is not None else time.time()
+        self.earlier_wall_time = float(prepared.run_state.get("wall_time_s", 0.0))  # the segments before this resume
+        self.result = TrainResult(self.worker.output_dir, self.trainer.step, eval_before=prepared.run_state.get("eval_before"))
+        self.threads = rank_cpu_threads(config, group, self.trainer.device)
+        self.own_thread = rank_thread is None
+        self.rank_thread = rank_thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-trainer")
+        self.trackers: list[Tracker] = []
+        self.executor: RayExecutor | None = None
+
+    async def run(self) -> TrainResult:
+        """The whole run: set-up, the steps (each saved when due), the last eval, close; the outputs written."""
+        config = self.config
+        self.trackers = open_trackers(config)
+        if self.prepared.checkpoint is not None:
+            print(resume_note(self.prepared.checkpoint, self.trainer.step, config), file=sys.stderr, flush=True)
+        self.bar = Progress(self.progress, config.max_steps, self.trainer.step)
+        failed = True
+        try:
+            async with self.endpoint() as (url, sync):
+                self.sync, self.client = sync, config.inference.client_config(url)
+                await self.set_up()
+                async with await self.orchestrator() as orchestrator:
+                    await self.steps(orchestrator)
+                self.result.steps = self.trainer.step
+                if config.eval.at_end:
+                    self.result.eval_after = await self.evaluate("after RL")
+            failed = False
+        finally:
+            await self.close(failed)
+        self.result.wall_time_s = self.wall_time()
+        await asyncio.to_thread(finish_outputs, self.result)
+        return self.result
+
+    def endpoint(self) -> contextlib.AbstractAsyncContextManager[tuple[str, WeightSync]]:
+        """The inference server the rollouts and evals use, and its weight sync (`inference_endpoint`)."""
+        served = self.prepared.served if self.prepared.served is not None else self.worker.model
+        write_model = self.write_model if self.group.distributed else None
+        return inference_endpoint(
+            self.config, served, self.worker.tokenizer, self.worker.output_dir, self.result.inference,
+            write_model, self.prepared.mixed, local_ranks(self.group),
         )  # fmt: skip
-        async with endpoint as (url, sync):
-            client = config.inference.client_config(url)
-            if checkpoint is None:
-                if config.sft.warmup:
-                    batches = sft_batches(
-                        build_sft_samples(config, env, tokenizer), config.sft.steps, config.sft.batch_size, config.seed
-                    )
-                    shares = [share_samples(batch, group.world_size) for batch in batches]
-                    history, weights = await on_ranks(
-                        [SFTCommand([share[rank] for share in shares]) for rank in range(group.world_size)]
-                    )
-                    result.sft_steps = len(history)
-                    bar.message(f"sft warm-up: {len(history)} steps, loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}")
-                    await sync.push(weights, 0)
-                if config.eval.at_start:
-                    result.eval_before = await evaluate(env, config, client)
-                    bar.message(f"held-out eval before RL: reward {result.eval_before:.3f}")
-                run_start = {
-                    "cursor": 0,
-                    "pending": [],
-                    "metrics_lines": 0,
-                    "eval_before": result.eval_before,
-                    "sft_steps": result.sft_steps,
-                    "wall_time_s": earlier_wall_time + time.time() - started,
-                }
-                await on_ranks([SaveCommand(0, run_start)] * group.world_size)
-            else:  # the server may serve other weights (an external one always does): send the checkpoint's
-                result.sft_steps = int(run_state.get("sft_steps", 0))
-                await sync.push(await on_ranks([GatherCommand()] * group.world_size), trainer.step)
-            sampling_args = {**config.rollouts.sampling_args, **TOKEN_SAMPLING_ARGS}
-            rollouts = config.rollouts.model_copy(update={"sampling_args": sampling_args})
-            executor = await rollout_executor(config)
-            orchestrator = Orchestrator(
-                env, client, config.inference.model_name, rollouts,
-                start_step=trainer.step, cursor=run_state.get("cursor", 0), pending=run_state.get("pending", []),
-                executor=executor,
-            )  # fmt: skip
-            async with orchestrator:
-                first_step = trainer.step
-                window_start = time.perf_counter()
-                while trainer.step < config.max_steps:
-                    batch = await orchestrator.next_batch()
-                    rollouts_done = time.perf_counter()
-                    built = batch_samples(
-                        batch, config.max_seq_len, config.loss.scale_rewards, config.loss.mask_truncated_completions
-                    )
-                    if not built.samples and built.counts.masked_truncated:
-                        raise ConfigError(
-                            f"step {batch.step + 1}: every rollout was cut by a token limit and loss.mask_truncated_completions "
-                            "leaves it without loss: raise rollouts.sampling_args.max_tokens (or max_seq_len)"
-                        )
-                    if not built.samples:
-                        raise ConfigError(
-                            "no rollout of this step has token ids: the server must return them "
-                            "(inference.client_type openai_chat_completions_token or renderer, or a server honouring return_token_ids)"
-                        )
-                    weight = min(1.0, len(batch.groups) / config.rollouts.examples_per_step)
-                    stats, weights = await on_ranks(
-                        [TrainCommand(share, weight) for share in share_samples(built.samples, group.world_size)]
-                    )
-                    trained = time.perf_counter()
-                    await sync.push(weights, trainer.step)
-                    await orchestrator.set_version(trainer.step)
-                    now = time.perf_counter()
-                    metrics = step_metrics(batch.step, batch, stats, built.counts, now - window_start)
-                    metrics["rollout_wait_s"] = rollouts_done - window_start
-                    metrics["weight_sync_s"] = now - trained
-                    every = config.eval.every
-                    if every and trainer.step % every == 0:
-                        metrics["eval_reward"] = await evaluate(env, config, client)
-                        bar.message(f"held-out eval at step {trainer.step}: reward {metrics['eval_reward']:.3f}")
-                    if trainer.step == first_step + 1:
-                        freeze_heap()  # the first step imported the SDK clients and filled the pools
-                    window_start = time.perf_counter()
-                    await asyncio.to_thread(metrics_log.write, metrics)
-                    result.metrics.append(metrics)
-                    bar.update(metrics)
-                    for tracker in trackers:
-                        tracker.log(metrics, metrics["step"])
-                    if on_step is not None:
-                        on_step(metrics)
-                    every = config.checkpoint_every
-                    if trainer.step == config.max_steps or (every and trainer.step % every == 0):
-                        run_now = {
-                            **orchestrator.checkpoint_state(),
-                            "metrics_lines": metrics_log.lines,
-                            "eval_before": result.eval_before,
-                            "sft_steps": result.sft_steps,
-                            "wall_time_s": earlier_wall_time + time.time() - started,
-                        }
-                        await on_ranks([SaveCommand(trainer.step, run_now)] * group.world_size)
-            result.steps = trainer.step
-            if config.eval.at_end:
-                result.eval_after = await evaluate(env, config, client)
-                bar.message(f"held-out eval after RL: reward {result.eval_after:.3f}")
-        failed = False
-    finally:
-        bar.close()
-        if env is not None:
-            await env.teardown()
-        if executor is not None:
-            result.executor = executor.describe()
-            await asyncio.to_thread(executor.close)
-        for tracker in trackers:
+
+    async def set_up(self) -> None:
+        """A new run: the SFT warm-up (`sft.warmup`), the held-out eval before RL (`eval.at_start`) and
+        checkpoint ``step_0``. A resumed run: the checkpoint's weights to the server (which may serve
+        others: an external one always does)."""
+        if self.prepared.checkpoint is not None:
+            self.result.sft_steps = int(self.prepared.run_state.get("sft_steps", 0))
+            await self.sync.push(await self.on_every_rank(GatherCommand()), self.trainer.step)
+            return
+        if self.config.sft.warmup:
+            await self.warm_up()
+        if self.config.eval.at_start:
+            self.result.eval_before = await self.evaluate("before RL")
+        await self.save(0, {"cursor": 0, "pending": []})
+
+    async def warm_up(self) -> None:
+        """SFT steps on every rank (each on its share of each batch; `RankWorker.sft`), then their weights to the server."""
+        config, ranks = self.config, self.group.world_size
+        samples = build_sft_samples(config, self.env, self.worker.tokenizer)
+        shares = [
+            share_samples(batch, ranks) for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)
+        ]
+        history, weights = await self.on_ranks([SFTCommand([share[rank] for share in shares]) for rank in range(ranks)])
+        self.result.sft_steps = len(history)
+        self.bar.message(f"sft warm-up: {len(history)} steps, loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}")
+        await self.sync.push(weights, 0)
+
+    async def orchestrator(self) -> Orchestrator:
+        """The rollouts' orchestrator, from the data order where the run is (groups on Ray actors under `[ray]`)."""
+        config, run_state = self.config, self.prepared.run_state
+        rollouts = config.rollouts.model_copy(update={"sampling_args": {**config.rollouts.sampling_args, **TOKEN_SAMPLING_ARGS}})
+        self.executor = await rollout_executor(config)
+        return Orchestrator(
+            self.env, self.client, config.inference.model_name, rollouts,
+            start_step=self.trainer.step, cursor=run_state.get("cursor", 0), pending=run_state.get("pending", []),
+            executor=self.executor,
+        )  # fmt: skip
+
+    async def steps(self, orchestrator: Orchestrator) -> None:
+        """`step` until `max_steps`: each one's eval (`eval.every`), metrics, and checkpoint when due."""
+        first_step = self.trainer.step
+        window_start = time.perf_counter()
+        while self.trainer.step < self.config.max_steps:
+            metrics = await self.step(orchestrator, window_start)
+            step = self.trainer.step
+            if self.due(self.config.eval.every):
+                metrics["eval_reward"] = await self.evaluate(f"at step {step}")
+            if step == first_step + 1:
+                freeze_heap()  # the first step imported the SDK clients and filled the pools
+            window_start = time.perf_counter()
+            await self.record(metrics)
+            if step == self.config.max_steps or self.due(self.config.checkpoint_every):
+                await self.save(step, orchestrator.checkpoint_state())
+
+    async def step(self, orchestrator: Orchestrator, window_start: float) -> dict[str, Any]:
+        """One RL step: the next batch of groups trained on by every rank, the new weights to the server and
+        the orchestrator; its metrics (times from `window_start`, when the step began waiting for rollouts)."""
+        batch = await orchestrator.next_batch()
+        rollouts_done = time.perf_counter()
+        built = trainable_samples(batch, self.config)
+        weight = min(1.0, len(batch.groups) / self.config.rollouts.examples_per_step)
+        shares = share_samples(built.samples, self.group.world_size)
+        stats, weights = await self.on_ranks([TrainCommand(share, weight) for share in shares])
+        trained = time.perf_counter()
+        await self.sync.push(weights, self.trainer.step)
+        await orchestrator.set_version(self.trainer.step)
+        now = time.perf_counter()
+        metrics = step_metrics(batch.step, batch, stats, built.counts, now - window_start)
+        metrics["rollout_wait_s"] = rollouts_done - window_start
+        metrics["weight_sync_s"] = now - trained
+        return metrics
+
+    async def evaluate(self, when: str) -> float:
+        """The held-out reward on the server's current weights (`evaluate`), shown as the eval `when` it ran."""
+        reward = await evaluate(self.env, self.config, self.client)
+        self.bar.message(f"held-out eval {when}: reward {reward:.3f}")
+        return reward
+
+    async def save(self, step: int, data_order: dict[str, Any]) -> None:
+        """Checkpoint `step` on every rank, with what resuming needs: the orchestrator's `data_order`, the
+        metrics log's length, the eval before RL, the warm-up's steps and the wall time so far."""
+        run_state = {
+            **data_order,
+            "metrics_lines": self.metrics_log.lines,
+            "eval_before": self.result.eval_before,
+            "sft_steps": self.result.sft_steps,
+            "wall_time_s": self.wall_time(),
+        }
+        await self.on_every_rank(SaveCommand(step, run_state))
+
+    async def close(self, failed: bool) -> None:
+        """Stop what the run started (progress bar, environment, Ray executor, trackers) and tell the other ranks
+        the run is over, after the command in flight if any (a cancelled await does not stop it), so every rank's
+        collectives pair up."""
+        self.bar.close()
+        if self.env is not None:
+            await self.env.teardown()
+        if self.executor is not None:
+            self.result.executor = self.executor.describe()
+            await asyncio.to_thread(self.executor.close)
+        for tracker in self.trackers:
             tracker.close()
-        # after the command in flight, if any (a cancelled await does not stop it): every rank's collectives pair up
-        await asyncio.get_running_loop().run_in_executor(trainer_thread, group.stop, worker, failed)
-        if rank_thread is None:
-            trainer_thread.shutdown(wait=False)
-    result.wall_time_s = earlier_wall_time + time.time() - started
-    await asyncio.to_thread(finish_outputs, result)
-    return result
+        await asyncio.get_running_loop().run_in_executor(self.rank_thread, self.group.stop, self.worker, failed)
+        if self.own_thread:
+            self.rank_thread.shutdown(wait=False)
+
+    async def record(self, metrics: dict[str, Any]) -> None:
+        """A step's metrics to ``metrics.jsonl``, the result, the progress bar, the trackers and `on_step`."""
+        await asyncio.to_thread(self.metrics_log.write, metrics)
+        self.result.metrics.append(metrics)
+        self.bar.update(metrics)
+        for tracker in self.trackers:
+            tracker.log(metrics, metrics["step"])
+        if self.on_step is not None:
+            self.on_step(metrics)
+
+    async def on_ranks(self, commands: list[Any]) -> Any:
+        """Each rank its command (one per rank) on the rank thread; rank 0's result."""
+        call = functools.partial(call_with_torch_threads, self.threads, self.group.run, commands, self.worker)
+        return await asyncio.get_running_loop().run_in_executor(self.rank_thread, call)
+
+    async def on_every_rank(self, command: Any) -> Any:
+        """The same command on every rank; rank 0's result."""
+        return await self.on_ranks([command] * self.group.world_size)
+
+    async def write_model(self, folder: Path) -> None:
+        """The policy as a ``save_pretrained`` folder, gathered from every rank's shard (vLLM's first weights)."""
+        await self.on_every_rank(SaveModelCommand(folder))
+
+    def due(self, every: int) -> bool:
+        """Whether the step just trained is one of every `every` (0: never)."""
+        return bool(every) and self.trainer.step % every == 0
+
+    def wall_time(self) -> float:
+        """The run's wall time so far, the segments before a resume included."""
+        return self.earlier_wall_time + time.time() - self.started
 
 
 def run_sft(config: TrainConfig) -> TrainResult:
@@ -798,22 +876,9 @@ def run_sft(config: TrainConfig) -> TrainResult:
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     model, tokenizer, device = load_policy(config.model)
     samples = build_sft_samples(config, env, tokenizer)
-    trainer = PolicyTrainer(
-        model,
-        config.loss,
-        config.sft.optim(config.optim),
-        max_steps=config.sft.steps,
-        micro_batch_size=config.micro_batch_size,
-        micro_batch_tokens=config.micro_batch_tokens,
-        share_prefixes=config.share_prefixes,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-        autocast_dtype=autocast_dtype(config.model, device),
-    )
+    trainer = PolicyTrainer.from_config(config.for_sft(), model, tokenizer, autocast_dtype=autocast_dtype(config.model, device))
     log = MetricsLog(output_dir / "sft_metrics.jsonl")
-    history = [
-        trainer.train_step(batch, sft=True)
-        for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)
-    ]
+    history = [trainer.train_step(batch) for batch in sft_batches(samples, config.sft.steps, config.sft.batch_size, config.seed)]
     for step, stats in enumerate(history, 1):
         log.write({"step": step, **stats})
     model.save_pretrained(output_dir / "sft" / "model")
@@ -824,12 +889,12 @@ def run_sft(config: TrainConfig) -> TrainResult:
 
 __all__ = [
     "TOKEN_SAMPLING_ARGS",
+    "TrainRecipe",
     "TrainResult",
     "builtin_batch_size",
     "evaluate",
     "finish_outputs",
     "inference_endpoint",
-    "lead",
     "make_output_dir",
     "prepare",
     "read_run_state",
@@ -837,5 +902,6 @@ __all__ = [
     "run_sft",
     "step_metrics",
     "train",
+    "trainable_samples",
     "trainer_cpu_threads",
 ]

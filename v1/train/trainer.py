@@ -1,4 +1,4 @@
-"""`PolicyTrainer`: optimizer steps of a causal LM on token samples (RL losses or SFT).
+"""`PolicyTrainer`: optimizer steps of a causal LM on token samples (an objective of the loss family: RL or SFT).
 
 One step: the samples are split into micro-batches (gradient accumulation); each computes
 the sampled tokens' log-probabilities, the loss (normalised by the whole step's token or
@@ -38,7 +38,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from v1.errors import ConfigError, Error
 from v1.inference.sampling import LogitProcessing
 from v1.train.batch import Sample, TensorBatch, collate, micro_batches
-from v1.train.config import OptimConfig
+from v1.train.config import OptimConfig, TrainConfig
 from v1.train.data_only import unpickling_reason
 from v1.train.logprobs import (
     activation_checkpointing,
@@ -49,7 +49,7 @@ from v1.train.logprobs import (
     token_logprobs,
 )
 from v1.train.lora import is_lora, merged_state_dict
-from v1.train.losses import LossConfig, policy_loss
+from v1.train.losses import LossConfig, LossResult, policy_loss, update_statistics
 from v1.train.packing import PackedRow, pack_by_tokens, packed_row
 from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
@@ -83,6 +83,26 @@ class TrainingDiverged(Error):
 
 
 TRAINER_STATE_FIELDS = ("optimizer", "scheduler", "step")
+
+UPDATE_SUMS = (
+    "loss",
+    "entropy",
+    "clipped",
+    "ratio",
+    "kl",
+    "mismatch_kl",
+    "stale_kl",
+    "fresh_tokens",
+    "sampler_weight",
+    "sampler_bounded",
+    "tokens",
+)
+"""What an update sums over its micro-batches (then across ranks): `update_statistics` turns them into its statistics."""
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The tokenizer's padding id (0 when it has none)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
@@ -129,7 +149,7 @@ class PolicyTrainer:
 
     Args:
         model: a causal LM (transformers ``*ForCausalLM``), already on its device.
-        loss: the RL loss settings.
+        loss: the objective (``kind``: an RL loss, or ``sft``) and its settings.
         optim: AdamW, clipping and schedule settings.
         max_steps: the schedule's horizon.
         micro_batch_size: samples per forward/backward.
@@ -137,7 +157,7 @@ class PolicyTrainer:
         ref_model: the frozen reference policy for the KL term (needed when ``loss.kl_coef > 0``).
         autocast_dtype: run forward passes under autocast in this dtype (bf16 on GPUs), or None.
         processing: the rollouts' sampling distribution (temperature, top-p, top-k): RL
-            log-probabilities are recomputed under it, as the server reported them (SFT: raw).
+            log-probabilities are recomputed under it, as the server reported them (SFT: the default, raw).
         micro_batch_tokens: pack samples into rows of at most this many tokens (one row per
             forward/backward, attention within each sample) instead of `micro_batch_size` padded rows.
         share_prefixes: run the tokens that samples of a micro-batch share before their first
@@ -188,6 +208,40 @@ class PolicyTrainer:
             raise ValueError("loss.kl_coef > 0 needs a ref_model")
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: TrainConfig,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        autocast_dtype: torch.dtype | None = None,
+        processing: LogitProcessing = LogitProcessing(),
+    ) -> PolicyTrainer:
+        """The trainer a run's `config` describes: its loss, optimizer, steps and micro-batching
+        (``config.for_sft()``: its SFT, with the ``sft`` objective).
+
+        Args:
+            config: the run.
+            model: the policy (sharded already under FSDP2).
+            tokenizer: its tokenizer (the padding id).
+            ref_model, autocast_dtype, processing: as the constructor takes them.
+        """
+        return cls(
+            model,
+            config.loss,
+            config.optim,
+            max_steps=config.max_steps,
+            micro_batch_size=config.micro_batch_size,
+            micro_batch_tokens=config.micro_batch_tokens,
+            share_prefixes=config.share_prefixes,
+            pad_id=pad_id_of(tokenizer),
+            ref_model=ref_model,
+            autocast_dtype=autocast_dtype,
+            processing=processing,
+        )
 
     def anchor_reference(self) -> None:
         """Make the reference policy a frozen copy of the policy's weights now (after an SFT warm-up, say).
@@ -255,18 +309,16 @@ class PolicyTrainer:
         )
         return packed.unpack(logprobs), packed.unpack(entropy)
 
-    def train_step(self, samples: Sequence[Sample], *, sft: bool = False, weight: float = 1.0) -> dict[str, float]:
+    def train_step(self, samples: Sequence[Sample], *, weight: float = 1.0) -> dict[str, float]:
         """One step on `samples` (this rank's share when distributed) and its statistics.
 
-        A step is `optim.updates_per_step` optimizer updates on the same samples (RL; SFT: one).
+        A step is `optim.updates_per_step` optimizer updates on the same samples (SFT's optimizer has one).
         Every update's importance ratio is against the inference logprobs, so the clip bounds how
         far the updates move from the policy that generated the samples. The statistics are the
         first update's (the policy that generated the samples), with the tokens of all updates.
 
         Args:
             samples: token samples with loss masks, inference logprobs and advantages.
-            sft: supervised: minimise the negative log-likelihood of the loss tokens
-                (token-normalised) instead of the RL loss.
             weight: this step's learning rate is the schedule's times `weight` (a step on fewer
                 groups than a full step's moves by their share, so a late step on 2 groups does not
                 move at the full rate; scaling the loss would not do it: Adam's update ignores scale).
@@ -278,12 +330,12 @@ class PolicyTrainer:
         total_tokens, total_sequences = self._global_sum(
             float(sum(s.loss_tokens for s in samples)), float(sum(1 for s in samples if s.loss_tokens))
         )
-        updates = 1 if sft else self.optim_config.updates_per_step
+        updates = self.optim_config.updates_per_step
         for param_group in self.optimizer.param_groups:  # the scheduler's next step sets the full rate again
             param_group["lr"] *= weight
         chunks = self._micro_batches(samples)
         old_logprobs: list[torch.Tensor] = []  # the first update's, before it steps: the policy the step starts from
-        stats = [self._update(chunks, sft, total_tokens, total_sequences, old_logprobs) for _ in range(updates)]
+        stats = [self._update(chunks, total_tokens, total_sequences, old_logprobs) for _ in range(updates)]
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.scheduler.step()
         self.step += 1
@@ -309,105 +361,92 @@ class PolicyTrainer:
         return shared.to(self.device) if shared is not None else None
 
     def _update(
-        self, chunks: list[list[Sample]], sft: bool, total_tokens: float, total_sequences: float, old_logprobs: list[torch.Tensor]
+        self, chunks: list[list[Sample]], total_tokens: float, total_sequences: float, old_logprobs: list[torch.Tensor]
     ) -> dict[str, float]:
         """One optimizer update: gradient accumulation over the micro-batches, clipping, AdamW.
 
         With a sampler correction, `old_logprobs` holds each micro-batch's log-probabilities before the
         step's first update: that update fills it, the later ones read it.
         """
-        sums = {
-            "loss": 0.0,
-            "entropy": 0.0,
-            "clipped": 0.0,
-            "ratio": 0.0,
-            "kl": 0.0,
-            "mismatch_kl": 0.0,
-            "stale_kl": 0.0,
-            "fresh_tokens": 0.0,
-            "sampler_weight": 0.0,
-            "sampler_bounded": 0.0,
-            "tokens": 0.0,
-        }
+        sums = dict.fromkeys(UPDATE_SUMS, 0.0)
         input_tokens = 0
-        correcting = not sft and self.loss.sampler_correction != "none"
         for index, chunk in enumerate(chunks):
             batch = collate(chunk, self.pad_id).to(self.device)
             input_tokens += batch.num_tokens if chunk[0].loss_tokens else 0
-            processing = LogitProcessing() if sft else self.processing
             packed = packed_row(chunk).to(self.device) if self.micro_batch_tokens is not None else None
             shared = self._shared_prefix_batch(chunk)
             with self._autocast():
-                logprobs, entropy = self._logprobs(self.model, batch, packed, shared, processing)
-                ref_logprobs = None
-                if self.ref_model is not None and self.loss.kl_coef > 0 and not sft:
-                    with torch.no_grad():
-                        ref_logprobs, _ = self._logprobs(self.ref_model, batch, packed, shared, processing)
-            mask = batch.loss_mask
-            if sft:
-                loss = -(logprobs * mask).sum() / max(total_tokens, 1.0)
-                sums["loss"] += float(loss.detach())
-            else:
-                if correcting and index == len(old_logprobs):
-                    old_logprobs.append(logprobs.detach())
-                result = policy_loss(
-                    logprobs,
-                    batch.inference_logprobs,
-                    batch.advantages,
-                    mask,
-                    self.loss,
-                    ref_logprobs=ref_logprobs,
-                    old_logprobs=old_logprobs[index] if correcting else None,
-                    total_tokens=total_tokens,
-                    total_sequences=total_sequences,
-                )
-                loss = result.loss
-                sums["loss"] += float(loss.detach())
-                sums["clipped"] += result.clipped_tokens
-                sums["ratio"] += result.ratio_sum
-                sums["kl"] += result.kl_sum
-                sums["sampler_weight"] += result.sampler_weight_sum
-                sums["sampler_bounded"] += result.sampler_bounded_tokens
-                with torch.no_grad():
-                    gap = (batch.inference_logprobs - logprobs.detach()) * mask
-                    fresh = torch.tensor([s.staleness == 0 for s in chunk], device=self.device)[:, None]
-                    sums["mismatch_kl"] += float((gap * fresh).sum())
-                    sums["fresh_tokens"] += float((mask * fresh).sum())
-                    sums["stale_kl"] += float((gap * ~fresh).sum())
-            with torch.no_grad():
-                sums["entropy"] += float((entropy.detach() * mask).sum())
-                sums["tokens"] += float(mask.sum())
-            loss.backward()
-            del loss, logprobs, entropy, batch
+                logprobs, entropy = self._logprobs(self.model, batch, packed, shared, self.processing)
+                ref_logprobs = self._reference_logprobs(batch, packed, shared)
+            result = policy_loss(
+                logprobs,
+                batch.inference_logprobs,
+                batch.advantages,
+                batch.loss_mask,
+                self.loss,
+                ref_logprobs=ref_logprobs,
+                old_logprobs=self._old_logprobs(index, logprobs, old_logprobs),
+                total_tokens=total_tokens,
+                total_sequences=total_sequences,
+            )
+            self._add_sums(sums, result, batch, chunk, logprobs, entropy)
+            result.loss.backward()
+            del result, logprobs, entropy, batch
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_config.max_grad_norm)
         self._stop_unless_finite(sums["loss"], grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         totals = dict(zip([*sums, "seen"], self._global_sum(*sums.values(), float(input_tokens))))
-        per_token = max(totals["tokens"], 1.0)
-        stats: dict[str, float] = {
+        return {
             "loss": totals["loss"],
-            "entropy": totals["entropy"] / per_token,
+            "entropy": totals["entropy"] / max(totals["tokens"], 1.0),
             "grad_norm": float(grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm),
             "loss_tokens": totals["tokens"],
             "trainer_tokens": totals["seen"],
+            **update_statistics(self.loss, totals),
         }
-        if not sft:
-            stale_tokens = totals["tokens"] - totals["fresh_tokens"]
-            stats |= {
-                "clip_fraction": totals["clipped"] / per_token,
-                "ratio_mean": totals["ratio"] / per_token,
-                "kl": totals["kl"] / per_token,
-                "mismatch_kl": totals["mismatch_kl"] / max(totals["fresh_tokens"], 1.0),
-                "stale_kl": totals["stale_kl"] / max(stale_tokens, 1.0),
-                "fresh_tokens": totals["fresh_tokens"],
-            }
-        if correcting:
-            stats |= {
-                "sampler_weight_mean": totals["sampler_weight"] / per_token,
-                "sampler_bounded_fraction": totals["sampler_bounded"] / per_token,
-            }
-        return stats
+
+    def _reference_logprobs(
+        self, batch: TensorBatch, packed: PackedRow | None, shared: SharedPrefixBatch | None
+    ) -> torch.Tensor | None:
+        """The KL reference's log-probabilities of `batch` (None without a KL term)."""
+        if self.ref_model is None or self.loss.kl_coef <= 0:
+            return None
+        with torch.no_grad():
+            return self._logprobs(self.ref_model, batch, packed, shared, self.processing)[0]
+
+    def _old_logprobs(self, index: int, logprobs: torch.Tensor, old_logprobs: list[torch.Tensor]) -> torch.Tensor | None:
+        """Micro-batch `index`'s log-probabilities before the step's first update (kept by that update),
+        which a sampler correction takes the ratio against; None without one."""
+        if self.loss.sampler_correction == "none":
+            return None
+        if index == len(old_logprobs):
+            old_logprobs.append(logprobs.detach())
+        return old_logprobs[index]
+
+    def _add_sums(
+        self,
+        sums: dict[str, float],
+        result: LossResult,
+        batch: TensorBatch,
+        chunk: Sequence[Sample],
+        logprobs: torch.Tensor,
+        entropy: torch.Tensor,
+    ) -> None:
+        """Add a micro-batch's statistics to its update's `sums`: the loss's, the entropy, and the gap
+        between the sampler's log-probabilities and the trainer's on fresh and on stale samples."""
+        mask = batch.loss_mask
+        sums["loss"] += float(result.loss.detach())
+        for name, value in result.sums().items():
+            sums[name] += value
+        with torch.no_grad():
+            gap = (batch.inference_logprobs - logprobs.detach()) * mask
+            fresh = torch.tensor([s.staleness == 0 for s in chunk], device=self.device)[:, None]
+            sums["mismatch_kl"] += float((gap * fresh).sum())
+            sums["fresh_tokens"] += float((mask * fresh).sum())
+            sums["stale_kl"] += float((gap * ~fresh).sum())
+            sums["entropy"] += float((entropy.detach() * mask).sum())
+            sums["tokens"] += float(mask.sum())
 
     def _stop_unless_finite(self, loss: float, grad_norm: torch.Tensor | float) -> None:
         """Raise `TrainingDiverged` before the optimizer steps on a non-finite loss or gradient norm (every rank alike).
@@ -468,4 +507,12 @@ class PolicyTrainer:
         self.step = int(state["step"])
 
 
-__all__ = ["PolicyTrainer", "TrainingDiverged", "current_rss_mb", "lr_factor", "read_trainer_state", "shard_with_fsdp2"]
+__all__ = [
+    "PolicyTrainer",
+    "TrainingDiverged",
+    "current_rss_mb",
+    "lr_factor",
+    "pad_id_of",
+    "read_trainer_state",
+    "shard_with_fsdp2",
+]

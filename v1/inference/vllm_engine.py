@@ -16,9 +16,9 @@ import contextlib
 import json
 import os
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import torch
 from transformers import PreTrainedModel
@@ -26,10 +26,39 @@ from transformers import PreTrainedModel
 from v1._lifeline import cleanup_on_exit
 from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import vllm_python
+from v1.inference.vllm_nccl import VLLMNCCLWeightSync
 from v1.inference.vllm_server import VLLMServer
-from v1.train.config import TrainConfig
-from v1.train.vllm_nccl import VLLMNCCLWeightSync
-from v1.train.weight_sync import VLLMWeightSync, WeightSync
+from v1.inference.weight_sync import HTTPWeightSync, VLLMWeightSync, WeightSync
+
+
+class VLLMSettings(Protocol):
+    """What the vLLM wiring reads of a run's ``[inference]`` section (`v1.train.config.InferenceConfig` is one)."""
+
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def weight_sync(self) -> str: ...
+    @property
+    def vllm_args(self) -> Sequence[str]: ...
+    @property
+    def vllm_startup_timeout(self) -> float: ...
+    @property
+    def gpus(self) -> Sequence[int] | None: ...
+    @property
+    def nccl_master_address(self) -> str: ...
+    @property
+    def nccl_master_port(self) -> int: ...
+    @property
+    def nccl_dtype(self) -> Literal["bfloat16", "float16", "float32"]: ...
+
+
+class VLLMRun(Protocol):
+    """A training run as the vLLM wiring sees it: its ``[inference]`` section (`v1.train.config.TrainConfig` is one;
+    this package does not import the trainer's)."""
+
+    @property
+    def inference(self) -> VLLMSettings: ...
+
 
 VLLM_CPU_THREADS = 1
 """OpenMP threads of vLLM's CPU engine beside the trainer (`v1.train.run.trainer_cpu_threads` counts them)."""
@@ -55,7 +84,7 @@ def vllm_cpu_env(threads: int) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def vllm_endpoint(
-    config: TrainConfig,
+    config: VLLMRun,
     model: PreTrainedModel,
     tokenizer: Any,
     output_dir: Path,
@@ -110,7 +139,7 @@ async def vllm_endpoint(
 
 @contextlib.asynccontextmanager
 async def _serving(
-    server: VLLMServer, config: TrainConfig, folder: Path, info: dict[str, Any]
+    server: VLLMServer, config: VLLMRun, folder: Path, info: dict[str, Any]
 ) -> AsyncIterator[tuple[str, WeightSync]]:
     """The started `server` once it answers, watched; stopped on the way out."""
     nccl = config.inference.weight_sync == "vllm_nccl"
@@ -139,7 +168,7 @@ async def _serving(
         await asyncio.to_thread(server.stop)
 
 
-def vllm_gpus(config: TrainConfig, trainer_gpus: int, visible: str | None, gpu_count: int) -> list[str]:
+def vllm_gpus(config: VLLMRun, trainer_gpus: int, visible: str | None, gpu_count: int) -> list[str]:
     """The ``CUDA_VISIBLE_DEVICES`` entries vLLM runs on: `inference.gpus`, else the first GPU after the trainer's.
 
     Args:
@@ -168,7 +197,7 @@ def vllm_gpus(config: TrainConfig, trainer_gpus: int, visible: str | None, gpu_c
     return [ids[index] for index in wanted]
 
 
-def vllm_gpu_env(config: TrainConfig, trainer_gpus: int) -> tuple[dict[str, str], list[str]]:
+def vllm_gpu_env(config: VLLMRun, trainer_gpus: int) -> tuple[dict[str, str], list[str]]:
     """vLLM's environment and extra arguments on a GPU machine (its ``CUDA_VISIBLE_DEVICES``, tensor parallelism
     over several); nothing on CPU."""
     if not torch.cuda.is_available():
@@ -178,9 +207,18 @@ def vllm_gpu_env(config: TrainConfig, trainer_gpus: int) -> tuple[dict[str, str]
     return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}, parallel
 
 
-def nccl_sync(config: TrainConfig, url: str) -> VLLMNCCLWeightSync:
+def nccl_sync(config: VLLMRun, url: str) -> VLLMNCCLWeightSync:
     inference = config.inference
     return VLLMNCCLWeightSync(url, inference.nccl_master_address, inference.nccl_master_port, inference.nccl_dtype)
+
+
+def server_sync(config: VLLMRun, base_url: str, folder: Path) -> WeightSync:
+    """The weight sync to a running server at `base_url` that `inference.weight_sync` names: a folder of
+    weights (`folder`) loaded by ``v1 serve`` (``http``) or reloaded by vLLM (``vllm``), or vLLM's NCCL broadcast."""
+    weight_sync = config.inference.weight_sync
+    if weight_sync == "vllm_nccl":
+        return nccl_sync(config, base_url)
+    return (VLLMWeightSync if weight_sync == "vllm" else HTTPWeightSync)(base_url, folder)
 
 
 async def watch(server: VLLMServer, main: asyncio.Task[Any] | None, died: asyncio.Event) -> None:
@@ -194,7 +232,10 @@ async def watch(server: VLLMServer, main: asyncio.Task[Any] | None, died: asynci
 
 __all__ = [
     "VLLM_CPU_THREADS",
+    "VLLMRun",
+    "VLLMSettings",
     "nccl_sync",
+    "server_sync",
     "serving_dtype",
     "vllm_cpu_env",
     "vllm_endpoint",
