@@ -488,3 +488,23 @@ def test_classic_state_for_task_gives_the_core_state(verifiers: Any) -> None:
 
     state = verifiers.State.for_task(verifiers.Task({"prompt": "abc"}).freeze())
     assert isinstance(state, CoreState) and state.task["prompt"][0]["content"] == "abc"
+
+
+# What verifiers' published example environments call (commit 9c7b82793), beyond the seed's text.
+
+
+@pytest.mark.parametrize("api", ["chat", "openai_chat_completions"])
+def test_endpoint_config_takes_verifiers_api_names_and_gives_api_base(client: vf.ClientConfig, api: str) -> None:
+    """dspy_rlm and openai_agents_env: ``get_endpoint_config(api="chat")["api_base"]`` for an OpenAI client."""
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        from openai import AsyncOpenAI
+
+        config = state.get_endpoint_config(api=api)
+        sdk = AsyncOpenAI(base_url=config["api_base"], api_key=config["api_key"])
+        reply = await sdk.chat.completions.create(model=config["model"], messages=[{"role": "user", "content": "abc"}])
+        state["completion"] = [{"role": "assistant", "content": reply.choices[0].message.content}]
+
+    env = vf.Env(vf.Taskset(source=[{"prompt": "abc", "answer": "cba"}]), vf.Harness(program=program))
+    outputs = env.evaluate_sync(client, "m", num_examples=1)["outputs"]
+    assert outputs[0].get("error") is None and outputs[0]["completion"][-1]["content"] == "cba"
