@@ -508,3 +508,14 @@ def test_endpoint_config_takes_verifiers_api_names_and_gives_api_base(client: vf
     env = vf.Env(vf.Taskset(source=[{"prompt": "abc", "answer": "cba"}]), vf.Harness(program=program))
     outputs = env.evaluate_sync(client, "m", num_examples=1)["outputs"]
     assert outputs[0].get("error") is None and outputs[0]["completion"][-1]["content"] == "cba"
+
+
+def test_selecting_more_example_rows_than_are_bundled_keeps_the_bundled_ones(verifiers: Any) -> None:
+    """math_group: ``load_example_dataset("gsm8k", split="train").select(range(1000))`` (the Hub split has 7473)."""
+    from verifiers.utils.data_utils import load_example_dataset
+
+    bundled = load_example_dataset("gsm8k", split="train")
+    with pytest.warns(UserWarning, match=rf"has {len(bundled)} rows; select\(\) keeps them"):
+        chosen = bundled.select(range(1000))
+    assert chosen["question"] == bundled["question"] and len(bundled.select([1, 0, 5000])) == 2
+    assert verifiers.load_example_dataset is load_example_dataset
