@@ -519,3 +519,21 @@ def test_selecting_more_example_rows_than_are_bundled_keeps_the_bundled_ones(ver
         chosen = bundled.select(range(1000))
     assert chosen["question"] == bundled["question"] and len(bundled.select([1, 0, 5000])) == 2
     assert verifiers.load_example_dataset is load_example_dataset
+
+
+def test_openenv_env_finds_its_project_beside_the_calling_module(tmp_path: Any) -> None:
+    """openenv_echo/openenv_textarena: ``vf.OpenEnvEnv(prompt_renderer=...)`` with ``proj/`` beside the module."""
+    import importlib.util
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / ".build.json").write_text(json.dumps({"image": "x", "start_command": "true"}))
+    (tmp_path / "my_openenv.py").write_text(
+        "import v1 as vf\n\ndef load_environment():\n    return vf.OpenEnvEnv(prompt_renderer=lambda o, **k: [], num_eval_examples=0)\n"
+    )
+    spec = importlib.util.spec_from_file_location("my_openenv", tmp_path / "my_openenv.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.load_environment().project == (tmp_path / "proj").resolve()
+    with pytest.raises(vf.ConfigError, match=r"no openenv_project given, and no 'proj' directory beside .*test_seed_contract.py"):
+        vf.OpenEnvEnv(prompt_renderer=lambda o, **k: [])
