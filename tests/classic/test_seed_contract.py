@@ -539,3 +539,12 @@ def test_openenv_env_finds_its_project_beside_the_calling_module(tmp_path: Any) 
     assert module.load_environment().project == (tmp_path / "proj").resolve()
     with pytest.raises(vf.ConfigError, match=r"no openenv_project given, and no 'proj' directory beside .*test_seed_contract.py"):
         vf.OpenEnvEnv(prompt_renderer=lambda o, **k: [])
+
+
+def test_a_verifiers_name_v1_does_not_provide_is_one_clear_line(verifiers: Any) -> None:
+    """hello_rlm_v1 (``vf.RLMConfig``), wordle and gem_wordle (``verifiers.envs...``): named as the alias's gap."""
+    with pytest.raises(AttributeError, match=r"^verifiers\.RLMConfig: v1's verifiers alias does not provide this name$"):
+        verifiers.RLMConfig  # noqa: B018
+    assert not hasattr(verifiers, "GymEnv") and verifiers.Rubric is vf.Rubric
+    with pytest.raises(ModuleNotFoundError, match=r"^verifiers\.envs: v1's verifiers alias does not provide this module$"):
+        import verifiers.envs.integrations.textarena_env

@@ -28,5 +28,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Names v1 exports lazily or under `v1.classic` reach ``verifiers`` code too."""
-    return getattr(v1, name)
+    """Names v1 exports lazily or under `v1.classic` reach ``verifiers`` code too; any other is the alias's gap.
+
+    Raises:
+        AttributeError: v1 has no such name (``verifiers.RLMConfig``, ``verifiers.GymEnv``, ...).
+    """
+    try:
+        return getattr(v1, name)
+    except AttributeError:
+        raise AttributeError(f"verifiers.{name}: v1's verifiers alias does not provide this name") from None
