@@ -350,7 +350,7 @@ def test_get_endpoint_config_without_an_open_endpoint_is_an_endpoint_error():
         state.get_endpoint_config()
 
 
-@pytest.mark.parametrize("api", ["anthropic_messages", "embeddings"])
+@pytest.mark.parametrize("api", ["renderer", "embeddings"])
 def test_unsupported_api_is_not_supported(api):
     state = make_state()
     with pytest.raises(v1.NotSupportedError, match=rf"api='{api}' is not supported yet"):

@@ -37,6 +37,14 @@ from v1.types import RolloutTiming
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
 SUPPORTED_APIS = ("chat_completions", "completions", "responses", "messages")
+API_ALIASES = {
+    "chat": "chat_completions",
+    "openai_chat_completions": "chat_completions",
+    "openai_completions": "completions",
+    "openai_responses": "responses",
+    "anthropic_messages": "messages",
+}
+"""verifiers' other names for the same APIs (its ``EndpointApi`` and ``ClientType`` values)."""
 
 _T = TypeVar("_T")
 
@@ -308,12 +316,14 @@ class State(dict):  # type: ignore[type-arg]
 
         Args:
             api: `"chat_completions"`, `"completions"`, `"responses"` (OpenAI base URL, ending in
-                ``/v1``) or `"messages"` (Anthropic base URL: the SDK appends ``/v1/messages``).
+                ``/v1``, also as `api_base`, the name litellm and dspy take) or `"messages"` (Anthropic
+                base URL: the SDK appends ``/v1/messages``); or a name of `API_ALIASES`.
         """
-        _check_api(api)
+        api = _check_api(api)
         session = self._require_session()
         base_url = session.base_url.removesuffix("/v1") if api == "messages" else session.base_url
-        return {"api": api, "base_url": base_url, "api_key": session.api_key, "model": self.get_model()}
+        config = {"api": api, "base_url": base_url, "api_key": session.api_key, "model": self.get_model()}
+        return config if api == "messages" else {**config, "api_base": base_url}
 
     def get_client(self, api: str = "chat_completions", *, sync: bool = False) -> Any:
         """An official SDK client pointed at this rollout's endpoint.
@@ -323,7 +333,7 @@ class State(dict):  # type: ignore[type-arg]
                 (`OpenAI` with `sync=True`); `"messages"` gives an `AsyncAnthropic` (`Anthropic`).
             sync: a blocking client, for programs running in a worker thread.
         """
-        _check_api(api)
+        api = _check_api(api)
         session = self._require_session()
         key = ("anthropic" if api == "messages" else "openai", sync)
         if key not in self.runtime.sdk_clients:
@@ -398,9 +408,12 @@ class State(dict):  # type: ignore[type-arg]
         setattr(getattr(self.runtime.timing, span), edge, time.time())
 
 
-def _check_api(api: str) -> None:
-    if api not in SUPPORTED_APIS:
+def _check_api(api: str) -> str:
+    """`api` as one of `SUPPORTED_APIS` (an `API_ALIASES` name translated)."""
+    canonical = API_ALIASES.get(api, api)
+    if canonical not in SUPPORTED_APIS:
         raise NotSupportedError(f"api={api!r} is not supported yet; supported: {list(SUPPORTED_APIS)}")
+    return canonical
 
 
 def _rebuild_state(data: dict[str, Any], task: dict[str, Any], frozen: bool) -> State:

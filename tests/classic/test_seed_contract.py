@@ -488,3 +488,63 @@ def test_classic_state_for_task_gives_the_core_state(verifiers: Any) -> None:
 
     state = verifiers.State.for_task(verifiers.Task({"prompt": "abc"}).freeze())
     assert isinstance(state, CoreState) and state.task["prompt"][0]["content"] == "abc"
+
+
+# What verifiers' published example environments call (commit 9c7b82793), beyond the seed's text.
+
+
+@pytest.mark.parametrize("api", ["chat", "openai_chat_completions"])
+def test_endpoint_config_takes_verifiers_api_names_and_gives_api_base(client: vf.ClientConfig, api: str) -> None:
+    """dspy_rlm and openai_agents_env: ``get_endpoint_config(api="chat")["api_base"]`` for an OpenAI client."""
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        from openai import AsyncOpenAI
+
+        config = state.get_endpoint_config(api=api)
+        sdk = AsyncOpenAI(base_url=config["api_base"], api_key=config["api_key"])
+        reply = await sdk.chat.completions.create(model=config["model"], messages=[{"role": "user", "content": "abc"}])
+        state["completion"] = [{"role": "assistant", "content": reply.choices[0].message.content}]
+
+    env = vf.Env(vf.Taskset(source=[{"prompt": "abc", "answer": "cba"}]), vf.Harness(program=program))
+    outputs = env.evaluate_sync(client, "m", num_examples=1)["outputs"]
+    assert outputs[0].get("error") is None and outputs[0]["completion"][-1]["content"] == "cba"
+
+
+def test_selecting_more_example_rows_than_are_bundled_keeps_the_bundled_ones(verifiers: Any) -> None:
+    """math_group: ``load_example_dataset("gsm8k", split="train").select(range(1000))`` (the Hub split has 7473)."""
+    from verifiers.utils.data_utils import load_example_dataset
+
+    bundled = load_example_dataset("gsm8k", split="train")
+    with pytest.warns(UserWarning, match=rf"has {len(bundled)} rows; select\(\) keeps them"):
+        chosen = bundled.select(range(1000))
+    with pytest.warns(UserWarning, match=r"select\(\) keeps them"):
+        picked = bundled.select([1, 0, 5000])
+    assert chosen["question"] == bundled["question"] and picked["question"] == bundled["question"][1::-1]
+    assert verifiers.load_example_dataset is load_example_dataset
+
+
+def test_openenv_env_finds_its_project_beside_the_calling_module(tmp_path: Any) -> None:
+    """openenv_echo/openenv_textarena: ``vf.OpenEnvEnv(prompt_renderer=...)`` with ``proj/`` beside the module."""
+    import importlib.util
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / ".build.json").write_text(json.dumps({"image": "x", "start_command": "true"}))
+    (tmp_path / "my_openenv.py").write_text(
+        "import v1 as vf\n\ndef load_environment():\n    return vf.OpenEnvEnv(prompt_renderer=lambda o, **k: [], num_eval_examples=0)\n"
+    )
+    spec = importlib.util.spec_from_file_location("my_openenv", tmp_path / "my_openenv.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.load_environment().project == (tmp_path / "proj").resolve()
+    with pytest.raises(vf.ConfigError, match=r"no openenv_project given, and no 'proj' directory beside .*test_seed_contract.py"):
+        vf.OpenEnvEnv(prompt_renderer=lambda o, **k: [])
+
+
+def test_a_verifiers_name_v1_does_not_provide_is_one_clear_line(verifiers: Any) -> None:
+    """hello_rlm_v1 (``vf.RLMConfig``), wordle and gem_wordle (``verifiers.envs...``): named as the alias's gap."""
+    with pytest.raises(AttributeError, match=r"^verifiers\.RLMConfig: v1's verifiers alias does not provide this name$"):
+        verifiers.RLMConfig  # noqa: B018
+    assert not hasattr(verifiers, "GymEnv") and verifiers.Rubric is vf.Rubric
+    with pytest.raises(ModuleNotFoundError, match=r"^verifiers\.envs: v1's verifiers alias does not provide this module$"):
+        import verifiers.envs.integrations.textarena_env

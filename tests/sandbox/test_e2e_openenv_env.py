@@ -142,7 +142,7 @@ def test_datasets_are_seeds(tmp_path: Path) -> None:
     ("change", "message"),
     [
         ({"prompt_renderer": None}, "needs prompt_renderer"),
-        ({"openenv_project": None}, "needs openenv_project"),
+        ({"openenv_project": None}, "no openenv_project given, and no 'proj' directory beside"),
         ({"openenv_project": "/no/such/dir"}, "is not a directory"),
         ({"manifest": "{not json"}, "is not valid JSON"),
         ({"manifest": {"image": "x"}}, "needs a 'start_command' string"),

@@ -28,6 +28,7 @@ import contextlib
 import json
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ from v1.state import State
 from v1.types import Messages
 
 MANIFEST = ".build.json"
+DEFAULT_PROJECT = "proj"
 PROJECT_DIR = "project"
 START_TIMEOUT = 60.0
 REQUEST_TIMEOUT = 60.0
@@ -54,7 +56,8 @@ class OpenEnvEnv(SandboxMixin, MultiTurnEnv):
     """An OpenEnv project's server in a sandbox per rollout (see the module docs).
 
     Args:
-        openenv_project: the project directory (holding `.build.json`).
+        openenv_project: the project directory (holding `.build.json`); by default `proj/` beside
+            the module that builds the environment, as in verifiers.
         num_train_examples, num_eval_examples: how many episodes (seeds) each dataset has.
         seed: the first seed; evaluation seeds follow the training ones.
         prompt_renderer: `(observation) -> messages` (or a string, one user message); required.
@@ -84,7 +87,7 @@ class OpenEnvEnv(SandboxMixin, MultiTurnEnv):
                 raise ConfigError(f"OpenEnvEnv: {name} must be an integer in [0, 10000000], got {count!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError(f"OpenEnvEnv: seed must be an integer, got {seed!r}")
-        self.project = _project_dir(openenv_project)
+        self.project = _project_dir(openenv_project if openenv_project is not None else _caller_project())
         self.manifest = read_manifest(self.project)
         fields = set(SandboxConfig.model_fields)
         sandbox = {key: value for key, value in kwargs.items() if key in fields}
@@ -241,9 +244,26 @@ def read_manifest(project: Path) -> dict[str, Any]:
     return manifest
 
 
-def _project_dir(project: str | Path | None) -> Path:
-    if project is None:
-        raise ConfigError("OpenEnvEnv needs openenv_project: the directory of an OpenEnv project")
+def _caller_project() -> Path:
+    """`proj/` beside the module that built the environment (the first caller outside this file), as verifiers does.
+
+    Raises:
+        ConfigError: there is no such directory.
+    """
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    caller = Path(frame.f_code.co_filename)
+    project = caller.parent / DEFAULT_PROJECT
+    if not project.is_dir():
+        raise ConfigError(
+            f"OpenEnvEnv: no openenv_project given, and no {DEFAULT_PROJECT!r} directory beside {caller} "
+            "(pass the directory of an OpenEnv project)"
+        )
+    return project
+
+
+def _project_dir(project: str | Path) -> Path:
     path = Path(project)
     if not path.is_dir():
         raise ConfigError(f"OpenEnvEnv: openenv_project {str(path)!r} is not a directory")

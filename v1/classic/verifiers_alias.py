@@ -40,8 +40,8 @@ class VerifiersAliasFinder(importlib.abc.MetaPathFinder):
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
             return None
         mapped = TARGET + fullname[len(ALIAS) :]
-        if importlib.util.find_spec(mapped) is None:
-            return None
+        if importlib.util.find_spec(mapped) is None:  # verifiers.envs..., a module of verifiers' own
+            raise ModuleNotFoundError(f"{fullname}: v1's verifiers alias does not provide this module", name=fullname)
         return importlib.util.spec_from_loader(fullname, _AliasLoader(mapped), is_package=True)
 
 
