@@ -675,6 +675,7 @@ async def lead(
             write_model if group.distributed else None, prepared.mixed, local_ranks(group),
         )  # fmt: skip
         async with endpoint as (url, sync):
+            worker.weight_receiver = sync.receiving if isinstance(sync, InProcessWeightSync) else None
             client = config.inference.client_config(url)
             if checkpoint is None:
                 if config.sft.warmup:
