@@ -7,12 +7,14 @@ Then the weights go out as a train step's command sends them with the built-in e
 (`weights_out`: streamed into rank 0's engine through `InProcessWeightSync.receiving`) while every rank watches, through weak
 references, whether any whole tensor it was handed is still alive when the next one arrives.
 Rank 0 writes every rank's figures and what the engine got to OUT/memory.json, for
-tests/train/test_memory_ranks.py.
+tests/train/test_memory_ranks.py. ``fsdp_memory.py --freed-block dynamic|fixed`` prints what a
+freed 16 MiB block gives back in one process, with glibc's default mmap threshold or a rank's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import sys
 import weakref
@@ -27,7 +29,7 @@ from fsdp_steps import SHAPE, batch, held_bytes, new_trainer  # this script's fo
 from v1.inference.server import InferenceServer
 from v1.train.config import DistributedConfig, TrainConfig
 from v1.train.model import load_sharded_policy
-from v1.train.ranks import RankGroup, RankWorker, share_samples, weights_out
+from v1.train.ranks import RankGroup, RankWorker, free_large_tensors_promptly, share_samples, weights_out
 from v1.train.weight_sync import InProcessWeightSync, Streamed, WeightCopy, WeightReceiver
 
 
@@ -95,10 +97,29 @@ def measure(tied: bool, rank: int) -> dict[str, Any]:
     return figures
 
 
+def freed_block_returned_mib() -> int:
+    """MiB of RSS a freed 16 MiB block gives back, after a freed 24 MiB block raised glibc's dynamic mmap threshold."""
+
+    def anonymous_kib() -> int:
+        line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("RssAnon:"))
+        return int(line.split()[1])
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.free(libc.malloc(24 << 20))  # as FSDP2's freed buffers raise it
+    block = libc.malloc(16 << 20)
+    ctypes.memset(block, 1, 16 << 20)
+    before = anonymous_kib()
+    libc.free(block)
+    return (before - anonymous_kib()) // 1024
+
+
 def main(out: Path) -> None:
     group = RankGroup.start(DistributedConfig(backend="gloo"))
     torch.manual_seed(0)
-    mine = {"untied": measure(False, group.rank), "tied": measure(True, group.rank)}
+    mine: dict[str, Any] = {"freed_block_returned_mib": freed_block_returned_mib()}
+    mine |= {"untied": measure(False, group.rank), "tied": measure(True, group.rank)}
     every: list[Any] = [None] * group.world_size
     dist.all_gather_object(every, mine)
     if group.rank == 0:
@@ -107,4 +128,9 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--freed-block":  # one process: glibc's default threshold ("dynamic") or a rank's ("fixed")
+        if sys.argv[2] == "fixed":
+            assert free_large_tensors_promptly()
+        print(freed_block_returned_mib())
+    else:
+        main(Path(sys.argv[1]))

@@ -1,9 +1,14 @@
-"""Sharding saves memory (#35): at 2 ranks each holds half of what one process holds, and a weight push
-streams whole tensors one at a time into rank 0's engine, never gathering a whole state dict."""
+"""Sharding saves memory (#35): at 2 ranks each holds half of what one process holds, a weight push
+streams whole tensors one at a time into rank 0's engine, never gathering a whole state dict, and a
+CPU rank gives freed large buffers back to the system."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +55,18 @@ def test_two_ranks_each_hold_half_the_training_state_and_push_one_whole_tensor_a
         assert leader["weight_version"] == 1, kind  # one update, however many tensors
         assert leader["engine_differs"] == [], kind  # the engine serves the trained weights
         assert leader["engine_tied"] is tied, kind
+    assert all(every["freed_block_returned_mib"] >= 15 for every in report["ranks"])  # `RankGroup.start` set the threshold
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not Path("/proc/self/status").exists(), reason="glibc on Linux only")
+def test_a_cpu_rank_returns_a_freed_whole_layer_buffer_to_the_system() -> None:
+    def returned_mib(mode: str) -> int:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        script = str(ROOT / "tests" / "train" / "fsdp_memory.py")
+        done = subprocess.run(
+            [sys.executable, script, "--freed-block", mode], capture_output=True, text=True, env=env, check=True
+        )
+        return int(done.stdout.strip())
+
+    assert returned_mib("dynamic") <= 1  # glibc's default: the freed 16 MiB stays in the process
+    assert returned_mib("fixed") >= 15  # what `RankGroup.start` sets on gloo ranks: it goes back
