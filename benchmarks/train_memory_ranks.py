@@ -1,27 +1,37 @@
-"""Per-rank peak memory of a training step at 1, 2 and 4 CPU ranks (FSDP2 over gloo), for a model whose weights dominate.
+"""Per-rank peak memory of training at 1, 2 and 4 CPU ranks (FSDP2 over gloo), for a model whose weights dominate.
 
     python benchmarks/train_memory_ranks.py                 # 1, 2 and 4 ranks
     python benchmarks/train_memory_ranks.py --ranks 1 2     # a subset
 
-One rank is one process without FSDP (as ``v1 train`` runs); N > 1 is ``torchrun --nproc-per-node N``
-loading the model as a run does (`load_sharded_policy`: every rank builds it on the meta device
-and allocates only its FSDP2 shards; rank 0 alone builds the whole model and sends each rank its
-shards, then frees it). The model is a Qwen2-layout model from a config (no download; default
-~106M parameters, 404 MiB in fp32); each rank takes `--steps` GRPO steps with AdamW on its share of
-a small batch (so weights, gradients and Adam's two moments dominate, not activations), and
-reports its peak RSS (``VmHWM``) and RSS once the model is loaded, then after the steps.
+One rank is one process without FSDP (as ``v1 train`` runs); N > 1 is ``torchrun --nproc-per-node N``,
+each rank joining the group as a run does (`RankGroup.start`) and loading the model as a run does
+(`load_sharded_policy`: every rank builds it on the meta device and allocates only its FSDP2
+shards; rank 0 alone builds the whole model and sends each rank its shards, then frees it). The
+model is a Qwen2-layout model from a config (no download; default ~106M parameters, 404 MiB in
+fp32); each rank takes `--steps` GRPO steps with AdamW on its share of a small batch (weights,
+gradients and Adam's two moments dominate, not activations), then pushes the weights twice:
+streamed one tensor at a time (`stream_weights`, what the built-in engine gets) and as one
+gathered state dict (`weights_for_sync`, what the file syncs write). Rank 0's receiver here only
+checks each tensor's shape: the engine's own copy of the weights is not in these figures (the
+built-in engine's is the model's size on rank 0; vLLM's is in its own process).
+
+Each phase's peak RSS (``VmHWM``, reset before the phase through ``/proc/self/clear_refs``) and the
+tensor bytes each rank holds (its parameter and Adam-state shards, counted, not sampled) are printed
+per rank, with the RSS of a rank once torch, transformers and v1 are imported (before any model).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,33 +43,64 @@ def rss_mb(field: str) -> float:
     return 0.0
 
 
+def phase_peak(run: Callable[[], Any]) -> float:
+    """The peak RSS (MiB) while `run()` runs: the high-water mark is reset first (Linux ``clear_refs``)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    run()
+    return rss_mb("VmHWM")
+
+
+def held_mb(tensors: Any) -> float:
+    """MiB of `tensors` this rank holds (a DTensor's local shard)."""
+    total = 0
+    for tensor in tensors:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        total += local.numel() * local.element_size()
+    return total / 2**20
+
+
+@contextlib.contextmanager
+def shape_checker(shapes: dict[str, tuple[int, ...]], largest: list[float]) -> Iterator[Callable[[str, Any], None]]:
+    """A stand-in for the engine's streamed update: checks each tensor's shape and notes the largest (MiB)."""
+
+    def copy(name: str, tensor: Any) -> None:
+        assert tuple(tensor.shape) == shapes[name], name
+        largest[0] = max(largest[0], tensor.numel() * tensor.element_size() / 2**20)
+
+    yield copy
+
+
 def worker(args: argparse.Namespace) -> None:
-    """One rank: build, shard when distributed, train, report (rank 0 prints every rank's figures as JSON)."""
+    """One rank: build, shard when distributed, train, push, report (rank 0 prints every rank's figures as JSON)."""
     sys.path.insert(0, str(ROOT))
     import torch
     import torch.distributed as dist
 
     from v1.train.batch import Sample
-    from v1.train.config import ModelConfig, OptimConfig
+    from v1.train.config import DistributedConfig, ModelConfig, OptimConfig
     from v1.train.losses import LossConfig
     from v1.train.model import load_policy, load_sharded_policy
-    from v1.train.ranks import share_samples
+    from v1.train.ranks import RankGroup, share_samples, stream_weights, weights_for_sync
     from v1.train.trainer import PolicyTrainer
 
-    distributed = "WORLD_SIZE" in os.environ
-    if distributed:
-        dist.init_process_group("gloo")
-    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    imported = rss_mb("VmRSS")
+    group = RankGroup.start(DistributedConfig(backend="gloo"))
+    rank, world = group.rank, group.world_size
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model_config = ModelConfig(path=args.folder, device="cpu")  # loaded as `v1 train` loads [model] path
-    model: torch.nn.Module
-    if distributed:
-        model = load_sharded_policy(model_config, None, bf16=False, keep_whole=False)[0]
-    else:
-        model = load_policy(model_config)[0]
-    parameters = sum(p.numel() for p in model.parameters())  # a DTensor counts its whole shape
-    loaded = {"peak_load_mb": rss_mb("VmHWM"), "rss_loaded_mb": rss_mb("VmRSS")}
+    model: Any = None
+
+    def load() -> None:
+        nonlocal model
+        if group.distributed:
+            model = load_sharded_policy(model_config, None, bf16=False, keep_whole=False)[0]
+        else:
+            model = load_policy(model_config)[0]
+
+    figures: dict[str, Any] = {"rank": rank, "imported_mb": imported, "load_peak_mb": phase_peak(load)}
+    figures["loaded_mb"] = rss_mb("VmRSS")
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}  # a DTensor has its whole shape
     trainer = PolicyTrainer(model, LossConfig(kind="grpo"), OptimConfig(lr=1e-5), max_steps=args.steps, micro_batch_size=4)
     rng = random.Random(0)
     samples = [
@@ -67,16 +108,23 @@ def worker(args: argparse.Namespace) -> None:
                [0.0] * 16 + [rng.choice((-1.0, 1.0))] * 16)
         for _ in range(8)
     ]  # fmt: skip
-    for _ in range(args.steps):
-        trainer.train_step(share_samples(samples, world)[rank])
-    mine = {"rank": rank, **loaded, "peak_rss_mb": rss_mb("VmHWM"), "rss_after_mb": rss_mb("VmRSS")}
-    every = [mine]
-    if distributed:
+    share = share_samples(samples, world)[rank]
+    figures["step_peak_mb"] = max(phase_peak(lambda: trainer.train_step(share)) for _ in range(args.steps))
+    figures["params_mb"] = held_mb(model.parameters())
+    figures["adam_mb"] = held_mb(v for state in trainer.optimizer.state.values() for v in state.values() if v.dim() > 0)
+    largest = [0.0]
+    receiver = (lambda: shape_checker(shapes, largest)) if rank == 0 else None
+    figures["stream_peak_mb"] = phase_peak(lambda: stream_weights(trainer, receiver))
+    figures["largest_tensor_mb"] = largest[0]
+    figures["dict_peak_mb"] = phase_peak(lambda: weights_for_sync(trainer))
+    figures["parameters"] = sum(p.numel() for p in model.parameters())  # a DTensor counts its whole shape
+    every = [figures]
+    if group.distributed:
         every = [{} for _ in range(world)]
-        dist.all_gather_object(every, mine)
-        dist.destroy_process_group()
+        dist.all_gather_object(every, figures)
+    group.close()
     if rank == 0:
-        print("RESULT " + json.dumps({"world": world, "parameters": parameters, "ranks": every}), flush=True)
+        print("RESULT " + json.dumps({"world": world, "ranks": every}), flush=True)
 
 
 def write_model(args: argparse.Namespace, folder: Path) -> None:
@@ -94,7 +142,7 @@ def write_model(args: argparse.Namespace, folder: Path) -> None:
     build_tiny_tokenizer().save_pretrained(folder)
 
 
-def measure(ranks: int, args: argparse.Namespace) -> dict[str, object]:
+def measure(ranks: int, args: argparse.Namespace) -> dict[str, Any]:
     script = [
         str(Path(__file__).resolve()),
         "--worker",
@@ -132,18 +180,35 @@ def main() -> None:
         report(args)
 
 
+COLUMNS = (
+    ("ranks", "ranks", 5),
+    ("rank", "rank", 4),
+    ("params_mb", "params", 6),
+    ("adam_mb", "Adam", 5),
+    ("load_peak_mb", "load peak", 9),
+    ("loaded_mb", "loaded", 6),
+    ("step_peak_mb", "step peak", 9),
+    ("stream_peak_mb", "push streamed", 13),
+    ("dict_peak_mb", "push state dict", 15),
+)
+
+
 def report(args: argparse.Namespace) -> None:
-    """Measure each rank count and print a row per rank."""
-    print(f"{'ranks':>5} {'rank':>4} {'load peak MiB':>13} {'loaded MiB':>10} {'peak RSS MiB':>12} {'RSS after MiB':>13}")
+    """Measure each rank count and print a row per rank (MiB)."""
+    print(" ".join(f"{title:>{width}}" for _, title, width in COLUMNS))
+    imported: list[float] = []
     for ranks in args.ranks:
         result = measure(ranks, args)
-        for one in result["ranks"]:  # type: ignore[attr-defined]
-            print(
-                f"{ranks:>5} {one['rank']:>4} {one['peak_load_mb']:>13.0f} {one['rss_loaded_mb']:>10.0f} "
-                f"{one['peak_rss_mb']:>12.0f} {one['rss_after_mb']:>13.0f}",
-                flush=True,
-            )
-    print(f"model: {result['parameters'] / 1e6:.0f}M parameters, {4 * result['parameters'] / 2**20:.0f} MiB in fp32")  # type: ignore[operator]
+        for one in result["ranks"]:
+            one["ranks"] = ranks
+            imported.append(one["imported_mb"])
+            print(" ".join(f"{one[key]:>{width}.0f}" for key, _, width in COLUMNS), flush=True)
+    parameters = result["ranks"][0]["parameters"]
+    largest = result["ranks"][0]["largest_tensor_mb"]
+    print(
+        f"model: {parameters / 1e6:.0f}M parameters, {4 * parameters / 2**20:.0f} MiB in fp32, largest tensor {largest:.0f} MiB; "
+        f"RSS once torch, transformers and v1 are imported: {min(imported):.0f}-{max(imported):.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

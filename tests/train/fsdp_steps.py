@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -39,6 +40,15 @@ def batch(step: int) -> list[Sample]:
         logprobs = [rng.uniform(-6.0, -4.0) * m for m in mask]
         samples.append(Sample(ids, mask, logprobs, [rng.choice((-1.0, 0.5, 1.0)) * m for m in mask]))
     return samples
+
+
+def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of `tensors` this rank holds (a DTensor's local shard)."""
+    total = 0
+    for tensor in tensors:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        total += local.numel() * local.element_size()
+    return total
 
 
 def new_trainer(model: torch.nn.Module) -> PolicyTrainer:

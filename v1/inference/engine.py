@@ -23,9 +23,10 @@ A trainer recomputes the same quantity with the same settings.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -221,18 +222,36 @@ class Engine:
         if unknown:
             raise ValueError(f"unknown weight names: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
         for name, tensor in state_dict.items():
-            if tuple(tensor.shape) != tuple(params[name].shape):
-                raise ValueError(f"{name}: shape {tuple(tensor.shape)} does not match the model's {tuple(params[name].shape)}")
-        copied: set[tuple[Any, ...]] = set()  # (parameter, source memory): tied weights sent as one tensor copy once
-        with self._weights_lock, torch.no_grad():
+            _check_shape(name, tensor, params[name])
+        with self.updating_weights() as copy:
             for name, tensor in state_dict.items():
-                key = (id(params[name]), str(tensor.device), tensor.data_ptr(), tensor.stride())
-                if key not in copied:
-                    copied.add(key)
-                    params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+                copy(name, tensor)
+        return self.weight_version
+
+    @contextlib.contextmanager
+    def updating_weights(self) -> Iterator[Callable[[str, torch.Tensor], None]]:
+        """A weight update that arrives one tensor at a time: ``copy(name, tensor)`` for each, then the version advances once.
+
+        Decoding waits until the update ends, so no step sees a mix of old and new weights; a tensor
+        passed under each name of a tied weight is copied once. `copy` raises `ValueError` for an
+        unknown name or a shape mismatch (the tensors copied before it stay).
+        """
+        params = self.model.state_dict(keep_vars=True)
+        copied: set[tuple[Any, ...]] = set()  # (parameter, source memory): tied weights sent as one tensor copy once
+
+        def copy(name: str, tensor: torch.Tensor) -> None:
+            if name not in params:
+                raise ValueError(f"unknown weight name: {name}")
+            _check_shape(name, tensor, params[name])
+            key = (id(params[name]), str(tensor.device), tensor.data_ptr(), tensor.stride())
+            if key not in copied:
+                copied.add(key)
+                params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+        with self._weights_lock, torch.no_grad():
+            yield copy
             self.weight_version += 1
             self.stats.weight_updates += 1
-            return self.weight_version
 
     # -- the scheduler ---------------------------------------------------------------------
 
@@ -449,6 +468,11 @@ class Engine:
         for request in {id(s.request): s.request for s in finished}.values():
             if id(request) not in still_running:
                 request.on_event(None)
+
+
+def _check_shape(name: str, tensor: torch.Tensor, param: torch.Tensor) -> None:
+    if tuple(tensor.shape) != tuple(param.shape):
+        raise ValueError(f"{name}: shape {tuple(tensor.shape)} does not match the model's {tuple(param.shape)}")
 
 
 def _prefill_chunks(requests: list[GenerationRequest]) -> list[list[GenerationRequest]]:

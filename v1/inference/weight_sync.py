@@ -14,8 +14,10 @@ parameter); on GPUs the NCCL broadcast avoids it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx
 import torch
@@ -29,13 +31,34 @@ class WeightSync(Protocol):
         ...
 
 
+WeightCopy = Callable[[str, torch.Tensor], None]
+"""Takes one tensor of a streamed weight update: ``copy(name, tensor)``."""
+
+WeightReceiver = Callable[[], contextlib.AbstractContextManager[WeightCopy]]
+"""Opens a streamed weight update (`InProcessWeightSync.receiving`): the version changes once, when it closes."""
+
+
+class Streamed(dict[str, torch.Tensor]):
+    """The empty state dict a command hands `WeightSync.push` when the weights were already streamed into the engine."""
+
+
 class InProcessWeightSync:
-    """Copies the weights into an in-process `InferenceServer` (between two of its decoding steps)."""
+    """Copies the weights into an in-process `InferenceServer` (between two of its decoding steps).
+
+    Under FSDP2 the ranks stream them in as they gather each tensor (`receiving`, the engine's
+    `updating_weights`) and `push` gets an empty `Streamed` dict: nothing is left to copy.
+    """
 
     def __init__(self, server: Any) -> None:
         self.server = server
 
+    def receiving(self) -> contextlib.AbstractContextManager[WeightCopy]:
+        """A streamed update of the engine's weights: ``copy(name, tensor)`` per tensor, one new version at the end."""
+        return cast(contextlib.AbstractContextManager[WeightCopy], self.server.engine.updating_weights())
+
     async def push(self, state_dict: dict[str, torch.Tensor], step: int) -> None:
+        if isinstance(state_dict, Streamed):
+            return
         await asyncio.to_thread(self.server.load_weights, state_dict)
 
 
@@ -92,4 +115,13 @@ class VLLMWeightSync(HTTPWeightSync):
             raise ModelError(f"prefix cache reset after step {step} failed: {response.status_code} {response.text[:300]}")
 
 
-__all__ = ["HTTPWeightSync", "InProcessWeightSync", "VLLMWeightSync", "WeightSync", "save_weights"]
+__all__ = [
+    "HTTPWeightSync",
+    "InProcessWeightSync",
+    "Streamed",
+    "VLLMWeightSync",
+    "WeightCopy",
+    "WeightReceiver",
+    "WeightSync",
+    "save_weights",
+]

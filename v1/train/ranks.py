@@ -12,6 +12,8 @@ process is the same code with a group of one, where scattering is a no-op.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime
 import os
 import random
@@ -30,6 +32,7 @@ from v1.train.logprobs import is_sharded
 from v1.train.lora import is_lora
 from v1.train.outputs import checkpoint_dir, write_json
 from v1.train.trainer import PolicyTrainer
+from v1.train.weight_sync import Streamed, WeightReceiver
 
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 """The environment ``torchrun`` sets for each process; their presence means a multi-process run."""
@@ -55,6 +58,30 @@ def backend_for(config: DistributedConfig) -> str:
     if config.backend != "auto":
         return config.backend
     return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+MMAP_THRESHOLD_BYTES = 4 * 2**20
+"""Host allocations from this size up get pages of their own on CPU ranks (`free_large_tensors_promptly`)."""
+
+M_MMAP_THRESHOLD = -3
+"""glibc's `mallopt` parameter number for the mmap threshold."""
+
+
+def free_large_tensors_promptly() -> bool:
+    """Have glibc give every allocation of `MMAP_THRESHOLD_BYTES` or more pages of its own, returned when freed; whether it could.
+
+    FSDP2 on CPU allocates and frees whole-layer buffers of many sizes every step (all-gathers,
+    gradients before their reduce-scatter). glibc raises its mmap threshold to the largest block
+    freed (up to 32 MiB), so such buffers then come from the heap, whose freed memory a process
+    keeps and fragments: at 2 ranks of a 404 MiB (fp32) model a rank's step peaked at 2,368 MiB
+    of RSS, 1,831 MiB with a fixed threshold (`benchmarks/train_memory_ranks.py`). Not glibc:
+    nothing changes.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def share_samples(samples: Sequence[Sample], ranks: int) -> list[list[Sample]]:
@@ -85,6 +112,15 @@ class RankWorker:
     output_dir: Path
     rank: int = 0
     architectures: list[str] | None = None
+    weight_receiver: WeightReceiver | None = None
+    """Rank 0 with the built-in engine under FSDP2: opens a streamed update of the engine's weights (`streams_weights`)."""
+
+    @property
+    def streams_weights(self) -> bool:
+        """Whether a weight sync streams the gathered tensors into rank 0's built-in engine one at a time (under FSDP2,
+        with no ``inference.base_url`` and the built-in engine): every rank decides alike from the config."""
+        inference = self.config.inference
+        return is_sharded(self.model) and inference.base_url is None and inference.engine == "builtin"
 
     def sft(self, batches: list[list[Sample]]) -> list[dict[str, float]]:
         """SFT warm-up steps on this rank's share of each batch, with their own optimizer (the RL one is untouched).
@@ -135,6 +171,39 @@ def weights_for_sync(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
     return {name: tensor.detach() for name, tensor in trainer.model.state_dict().items()}
 
 
+def stream_weights(trainer: PolicyTrainer, receiver: WeightReceiver | None) -> Streamed:
+    """Every rank gathers the weights one tensor at a time (`PolicyTrainer.whole_weights`); rank 0 hands each to
+    its engine's `receiver` as it arrives, so no rank holds more than one whole tensor (never a whole state dict).
+
+    Every rank runs every gather to the end even when rank 0's copy fails (then rank 0 raises after the
+    last one), so no rank is left waiting in a collective.
+
+    Raises:
+        ValueError: on rank 0, the engine refused a tensor (a name or shape its model lacks).
+    """
+    receiving = receiver() if receiver is not None else contextlib.nullcontext(None)
+    failed: ValueError | None = None
+    with receiving as copy:
+        for name, tensor in trainer.whole_weights():
+            if copy is not None and failed is None:
+                try:
+                    copy(name, tensor)
+                except ValueError as exc:
+                    failed = exc
+            del tensor  # before the next gather: one whole tensor at a time
+    if failed is not None:
+        raise failed
+    return Streamed()
+
+
+def weights_out(worker: RankWorker) -> dict[str, torch.Tensor]:
+    """What a command hands the weight sync: `Streamed` when they were streamed into rank 0's engine, else
+    `weights_for_sync`'s state dict (rank 0's; the other ranks' is empty)."""
+    if worker.streams_weights:
+        return stream_weights(worker.trainer, worker.weight_receiver)
+    return weights_for_sync(worker.trainer)
+
+
 class Command(Protocol):
     def apply(self, worker: RankWorker) -> Any:
         """Run this rank's part; rank 0 gets the result."""
@@ -147,7 +216,7 @@ class SFTCommand:
 
     def apply(self, worker: RankWorker) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
         history = worker.sft(self.batches)
-        return history, weights_for_sync(worker.trainer)
+        return history, weights_out(worker)
 
 
 @dataclass
@@ -157,13 +226,13 @@ class TrainCommand:
 
     def apply(self, worker: RankWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         stats = worker.trainer.train_step(self.samples, weight=self.weight)
-        return stats, weights_for_sync(worker.trainer)
+        return stats, weights_out(worker)
 
 
 @dataclass
 class GatherCommand:
     def apply(self, worker: RankWorker) -> dict[str, torch.Tensor]:
-        return weights_for_sync(worker.trainer)
+        return weights_out(worker)
 
 
 @dataclass
@@ -226,6 +295,8 @@ class RankGroup:
             raise ConfigError("torchrun's RANK, WORLD_SIZE and LOCAL_RANK must be integers") from None
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
+        if backend == "gloo":
+            free_large_tensors_promptly()
         timeout = datetime.timedelta(seconds=config.timeout_s)
         dist.init_process_group(backend, timeout=timeout)
         # commands go over gloo: the other ranks wait on it while rank 0 generates, without tying up a GPU stream
@@ -288,7 +359,11 @@ __all__ = [
     "StopCommand",
     "TrainCommand",
     "backend_for",
+    "free_large_tensors_promptly",
     "sft_batches",
     "share_samples",
+    "stream_weights",
     "under_torchrun",
+    "weights_for_sync",
+    "weights_out",
 ]

@@ -707,6 +707,7 @@ class TrainRecipe:
         try:
             async with self.endpoint() as (url, sync):
                 self.sync, self.client = sync, config.inference.client_config(url)
+                self.worker.weight_receiver = sync.receiving if isinstance(sync, InProcessWeightSync) else None
                 await self.set_up()
                 async with await self.orchestrator() as orchestrator:
                     await self.steps(orchestrator)

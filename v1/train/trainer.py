@@ -21,7 +21,7 @@ import math
 import os
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 from v1.errors import ConfigError, Error
 from v1.inference.sampling import LogitProcessing
@@ -476,6 +477,27 @@ class PolicyTrainer:
             gathered = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return {name: tensor for name, tensor in gathered.items() if isinstance(tensor, torch.Tensor)}
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+
+    def whole_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's weights whole, one tensor at a time, in its own dtype: what a streamed weight sync sends.
+
+        Under FSDP2 each tensor is gathered from the ranks' shards when it is reached (an all-gather:
+        every rank must run this to the end, in the same order) and every rank gets it; dropping it
+        before taking the next keeps one whole tensor per rank at a time, never a whole state dict.
+        A tensor tied under several names is gathered once and yielded under each (consecutively).
+        Not copied otherwise: a model that is not sharded yields its own tensors, detached.
+        """
+        names: dict[int, list[str]] = {}
+        tensors: dict[int, torch.Tensor] = {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():  # tied weights: one tensor, several names
+            names.setdefault(id(tensor), []).append(name)
+            tensors[id(tensor)] = tensor
+        for key, tensor in tensors.items():
+            with torch.no_grad():
+                whole = (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+            for name in names[key]:
+                yield name, whole
+            del whole
 
     def save(self, folder: Path) -> None:
         """The optimizer and schedule state (the model is saved by the caller, with its tokenizer).
