@@ -249,6 +249,8 @@ async def test_a_hostile_answer_is_one_line_not_a_recursion(serve: Callable[[Han
     """An upstream's body is outside data: nested 200,000 deep (whole, in a stream, in an error) it is one clear line."""
 
     async def hostile(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/logprobs"):  # a model server's logprob may be -Infinity: kept, as json.loads keeps it
+            return web.Response(body=b'{"logprob": -Infinity, "nested": ' + b"[" * 100 + b"]" * 100 + b"}")
         if request.path.endswith("/error"):
             return web.Response(status=400, body=b'{"error": ' + DEEP + b"}", content_type="application/json")
         if (await request.json()).get("stream"):
@@ -270,6 +272,7 @@ async def test_a_hostile_answer_is_one_line_not_a_recursion(serve: Callable[[Han
         with pytest.raises(openai.BadRequestError) as refused:  # an error body too deep to read is kept as its text
             await wire.post("/error", {})
         assert refused.value.status_code == 400 and str(refused.value) == "Error code: 400"
+        assert (await wire.post("/logprobs", {}))["logprob"] == float("-inf")
     finally:
         await wire.close()
     await client.close()

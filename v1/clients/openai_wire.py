@@ -3,8 +3,8 @@
 The upstream clients v1 builds from a `ClientConfig` send their requests through an
 `OpenAIWire` instead of the official SDK's request machinery: the request is JSON
 already (v1 builds it from canonical messages) and the answer is translated from JSON,
-so the SDK's request building, httpx models and response parsing would be pure cost
-(about 40% of a rollout's CPU, see benchmarks/README.md). What reaches the upstream is
+so the SDK's request building and response parsing would be pure cost (about 40% of a
+rollout's CPU before the wire; the profile in benchmarks/README.md shows them gone). What reaches the upstream is
 what the SDK would send: its default headers (read from the SDK client's public
 `default_headers`), the bearer key, the configured timeouts and connection limit,
 proxies from the environment, no redirects. Failures are raised as the SDK's own
@@ -14,7 +14,8 @@ are recorded do not depend on which path carried the call. Every request goes th
 in-process carrier (`v1.clients.in_process.InProcessTransport`): a server of this process that
 serves the upstream's origin on this loop (the built-in inference server) answers it without a
 socket, and everything else goes over the aiohttp pool; the wire reads HTTP either way. Answers
-are parsed with the bounded reader (`v1._bounded_json`): an upstream's body is outside data.
+are parsed with the bounded reader (`v1._bounded_json`, depth only: logprobs may be ``-Infinity``):
+an upstream's body is outside data.
 
 aiohttp and openai are imported on first use: `import v1` stays light.
 """
@@ -23,13 +24,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from v1 import _bounded_json
 from v1.clients.http import http_library
-from v1.clients.in_process import InProcessTransport
+from v1.clients.in_process import InProcessTransport, post_request, read_body
 from v1.errors import InvalidModelResponseError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def status_error(status: int, headers: Mapping[str, str], content: bytes, url: s
     message = f"Error code: {status}"
     body: Any = text or None
     try:
-        body = _bounded_json.loads(text, "the error body")
+        body = _bounded_json.loads(text, "the error body", finite=False)
     except ValueError:
         pass
     detail = body.get("error", body) if isinstance(body, dict) else body
@@ -116,6 +117,7 @@ class OpenAIWire:
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._headers: Any = None
         self.transport = InProcessTransport(AiohttpTransport(self))
         """What carries every request: a server of this process serving the upstream, else the aiohttp pool."""
 
@@ -140,13 +142,13 @@ class OpenAIWire:
         url = self.url(path)
         try:
             answer = await self._send(url, body, headers)
-            content = await read_raw(answer)
+            content = await read_body(answer)
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
         if not 200 <= answer.status_code < 300:
             raise status_error(answer.status_code, answer.headers, content, url)
         try:
-            return _bounded_json.loads(content, f"the answer of {url}")
+            return _bounded_json.loads(content, f"the answer of {url}", finite=False)
         except _bounded_json.UnsafeJSONError as exc:
             raise InvalidModelResponseError(str(exc)) from None
 
@@ -156,16 +158,21 @@ class OpenAIWire:
         try:
             answer = await self._send(url, body, headers)
             if not 200 <= answer.status_code < 300:
-                raise status_error(answer.status_code, answer.headers, await read_raw(answer), url)
+                raise status_error(answer.status_code, answer.headers, await read_body(answer), url)
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
         return SSEStream(answer, url)
 
     async def _send(self, url: str, body: Any, headers: Mapping[str, str] | None) -> Any:
         """POST `body` to `url` through the transport; the answer, its body not read yet."""
-        extra = {**self.headers, **headers} if headers else self.headers
-        request = http_library().Request("POST", url, headers=extra, content=encode_json(body))
-        return await self.transport.handle_async_request(request)
+        sent = {**self.headers, **headers} if headers else self._parsed_headers()
+        return await self.transport.handle_async_request(post_request(url, sent, encode_json(body)))
+
+    def _parsed_headers(self) -> Any:
+        """`headers` as the HTTP library's `Headers`, parsed once (each request copies them)."""
+        if self._headers is None:
+            self._headers = http_library().Headers(self.headers)
+        return self._headers
 
     async def close(self) -> None:
         if self._session is not None:
@@ -181,16 +188,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return aiohttp.ClientError, http_library().TransportError, TimeoutError
 
 
-async def read_raw(answer: Any) -> bytes:
-    """The body of a `Response` as it arrived (not decoded again: aiohttp has decompressed it already), then closed."""
-    if answer.is_stream_consumed:  # a whole answer of a server of this process
-        return answer.content  # type: ignore[no-any-return]
-    try:
-        return b"".join([chunk async for chunk in answer.aiter_raw()])
-    finally:
-        await answer.aclose()
-
-
 class AiohttpTransport:
     """The network under an `OpenAIWire`: requests of the HTTP library sent over the wire's aiohttp pool, no redirects.
 
@@ -204,7 +201,7 @@ class AiohttpTransport:
     async def handle_async_request(self, request: Any) -> Any:
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
         answer = await self._wire.session().request(
-            request.method, str(request.url), data=request.content, headers=headers, allow_redirects=False
+            request.method, str(request.url), data=await request.aread(), headers=headers, allow_redirects=False
         )
         return http_library().Response(answer.status, headers=list(answer.raw_headers), stream=_body_class()(answer))
 
@@ -252,7 +249,7 @@ class SSEStream:
 
     async def _events(self) -> AsyncIterator[Any]:
         try:
-            async for _event, data in _server_sent_events(self.answer.aiter_raw()):
+            async for _event, data in _server_sent_events(self.answer.stream):
                 if data.startswith("[DONE]"):
                     return
                 yield self._decode(data)
@@ -263,7 +260,7 @@ class SSEStream:
         import openai
 
         try:
-            decoded = _bounded_json.loads(data, "a streamed event's data")
+            decoded = _bounded_json.loads(data, "a streamed event's data", finite=False)
         except _bounded_json.UnsafeJSONError as exc:
             raise InvalidModelResponseError(f"{exc}: {data[:200]!r}") from None
         if isinstance(decoded, dict) and decoded.get("error"):
@@ -281,7 +278,7 @@ class SSEStream:
         await self.answer.aclose()
 
 
-async def _server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
+async def _server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
     """``(event, data)`` for each event of an SSE body (multi-line data joined by newlines, comments skipped)."""
     pending = b""
     event, data = "", list[str]()
@@ -335,7 +332,6 @@ __all__ = [
     "SSEStream",
     "encode_json",
     "proxied",
-    "read_raw",
     "sdk_headers",
     "status_error",
     "transport_error",

@@ -37,8 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v1 import _bounded_json
 from v1._entropy import uuid4_hex
-from v1.clients.http import http_library
-from v1.clients.in_process import serve_in_process, stop_serving
+from v1.clients.in_process import serve_in_process, stop_serving, whole_response
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest
 from v1.clients.tool_call_text import parse_tool_calls
@@ -284,7 +283,7 @@ class InferenceServer:
         if answered is None:
             return None
         status, body = answered
-        return http_library().Response(status, headers={"content-type": "application/json"}, content=json.dumps(body).encode())
+        return whole_response(status, {"content-type": "application/json"}, json.dumps(body).encode())
 
     async def answer_in_process(self, path: str, raw: bytes) -> tuple[int, Any] | None:
         """A whole chat or completions answer without HTTP: ``(status, JSON body)``.

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 from v1.clients.http import http_library
+from v1.clients.in_process import whole_response
 from v1.interception.exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
@@ -140,8 +141,7 @@ class EndpointApp:
             raise
         if exchange.stream_headers is not None:
             return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
-        status, headers, content = _whole_answer(handler)
-        return http_library().Response(status, headers=headers, content=content)
+        return whole_response(*_whole_answer(handler))
 
 
 __all__ = ["EndpointApp"]

@@ -14,7 +14,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from v1.clients.http import http_library
-from v1.clients.openai_wire import encode_json, read_raw, status_error, transport_error
+from v1.clients.in_process import post_request, read_body
+from v1.clients.openai_wire import encode_json, status_error, transport_error
 from v1.errors import EndpointError
 
 if TYPE_CHECKING:
@@ -40,13 +41,17 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
     if access is None:
         raise EndpointError("this rollout has no open endpoint")
     url = config["base_url"] + route
-    httpx = http_library()
-    headers = {"Authorization": f"Bearer {config['api_key']}", "Content-Type": "application/json"}
-    sent = httpx.Request("POST", url, headers=headers, content=encode_json({**request, "model": config["model"]}))
+    body = encode_json({**request, "model": config["model"]})
+    headers = {
+        "Authorization": f"Bearer {config['api_key']}",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+    }
+    sent = post_request(url, headers, body)
     try:
         answer = await access.pools.transport.handle_async_request(sent)
-        content = await read_raw(answer)
-    except httpx.TransportError as exc:
+        content = await read_body(answer)
+    except http_library().TransportError as exc:
         raise transport_error(exc, url) from exc
     if answer.status_code >= 400:
         raise status_error(answer.status_code, answer.headers, content, url)
