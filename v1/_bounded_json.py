@@ -69,7 +69,12 @@ def _openings(text: str | bytes | bytearray) -> int:
 
 
 def loads(
-    text: str | bytes | bytearray, what: str = "the JSON value", *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None
+    text: str | bytes | bytearray,
+    what: str = "the JSON value",
+    *,
+    max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
+    finite: bool = True,
 ) -> Any:
     """`text` parsed as JSON within the limits (see the module docs).
 
@@ -78,6 +83,8 @@ def loads(
         what: names the value in the error (``"the request body"``, ``"results.jsonl line 3"``).
         max_depth: the most nested arrays and objects.
         max_bytes: the longest document accepted; None for no size limit.
+        finite: refuse ``NaN``, ``Infinity`` and numbers that overflow; False keeps them (a model
+            server's answer, whose logprobs may be ``-Infinity``, is bounded in depth only).
 
     Raises:
         UnsafeJSONError: not JSON, too deep, too large, or a number that is not finite.
@@ -85,7 +92,7 @@ def loads(
     if max_bytes is not None and len(text) > max_bytes:
         raise UnsafeJSONError(f"{what}: larger than {max_bytes} bytes")
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant) if finite else json.loads(text)
     except UnsafeJSONError as exc:
         raise UnsafeJSONError(f"{what}: {exc}") from None
     except RecursionError:

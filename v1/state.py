@@ -74,6 +74,10 @@ class NamedToolset(Protocol):
 class SDKClientFactory(Protocol):
     """Makes the official SDK clients a program gets from `State.get_client` (the endpoint's `EndpointPools`)."""
 
+    @property
+    def transport(self) -> Any:
+        """The HTTP transport to the endpoint: the in-process carrier (`v1.clients.in_process.InProcessTransport`)."""
+
     def sdk_client(self, api: str, base_url: str, api_key: str, *, sync: bool = False) -> Any: ...
 
 

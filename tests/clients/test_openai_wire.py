@@ -240,3 +240,39 @@ async def test_a_wire_on_its_own_posts_and_streams(mock: MockModelServer) -> Non
         assert chunks and chunks[-1]["choices"][0]["finish_reason"] == "stop"
     finally:
         await wire.close()
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+async def test_a_hostile_answer_is_one_line_not_a_recursion(serve: Callable[[Handler], Awaitable[str]]) -> None:
+    """An upstream's body is outside data: nested 200,000 deep (whole, in a stream, in an error) it is one clear line."""
+
+    async def hostile(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/logprobs"):  # a model server's logprob may be -Infinity: kept, as json.loads keeps it
+            return web.Response(body=b'{"logprob": -Infinity, "nested": ' + b"[" * 100 + b"]" * 100 + b"}")
+        if request.path.endswith("/error"):
+            return web.Response(status=400, body=b'{"error": ' + DEEP + b"}", content_type="application/json")
+        if (await request.json()).get("stream"):
+            return web.Response(body=b"data: " + DEEP + b"\n\n", content_type="text/event-stream")
+        return web.Response(body=b'{"choices": ' + DEEP + b"}", content_type="application/json")
+
+    url = await serve(hostile)
+    client = await client_for(url)
+    with pytest.raises(vf.InvalidModelResponseError) as whole:
+        await client.get_response(PROMPT, "m", {})
+    assert str(whole.value) == f"the answer of {url}/chat/completions: nested more than 128 levels deep"
+    wire = OpenAIWire(url, {}, timeout=10, connect_timeout=5, max_connections=4)
+    try:
+        stream = await wire.stream("/chat/completions", {"model": "m", "messages": PROMPT, "stream": True})
+        with pytest.raises(vf.InvalidModelResponseError) as streamed:
+            _ = [event async for event in stream]
+        await stream.close()
+        assert str(streamed.value).startswith("a streamed event's data: nested more than 128 levels deep: '[[[")
+        with pytest.raises(openai.BadRequestError) as refused:  # an error body too deep to read is kept as its text
+            await wire.post("/error", {})
+        assert refused.value.status_code == 400 and str(refused.value) == "Error code: 400"
+        assert (await wire.post("/logprobs", {}))["logprob"] == float("-inf")
+    finally:
+        await wire.close()
+    await client.close()

@@ -10,7 +10,8 @@ import pytest
 
 import v1
 from v1.clients import resolve_client
-from v1.clients.local_upstream import local_upstream, register_local_upstream
+from v1.clients.http import http_library
+from v1.clients.in_process import serve_in_process, served_in_process
 from v1.inference import InferenceServer, build_tiny_model
 
 STREAMED = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": true}'
@@ -39,7 +40,7 @@ async def test_rollouts_in_process_record_the_same_tokens_and_logprobs_as_over_h
     env = first_letter_env()
     row = next(iter(env.get_dataset()))
     over_http = server.url.replace("127.0.0.1", "localhost")  # another base URL: not registered, so HTTP
-    assert local_upstream(over_http) is None
+    assert served_in_process(over_http) is None
     http_states = await env.run_group([row] * 3, v1.ClientConfig(api_base_url=over_http), "tiny", dict(TRAINING_ARGS))
     assert server.in_process_requests == 0
     local_states = await env.run_group([row] * 3, v1.ClientConfig(api_base_url=server.url), "tiny", dict(TRAINING_ARGS))
@@ -68,17 +69,21 @@ async def test_in_process_errors_are_the_sdk_errors_http_gives(server: Inference
 
 
 async def test_a_broken_in_process_upstream_fails_the_rollout_it_serves(server: InferenceServer) -> None:
-    async def broken(path: str, raw: bytes) -> tuple[int, Any]:
-        return 500, {"error": {"message": "engine on fire", "type": "server_error"}}
+    class Broken:
+        async def handle_async_request(self, request: Any) -> Any:
+            body = b'{"error": {"message": "engine on fire", "type": "server_error"}}'
+            return http_library().Response(500, headers={"content-type": "application/json"}, content=body)
+
+    broken = Broken()
 
     env = first_letter_env()
     row = next(iter(env.get_dataset()))
-    register_local_upstream(server.url, broken, asyncio.get_running_loop())
+    serve_in_process(server.url, broken)
     try:
         client = v1.ClientConfig(api_base_url=server.url, max_retries=0)
         states = await env.run_group([row], client, "tiny", dict(TRAINING_ARGS))
     finally:
-        register_local_upstream(server.url, server.answer_in_process, asyncio.get_running_loop())
+        serve_in_process(server.url, server)
     assert states[0].get("error"), "the failure is recorded, not bypassed over HTTP"
     assert "engine on fire" in str(states[0]["error"])
     assert server.stats["requests"] == 0
@@ -88,14 +93,14 @@ async def test_closing_the_server_unregisters_it_and_other_loops_go_over_http() 
     model, tokenizer = build_tiny_model({"seed": 2, "max_position_embeddings": 256})
     async with InferenceServer(model, tokenizer, model_name="tiny") as running:
         url = running.url
-        assert local_upstream(url) == running.answer_in_process
+        assert served_in_process(url) is running
         assert await running.answer_in_process("/models", b"{}") is None, "only chat and completions"
         assert await running.answer_in_process("/chat/completions", STREAMED) is None, "streams go over HTTP"
         status, body = await running.answer_in_process("/chat/completions", b"{not json")  # type: ignore[misc]
         assert status == 400 and body["error"]["type"] == "invalid_request_error"
 
         async def seen_from_another_loop() -> Any:
-            return local_upstream(url)
+            return served_in_process(url)
 
         assert await asyncio.to_thread(asyncio.run, seen_from_another_loop()) is None, "another loop's clients use HTTP"
-    assert local_upstream(url) is None
+    assert served_in_process(url) is None

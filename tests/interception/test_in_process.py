@@ -16,7 +16,8 @@ import openai
 import pytest
 
 import v1 as vf
-from v1.interception.in_process import InProcessTransport, post_json
+from v1.clients.in_process import InProcessTransport, served_in_process
+from v1.programs.model_call import call_model
 from v1.testing import MockModelServer, Reply
 
 USER = [{"role": "user", "content": "hello"}]
@@ -92,26 +93,23 @@ async def test_the_base_loop_path_records_like_the_sdk_path(mock: MockModelServe
     answers: list[Any] = []
 
     async def program(task: vf.Task, state: vf.State) -> None:
-        config = state.get_endpoint_config()
-        body = b'{"model":"m","messages":[{"role":"user","content":"hello"}]}'
-        answers.append(await post_json(config["base_url"], config["api_key"], "/chat/completions", body))
-        answers.append(await post_json(config["base_url"], "v1-wrong", "/chat/completions", body))
-        answers.append(await post_json(config["base_url"], config["api_key"], "/chat/completions", b"{not json"))
+        answers.append((await call_model(state, {"messages": USER}))["choices"][0]["message"]["content"])
+        for request in ({"messages": "not a list"}, {"messages": [{"role": {"x": 1}, "content": "hi"}]}):
+            try:
+                await call_model(state, request)
+            except openai.APIStatusError as exc:
+                answers.append((type(exc), exc.status_code))
         answer = await state.get_client().chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
         answers.append(answer.choices[0].message.content)
 
     state = await harness(mock, program).run({"prompt": "x"})
     assert state["error"] is None
-    ok, unauthorized, bad_json, sdk_content = answers
-    assert ok[0] == 200 and b'"content":"one"' in ok[2]
-    assert unauthorized[0] == 401 and b"invalid_api_key" in unauthorized[2]
-    assert bad_json[0] == 400 and b"invalid_json" in bad_json[2]
-    assert sdk_content == "two"
+    assert answers == ["one", (openai.BadRequestError, 400), (openai.BadRequestError, 400), "two"]
     assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["one", "two"]
 
 
-async def test_no_in_process_endpoint_means_none(mock: MockModelServer) -> None:
-    assert await post_json("http://127.0.0.1:9/r/x/v1", "k", "/chat/completions", b"{}") is None
+async def test_no_in_process_endpoint_means_the_network() -> None:
+    assert served_in_process("http://127.0.0.1:9/r/x/v1") is None
 
 
 async def test_a_closed_rollout_is_refused_in_process_as_over_http(mock: MockModelServer) -> None:

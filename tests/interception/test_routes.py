@@ -21,9 +21,9 @@ import pytest
 import v1 as vf
 from v1.clients import resolve_client
 from v1.clients.http import http_library
+from v1.clients.in_process import InProcessTransport
 from v1.interception import get_endpoint
 from v1.interception.dialects import DIALECTS
-from v1.interception.in_process import InProcessTransport
 from v1.interception.server import EndpointServer
 from v1.interception.upstream import upstream
 from v1.testing import MockModelServer
@@ -140,7 +140,7 @@ async def send_all(http: Any, root: str, key: str) -> dict[str, tuple[int, str]]
 async def test_every_route_answers_alike_over_both_carriers(mock: MockModelServer) -> None:
     endpoint = await get_endpoint()
     assert endpoint.port is not None
-    in_process = InProcessTransport(endpoint.host, endpoint.port, fallback=RefuseOtherOrigins())
+    in_process = InProcessTransport(fallback=RefuseOtherOrigins())
     async with httpx.AsyncClient() as over_http, http_library().AsyncClient(transport=in_process) as over_process:
         answers = {
             "http": await send_all(over_http, *await open_rollout(endpoint, mock)),

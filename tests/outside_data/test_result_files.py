@@ -97,3 +97,22 @@ def test_resume_reports_the_bad_line_in_one_line_and_loads_the_rest(runs: tuple[
     saved = [json.loads(line) for line in results.read_text().splitlines()]
     assert sorted(output["example_id"] for output in saved) == [0, 1, 2, 3]
     assert all(output["error"] is None for output in saved)
+
+
+def test_training_reads_saved_lines_bounded_in_one_line(tmp_path: Path) -> None:
+    """`sft.data` (a saved `results.jsonl`) and a run folder's `metrics.jsonl` go through the bounded reader too."""
+    from v1.errors import ConfigError, Error
+    from v1.train.outputs import read_metrics
+    from v1.train.sft import samples_from_results
+
+    results = tmp_path / "results.jsonl"
+    for line, expected in ((DEEP_LINE, "line 2: nested more than 128 levels deep"), ("[1]\n", "line 2: not a JSON object")):
+        results.write_text('{"reward": 1.0}\n' + line, encoding="utf-8")
+        with pytest.raises(ConfigError) as caught:
+            samples_from_results(results)
+        assert str(caught.value) == f"sft.data {results} {expected}"
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1}\n' + DEEP_LINE, encoding="utf-8")
+    with pytest.raises(Error) as refused:
+        read_metrics(metrics)
+    assert str(refused.value) == f"{metrics} line 2: nested more than 128 levels deep"

@@ -4,8 +4,8 @@ openai >= 3 is built on `httpx2` and ships an aiohttp transport; older SDKs use
 `httpx` (and aiohttp only with the `httpx_aiohttp` extra). v1 builds its pools
 with the SDK's own classes so the objects always match the SDK, and prefers the
 aiohttp transport where the SDK has one: on loopback at hundreds of concurrent
-rollouts it halves the per-call overhead of the pure-Python pool (see
-benchmarks/README.md). It honours proxies from the environment, TLS
+rollouts it halved the per-call overhead of the pure-Python pool (measured in the
+history of benchmarks/README.md). It honours proxies from the environment, TLS
 verification and connection limits like the default client does.
 
 Everything here imports the SDK on first use, not on import: `import v1` stays light.

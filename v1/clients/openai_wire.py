@@ -3,27 +3,34 @@
 The upstream clients v1 builds from a `ClientConfig` send their requests through an
 `OpenAIWire` instead of the official SDK's request machinery: the request is JSON
 already (v1 builds it from canonical messages) and the answer is translated from JSON,
-so the SDK's request building, httpx models and response parsing would be pure cost
-(about 40% of a rollout's CPU, see benchmarks/README.md). What reaches the upstream is
+so the SDK's request building and response parsing would be pure cost (about 40% of a
+rollout's CPU before the wire; the profile in benchmarks/README.md shows them gone). What reaches the upstream is
 what the SDK would send: its default headers (read from the SDK client's public
 `default_headers`), the bearer key, the configured timeouts and connection limit,
 proxies from the environment, no redirects. Failures are raised as the SDK's own
 public exception classes (`status_error`, `APIConnectionError`, `APITimeoutError`,
 `APIError` for an error event in a stream), so retry decisions and the errors that
-are recorded do not depend on which path carried the call.
+are recorded do not depend on which path carried the call. Every request goes through the one
+in-process carrier (`v1.clients.in_process.InProcessTransport`): a server of this process that
+serves the upstream's origin on this loop (the built-in inference server) answers it without a
+socket, and everything else goes over the aiohttp pool; the wire reads HTTP either way. Answers
+are parsed with the bounded reader (`v1._bounded_json`, depth only: logprobs may be ``-Infinity``):
+an upstream's body is outside data.
 
 aiohttp and openai are imported on first use: `import v1` stays light.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from v1 import _bounded_json
 from v1.clients.http import http_library
-from v1.clients.local_upstream import local_upstream
+from v1.clients.in_process import InProcessTransport, post_request, read_body
 from v1.errors import InvalidModelResponseError
 
 if TYPE_CHECKING:
@@ -51,7 +58,7 @@ def status_error(status: int, headers: Mapping[str, str], content: bytes, url: s
     message = f"Error code: {status}"
     body: Any = text or None
     try:
-        body = json.loads(text)
+        body = _bounded_json.loads(text, "the error body", finite=False)
     except ValueError:
         pass
     detail = body.get("error", body) if isinstance(body, dict) else body
@@ -84,7 +91,7 @@ def transport_error(error: BaseException, url: str) -> openai.APIError:
     """A timeout or connection failure as the SDK's `APITimeoutError` / `APIConnectionError` (raise it `from` the cause)."""
     import openai
 
-    if isinstance(error, TimeoutError):
+    if isinstance(error, TimeoutError | http_library().TimeoutException):
         return openai.APITimeoutError(request=_request(url))
     return openai.APIConnectionError(message=f"Connection error: {type(error).__name__}: {error}", request=_request(url))
 
@@ -110,6 +117,9 @@ class OpenAIWire:
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._headers: Any = None
+        self.transport = InProcessTransport(AiohttpTransport(self))
+        """What carries every request: a server of this process serving the upstream, else the aiohttp pool."""
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -128,55 +138,98 @@ class OpenAIWire:
         return self.base_url + path if path.startswith("/") else f"{self.base_url}/{path}"
 
     async def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
-        """POST `body` as JSON; the decoded answer. Raises the SDK's exceptions (see the module doc).
-
-        A server of this process registered for the base URL on this loop (`v1.clients.local_upstream`)
-        answers without a socket.
-        """
-        import aiohttp
-
+        """POST `body` as JSON; the decoded answer. Raises the SDK's exceptions (see the module doc)."""
         url = self.url(path)
-        local = local_upstream(self.base_url)
-        if local is not None:
-            answered = await local(path, encode_json(body))
-            if answered is not None:
-                status, answer = answered
-                if not 200 <= status < 300:
-                    raise status_error(status, {"content-type": "application/json"}, encode_json(answer), url)
-                return answer
         try:
-            async with self.session().post(
-                url, data=encode_json(body), headers=self._headers(headers), allow_redirects=False
-            ) as answer:
-                content = await answer.read()
-                if not 200 <= answer.status < 300:
-                    raise status_error(answer.status, answer.headers, content, url)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            answer = await self._send(url, body, headers)
+            content = await read_body(answer)
+        except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
-        return json.loads(content)
+        if not 200 <= answer.status_code < 300:
+            raise status_error(answer.status_code, answer.headers, content, url)
+        try:
+            return _bounded_json.loads(content, f"the answer of {url}", finite=False)
+        except _bounded_json.UnsafeJSONError as exc:
+            raise InvalidModelResponseError(str(exc)) from None
 
     async def stream(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> SSEStream:
         """POST `body` as JSON and open its server-sent events (each event's `data` as JSON)."""
-        import aiohttp
-
         url = self.url(path)
         try:
-            answer = await self.session().post(url, data=encode_json(body), headers=self._headers(headers), allow_redirects=False)
-            if not 200 <= answer.status < 300:
-                async with answer:
-                    content = await answer.read()
-                raise status_error(answer.status, answer.headers, content, url)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            answer = await self._send(url, body, headers)
+            if not 200 <= answer.status_code < 300:
+                raise status_error(answer.status_code, answer.headers, await read_body(answer), url)
+        except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
         return SSEStream(answer, url)
 
-    def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        return {**self.headers, **extra} if extra else self.headers
+    async def _send(self, url: str, body: Any, headers: Mapping[str, str] | None) -> Any:
+        """POST `body` to `url` through the transport; the answer, its body not read yet."""
+        sent = {**self.headers, **headers} if headers else self._parsed_headers()
+        return await self.transport.handle_async_request(post_request(url, sent, encode_json(body)))
+
+    def _parsed_headers(self) -> Any:
+        """`headers` as the HTTP library's `Headers`, parsed once (each request copies them)."""
+        if self._headers is None:
+            self._headers = http_library().Headers(self.headers)
+        return self._headers
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+@functools.cache
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a transport raises when a request fails on the way: aiohttp's and the HTTP library's errors, timeouts."""
+    import aiohttp
+
+    return aiohttp.ClientError, http_library().TransportError, TimeoutError
+
+
+class AiohttpTransport:
+    """The network under an `OpenAIWire`: requests of the HTTP library sent over the wire's aiohttp pool, no redirects.
+
+    An `AsyncBaseTransport` of the HTTP library by its methods; the answer's body streams from the
+    connection (`aiohttp` errors and timeouts are raised as they are: the wire words them as the SDK does).
+    """
+
+    def __init__(self, wire: OpenAIWire) -> None:
+        self._wire = wire
+
+    async def handle_async_request(self, request: Any) -> Any:
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
+        answer = await self._wire.session().request(
+            request.method, str(request.url), data=await request.aread(), headers=headers, allow_redirects=False
+        )
+        return http_library().Response(answer.status, headers=list(answer.raw_headers), stream=_body_class()(answer))
+
+    async def aclose(self) -> None:
+        await self._wire.close()
+
+
+@functools.cache
+def _body_class() -> type[Any]:
+    """The stream class of aiohttp answers: an `AsyncByteStream` of the HTTP library, built on first use."""
+
+    class AiohttpBody(http_library().AsyncByteStream):  # type: ignore[misc,name-defined]
+        """One aiohttp answer's body, chunk by chunk; closing gives the connection back when it was read to its end."""
+
+        def __init__(self, answer: aiohttp.ClientResponse) -> None:
+            self._answer = answer
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self._answer.content.iter_any():
+                yield chunk
+
+        async def aclose(self) -> None:
+            if self._answer.content.at_eof():
+                self._answer.release()
+            else:
+                self._answer.close()
+
+    return AiohttpBody
 
 
 class SSEStream:
@@ -186,31 +239,30 @@ class SSEStream:
     stream does); data that is not JSON is an unusable answer (`InvalidModelResponseError`).
     """
 
-    def __init__(self, answer: aiohttp.ClientResponse, url: str) -> None:
+    def __init__(self, answer: Any, url: str) -> None:
         self.answer = answer
+        """The `Response` of the HTTP library, its body not read yet."""
         self.url = url
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Any]:
-        import aiohttp
-
         try:
-            async for _event, data in _server_sent_events(self.answer.content.iter_any()):
+            async for _event, data in _server_sent_events(self.answer.stream):
                 if data.startswith("[DONE]"):
                     return
                 yield self._decode(data)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except _transport_errors() as exc:
             raise transport_error(exc, self.url) from exc
 
     def _decode(self, data: str) -> Any:
         import openai
 
         try:
-            decoded = json.loads(data)
-        except ValueError as exc:
-            raise InvalidModelResponseError(f"a streamed event's data is not JSON: {data[:200]!r}") from exc
+            decoded = _bounded_json.loads(data, "a streamed event's data", finite=False)
+        except _bounded_json.UnsafeJSONError as exc:
+            raise InvalidModelResponseError(f"{exc}: {data[:200]!r}") from None
         if isinstance(decoded, dict) and decoded.get("error"):
             error = decoded["error"]
             message = error.get("message") if isinstance(error, dict) else None
@@ -223,13 +275,10 @@ class SSEStream:
 
     async def close(self) -> None:
         """Give the connection back to the pool when the body was read to its end, else drop it."""
-        if self.answer.content.at_eof():
-            self.answer.release()
-        else:
-            self.answer.close()
+        await self.answer.aclose()
 
 
-async def _server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
+async def _server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
     """``(event, data)`` for each event of an SSE body (multi-line data joined by newlines, comments skipped)."""
     pending = b""
     event, data = "", list[str]()
@@ -276,4 +325,14 @@ def sdk_headers(client: Any, api_key: str) -> dict[str, str]:
     return headers
 
 
-__all__ = ["STATUS_ERRORS", "OpenAIWire", "SSEStream", "encode_json", "proxied", "sdk_headers", "status_error", "transport_error"]
+__all__ = [
+    "STATUS_ERRORS",
+    "AiohttpTransport",
+    "OpenAIWire",
+    "SSEStream",
+    "encode_json",
+    "proxied",
+    "sdk_headers",
+    "status_error",
+    "transport_error",
+]

@@ -11,9 +11,10 @@ Routes (aiohttp):
 - ``GET /v1/models``, ``GET /health``, ``GET /stats`` (the engine's counters);
 - ``POST /update_weights`` with ``{"path": DIR}``: load a checkpoint directory's weights.
 
-A trainer in the same process calls `load_weights(state_dict)` instead, and v1's upstream clients
-on the server's event loop get whole answers from `answer_in_process` without a socket
-(`v1.clients.local_upstream`): the interception endpoint still sees and records every call.
+A trainer in the same process calls `load_weights(state_dict)` instead, and the server serves its
+origin in process (`v1.clients.in_process`): v1's upstream clients on the server's event loop get
+whole chat and completions answers without a socket (`handle_async_request`), HTTP all the same;
+the interception endpoint still sees and records every call.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v1 import _bounded_json
 from v1._entropy import uuid4_hex
-from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
+from v1.clients.in_process import serve_in_process, stop_serving, whole_response
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest
 from v1.clients.tool_call_text import parse_tool_calls
@@ -146,7 +147,7 @@ class InferenceServer:
         self._runner: web.AppRunner | None = None
         self._created = int(time.time())
         self.in_process_requests = 0
-        """Whole answers given in process (`answer_in_process`), without HTTP."""
+        """Whole answers given in process (`handle_async_request`), without a socket."""
         self.prompts = PromptCache()
         """Chat prompts' token ids, rendered once per distinct prompt."""
         self._token_texts: dict[int, str] = {}
@@ -197,11 +198,11 @@ class InferenceServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        register_local_upstream(self.url, self.answer_in_process, asyncio.get_running_loop())
+        serve_in_process(self.url, self)
 
     async def close(self) -> None:
         """Stop serving; requests in flight end with an error."""
-        unregister_local_upstream(self.url, self.answer_in_process)
+        stop_serving(self.url, self)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -273,8 +274,19 @@ class InferenceServer:
             return await self._stream(request, generation, body, chat=False, tools=False)
         return _json(*await self._completions_answer(body, generation))
 
+    async def handle_async_request(self, request: Any) -> Any | None:
+        """The server's in-process entry (`v1.clients.in_process.InProcessApp`): a request of the HTTP library in,
+        its `Response` out; None (sent over the network) for a stream or a route other than chat and completions."""
+        if request.method != "POST" or not request.url.path.startswith("/v1/"):
+            return None
+        answered = await self.answer_in_process(request.url.path.removeprefix("/v1"), await request.aread())
+        if answered is None:
+            return None
+        status, body = answered
+        return whole_response(status, {"content-type": "application/json"}, json.dumps(body).encode())
+
     async def answer_in_process(self, path: str, raw: bytes) -> tuple[int, Any] | None:
-        """A whole chat or completions answer without HTTP (`v1.clients.local_upstream`): ``(status, JSON body)``.
+        """A whole chat or completions answer without HTTP: ``(status, JSON body)``.
 
         The same validation, generation and answer as the HTTP routes; None for a stream or
         another path (the caller sends those over HTTP).

@@ -1,14 +1,11 @@
-"""The in-process transport: SDK calls of in-process programs enter the endpoint's handler without a socket.
+"""The endpoint served in process: SDK calls and model calls of in-process programs enter its handler without a socket.
 
-`state.get_client()` hands in-process programs (the default tool loop, Python
-callables) an SDK client whose HTTP pool carries requests for the endpoint's own
-origin straight into `EndpointServer.dispatch`, the handler the aiohttp server
-runs: the same authorization, parsing, recording, errors and streaming, minus
-the loopback socket, aiohttp's request parsing and the program-side connection
-pool. Requests for any other origin, and bodies with a `Content-Encoding`, go
-over the network as before. The transport holds the endpoint's origin only: it
-finds the running server in a registry here, so nothing a program holds leads
-to the server or its sessions.
+`EndpointApp` is the endpoint's app for the one in-process carrier (`v1.clients.in_process`):
+the endpoint serves its origin with it when it starts, and requests that programs of this
+process send through an `InProcessTransport` (the SDK clients `state.get_client()` returns,
+the base loop's model calls) enter `EndpointServer.dispatch`, the handler the aiohttp server
+runs: the same authorization, parsing, recording, errors and streaming, minus the loopback
+socket, aiohttp's request parsing and the program-side connection pool.
 """
 
 from __future__ import annotations
@@ -16,38 +13,20 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from typing import Any
 
 from v1.clients.http import http_library
+from v1.clients.in_process import whole_response
 from v1.interception.exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
-
-
-class _Endpoint(NamedTuple):
-    dispatch: Dispatch
-    max_body_bytes: int
-
-
-_ENDPOINTS: dict[tuple[str, str | None, int | None], _Endpoint] = {}
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
 _END = object()
 _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
 
 
-def register(host: str, port: int, dispatch: Dispatch, max_body_bytes: int) -> None:
-    """Route in-process requests for ``http://host:port`` to `dispatch` (the endpoint server, when it starts)."""
-    _ENDPOINTS[("http", host, port)] = _Endpoint(dispatch, max_body_bytes)
-
-
-def unregister(host: str, port: int) -> None:
-    """Forget the endpoint at ``http://host:port`` (when it closes): later requests go over the network."""
-    _ENDPOINTS.pop(("http", host, port), None)
-
-
 def _start(
-    endpoint: _Endpoint, method: str, path: str, headers: Any, body: bytes
+    endpoint: EndpointApp, method: str, path: str, headers: Any, body: bytes
 ) -> tuple[_InProcessExchange, asyncio.Task[Any]]:
     """Start the handler on one request, as a task of its own, as under a server: a program that
     stops waiting (a timeout, a closed stream) does not cancel the call the endpoint is answering."""
@@ -76,28 +55,6 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
     answer = handler.result()
     assert answer is not None, "a handler that did not stream answers"
     return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
-
-
-async def post_json(base_url: str, api_key: str, route: str, body: bytes) -> tuple[int, dict[str, str], bytes] | None:
-    """POST a JSON `body` to `route` under a rollout's endpoint `base_url`, in process, as an SDK would.
-
-    For programs of this process that build requests themselves (the default tool loop): the
-    same handler, recording and errors as over HTTP. The request must not ask to stream.
-
-    Returns:
-        status, headers and body of the answer; None when no endpoint of this process serves `base_url`.
-    """
-    parts = urlsplit(base_url)
-    endpoint = _ENDPOINTS.get((parts.scheme, parts.hostname, parts.port))
-    if endpoint is None:
-        return None
-    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
-    exchange, handler = _start(endpoint, "POST", parts.path + route, headers, body)
-    await exchange.ready
-    if exchange.stream_headers is not None:
-        exchange.gone = True
-        raise ValueError("post_json is for answers that do not stream")
-    return _whole_answer(handler)
 
 
 class _InProcessExchange:
@@ -162,44 +119,29 @@ def _chunks_class() -> type[Any]:
     return Chunks
 
 
-class InProcessTransport:
-    """Carries requests for the endpoint's origin into its handler; others (and compressed bodies) go to `fallback`.
+class EndpointApp:
+    """The endpoint's handler as an in-process app: an HTTP library `Request` in, its `Response` out (a stream when it streams).
 
-    Mounted on the endpoint's origin of the SDK pools (`mounts=`); closing it closes `fallback`.
-
-    An `AsyncBaseTransport` of the SDK's HTTP library by its methods (the library is imported only when used).
+    Args:
+        dispatch: the handler the endpoint's HTTP server runs (`EndpointServer.dispatch`).
+        max_body_bytes: the largest body the handler reads (a larger one is refused as over HTTP).
     """
 
-    def __init__(self, host: str, port: int, fallback: Any) -> None:
-        self._origin = ("http", host, port)
-        self._fallback = fallback
+    def __init__(self, dispatch: Dispatch, max_body_bytes: int) -> None:
+        self.dispatch = dispatch
+        self.max_body_bytes = max_body_bytes
 
     async def handle_async_request(self, request: Any) -> Any:
-        url = request.url
-        origin = (url.scheme, url.host, url.port)
-        endpoint = _ENDPOINTS.get(origin)
-        if endpoint is None or origin != self._origin or "content-encoding" in request.headers:
-            return await self._fallback.handle_async_request(request)
         body = await request.aread()
-        exchange, handler = _start(endpoint, request.method, url.path, request.headers, body)
+        exchange, handler = _start(self, request.method, request.url.path, request.headers, body)
         try:
             await exchange.ready
-        except BaseException:  # the SDK stopped waiting (its timeout): the answer will not be delivered
+        except BaseException:  # the caller stopped waiting (its timeout): the answer will not be delivered
             exchange.gone = True
             raise
         if exchange.stream_headers is not None:
             return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
-        status, headers, content = _whole_answer(handler)
-        return http_library().Response(status, headers=headers, content=content)
-
-    async def aclose(self) -> None:
-        await self._fallback.aclose()
-
-    async def __aenter__(self) -> InProcessTransport:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        return whole_response(*_whole_answer(handler))
 
 
-__all__ = ["InProcessTransport", "post_json", "register", "unregister"]
+__all__ = ["EndpointApp"]

@@ -137,6 +137,8 @@ class EndpointPools:
     """
 
     def __init__(self, origin: str, transport: Any) -> None:
+        self.transport = transport
+        """The in-process carrier to the endpoint (its fallback: the network), for requests v1 builds itself."""
         self.openai = in_process_http(origin, transport)
         self._mounts = {origin: transport}
         self._anthropic: Any = None

@@ -27,6 +27,7 @@ from v1 import _bounded_json
 from v1._loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.clients.http import http_library
+from v1.clients.in_process import InProcessTransport, serve_in_process, stop_serving
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import mcp_server
 from v1.interception.connection_gate import (
@@ -38,7 +39,7 @@ from v1.interception.connection_gate import (
 from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception.exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
-from v1.interception.in_process import InProcessTransport, register, unregister
+from v1.interception.in_process import EndpointApp
 from v1.interception.relay import StreamRelay
 from v1.interception.routes import Route, RouteTable
 from v1.interception.sdk import EndpointPools
@@ -269,6 +270,7 @@ class EndpointServer:
         self.pools: EndpointPools | None = None
         self._runner: web.AppRunner | None = None
         self._gate: ConnectionGate | None = None
+        self._app: EndpointApp | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
         self.routes = RouteTable(self._route_list(), self._unknown_route)
 
@@ -299,8 +301,9 @@ class EndpointServer:
         self._gate = ConnectionGate(server, lambda: server.connections, connection_limit(raise_descriptor_limit()))
         self.port = self._gate.listen(self.host, LISTEN_BACKLOG)
         fallback = http_library().AsyncHTTPTransport(trust_env=False)  # compressed bodies go over the socket
-        self.pools = EndpointPools(self.url, InProcessTransport(self.host, self.port, fallback=fallback))
-        register(self.host, self.port, self.dispatch, self.max_body_bytes)
+        self.pools = EndpointPools(self.url, InProcessTransport(fallback))
+        self._app = EndpointApp(self.dispatch, self.max_body_bytes)
+        serve_in_process(self.url, self._app)
         logger.debug("interception endpoint listening on %s", self.url)
 
     def _gated(
@@ -338,8 +341,9 @@ class EndpointServer:
         if self._gate is not None:
             self._gate.close()
             self._gate = None
-        if self.port is not None:
-            unregister(self.host, self.port)
+        if self._app is not None:
+            stop_serving(self.url, self._app)
+            self._app = None
         if self.pools is not None:
             await self.pools.close()
         if self._runner is not None:

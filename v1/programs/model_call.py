@@ -1,9 +1,11 @@
 """One model call of a running rollout through its endpoint: the base loop's and `Env.get_model_response`'s.
 
 What `client.chat.completions.create(**request)` (or `client.completions.create`) sends, the endpoint
-gets, and it records the exchange as a trajectory step. The request goes straight into the endpoint's
-handler when it runs in this process (no SDK request building, no HTTP, no SDK client built), else
-through the rollout's SDK client; a failure raises the SDK's own `APIStatusError` for it.
+gets, and it records the exchange as a trajectory step. The request is posted as JSON through the
+rollout's endpoint transport, the in-process carrier the SDK clients of `state.get_client()` use too
+(no SDK request building, no SDK client built): it enters the endpoint's handler without a socket when
+the endpoint serves this loop, else goes over HTTP. A refusal raises the SDK's own `APIStatusError` for
+it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.openai_chat_completions import post_options, sdk_posts
-from v1.clients.openai_wire import encode_json, status_error
-from v1.interception.in_process import post_json
+from v1.clients.http import http_library
+from v1.clients.in_process import post_request, read_body
+from v1.clients.openai_wire import encode_json, status_error, transport_error
+from v1.errors import EndpointError
 
 if TYPE_CHECKING:
     from v1.state import State
@@ -34,25 +37,27 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         openai.APIStatusError: the endpoint refused the call (a stopped rollout) or the upstream failed.
     """
     config = state.get_endpoint_config()
-    request = {**request, "model": config["model"]}
-    answered = await post_json(config["base_url"], config["api_key"], route, encode_json(request))
-    if answered is not None:
-        status, headers, content = answered
-        if status >= 400:
-            raise status_error(status, headers, content, config["base_url"] + route)
-        return json.loads(content)  # type: ignore[no-any-return]
-    client = state.get_client()
-    if sdk_posts(client):
-        from openai.types import Completion
-        from openai.types.chat import ChatCompletion
-
-        body_json, options = post_options(request)
-        cast_to = Completion if route == COMPLETIONS_ROUTE else ChatCompletion
-        answer = await client.post(route, body=body_json, options=options, cast_to=cast_to)
-    else:
-        create = client.completions.create if route == COMPLETIONS_ROUTE else client.chat.completions.create
-        answer = await create(**request)
-    return answer.model_dump(exclude_none=True, exclude_unset=True)  # type: ignore[no-any-return]
+    access = state.runtime.endpoint
+    if access is None:
+        raise EndpointError("this rollout has no open endpoint")
+    url = config["base_url"] + route
+    body = encode_json({**request, "model": config["model"]})
+    headers = {
+        "Authorization": f"Bearer {config['api_key']}",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+    }
+    sent = post_request(url, headers, body)
+    try:
+        answer = await access.pools.transport.handle_async_request(sent)
+        content = await read_body(answer)
+    except http_library().TransportError as exc:
+        raise transport_error(exc, url) from exc
+    if answer.status_code >= 400:
+        raise status_error(answer.status_code, answer.headers, content, url)
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        raise ValueError("call_model is for answers that do not stream")
+    return json.loads(content)  # type: ignore[no-any-return]
 
 
 __all__ = ["CHAT_ROUTE", "COMPLETIONS_ROUTE", "call_model"]

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from v1 import _bounded_json
+
 CHECKPOINT = re.compile(r"^step_(\d+)$")
 
 
@@ -72,7 +74,13 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The steps of a ``metrics.jsonl``, read bounded (a run folder is outside data on ``--resume``).
+
+    Raises:
+        UnsafeJSONError: a line that is not JSON, too deep or with a number that is not finite (named by file and line).
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [_bounded_json.loads(line, f"{path} line {number}") for number, line in enumerate(lines, 1) if line.strip()]
 
 
 def plot_metrics(metrics_path: Path, png_path: Path, evals: Mapping[str, float | None] | None = None) -> Path:

@@ -8,11 +8,11 @@ their trajectories) keep the server's tokens and the same masking as RL.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from v1 import _bounded_json
 from v1.errors import ConfigError
 from v1.train.batch import Sample, samples_from_states
 
@@ -56,9 +56,11 @@ def samples_from_results(path: Path, min_reward: float | None = None) -> list[Sa
         if not line.strip():
             continue
         try:
-            output = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"sft.data {path} line {number}: not JSON ({exc.msg})") from None
+            output = _bounded_json.loads(line, f"sft.data {path} line {number}")
+        except _bounded_json.UnsafeJSONError as exc:
+            raise ConfigError(str(exc)) from None
+        if not isinstance(output, dict):
+            raise ConfigError(f"sft.data {path} line {number}: not a JSON object")
         if min_reward is None or float(output.get("reward") or 0.0) >= min_reward:
             outputs.append({**output, "advantage": 1.0})
     built = samples_from_states(outputs)
