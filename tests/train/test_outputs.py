@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from v1.train.outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
@@ -17,6 +18,15 @@ def test_resume_cuts_the_metrics_log_back_to_the_checkpoint(tmp_path: Path) -> N
     assert read_metrics(tmp_path / "metrics.jsonl")[-1]["reward"] == 0.5
     png = plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "plot.png", {"eval_before": 0.1, "eval_after": None})
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_nan_metric_a_step_wrote_reads_back_and_plots(tmp_path: Path) -> None:
+    """`MetricsLog` writes what a step measured, NaN included (the mean of nothing): the end-of-run summary reads it."""
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"step": 1, "reward": 0.5, "loss": float("nan")})
+    (row,) = read_metrics(tmp_path / "metrics.jsonl")
+    assert row["reward"] == 0.5 and math.isnan(row["loss"])
+    assert plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_latest_checkpoint_skips_unfinished_ones(tmp_path: Path) -> None:

@@ -77,10 +77,13 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The steps of a ``metrics.jsonl``, read bounded (a run folder is outside data on ``--resume``).
 
     Raises:
-        UnsafeJSONError: a line that is not JSON, too deep or with a number that is not finite (named by file and line).
+        UnsafeJSONError: a line that is not JSON or too deep (named by file and line). A metric may be NaN
+        (`MetricsLog` writes what a step measured, e.g. the mean of nothing), so non-finite numbers are kept.
     """
     lines = path.read_text(encoding="utf-8").splitlines()
-    return [_bounded_json.loads(line, f"{path} line {number}") for number, line in enumerate(lines, 1) if line.strip()]
+    return [
+        _bounded_json.loads(line, f"{path} line {number}", finite=False) for number, line in enumerate(lines, 1) if line.strip()
+    ]
 
 
 def plot_metrics(metrics_path: Path, png_path: Path, evals: Mapping[str, float | None] | None = None) -> Path:
