@@ -44,8 +44,8 @@ def test_a_borrowed_client_is_copied_once_and_the_link_dropped() -> None:
 @pytest.mark.parametrize(
     ("module", "name", "moved"),
     [
-        ("v1.state", "upstream", upstream),
-        ("v1.state", "UpstreamHandles", UpstreamHandles),
+        ("v1.rollout._state", "upstream", upstream),
+        ("v1.rollout._state", "UpstreamHandles", UpstreamHandles),
         ("v1.interception.session", "stop_at_timeout", stop_at_timeout),
     ],
 )
@@ -56,7 +56,7 @@ def test_moved_names_still_import_from_their_old_path_with_a_warning(module: str
     assert namespace[name] is moved
 
 
-@pytest.mark.parametrize("module", ["v1.state", "v1.interception.session"])
+@pytest.mark.parametrize("module", ["v1.rollout._state", "v1.interception.session"])
 def test_other_missing_names_are_still_attribute_errors(module: str) -> None:
     assert not hasattr(importlib.import_module(module), "nope")
     with pytest.raises(ImportError):

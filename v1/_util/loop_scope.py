@@ -18,7 +18,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from v1._single_flight import SingleFlight
+from v1._util.single_flight import SingleFlight
 
 logger = logging.getLogger(__name__)
 

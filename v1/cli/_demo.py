@@ -18,8 +18,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 import v1 as vf
-from v1.testing import MockModelServer
-from v1.testing.responders import imperfect_reverser
+from v1.testing import MockModelServer, imperfect_reverser
 
 
 def count(text: str) -> int:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from v1.sandbox.local import LocalBackend
+from v1.sandbox import LocalBackend
 
 IMPORT_TIMEOUT = 900.0
 """How long the transformers import may take (minutes on a loaded machine) before it counts as hanging."""

@@ -40,28 +40,34 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from rich.console import Console
 
 import v1
-from v1 import _loop_scope as loop_scope
-from v1.cli.eval_view import LiveView, summary_table
-from v1.cli.preflight import ServerUnusable, check_server, fatal_upstream_error
-from v1.cli.standalone import run_command
+from v1._util import loop_scope as loop_scope
+from v1._util.logs import LEVEL_VARIABLE, setup_logging
+from v1.cli._eval_view import LiveView, summary_table
+from v1.cli._preflight import ServerUnusable, check_server, fatal_upstream_error
+from v1.cli._standalone import run_command
 from v1.clients.endpoints import client_config_for, load_endpoints
 from v1.config import OPENAI_BASE_URL_VAR, ClientConfig, read_toml
-from v1.env import Env
-from v1.errors import ConfigError, Error
-from v1.eval_config import (
+from v1.env import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_NUM_EXAMPLES,
     DEFAULT_ROLLOUTS_PER_EXAMPLE,
+    Env,
+    EnvSource,
     EvalConfig,
     MaxConcurrent,
     MaxRetries,
     NumExamples,
+    RayActorsLost,
+    RayExecutor,
+    ResultsWriter,
+    RolloutKey,
     RolloutsPerExample,
+    create_run_folder,
+    environment_config_file,
+    load_id_environment,
+    load_toml_environment,
 )
-from v1.executors import RayActorsLost, RayExecutor
-from v1.loading import EnvSource, environment_config_file, load_id_environment, load_toml_environment
-from v1.logs import LEVEL_VARIABLE, setup_logging
-from v1.results import ResultsWriter, RolloutKey, create_run_folder
+from v1.errors import ConfigError, Error
 from v1.types import GenerateMetadata
 
 
@@ -872,7 +878,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``vf-eval ...`` (the console script) and ``python -m v1.cli.eval ...``: `v1 eval` on its own."""
+    """``vf-eval ...`` (the console script) and ``python -m v1.cli._eval ...``: `v1 eval` on its own."""
     return run_command(sys.modules[__name__], argv, prog="vf-eval")
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from v1.results import EvalSummary, RolloutKey
+from v1.env import EvalSummary, RolloutKey
 from v1.types import GenerateMetadata, RolloutOutput
 
 ERROR_LINE_CHARS = 300

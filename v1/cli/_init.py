@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from v1.cli.standalone import run_command
+from v1.cli._standalone import run_command
 
 SCAFFOLD = Path(__file__).parent / "scaffold"
 FILES = {

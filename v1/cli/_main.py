@@ -13,15 +13,15 @@ import argparse
 import sys
 
 import v1
-from v1.cli import demo
-from v1.cli import doctor as doctor_command
-from v1.cli import eval as eval_command
-from v1.cli import init as init_command
-from v1.cli import sandbox as sandbox_command
-from v1.cli import serve as serve_command
-from v1.cli import train as train_command
-from v1.cli import view as view_command
-from v1.cli.standalone import OneLineErrorParser
+from v1.cli import _demo as demo
+from v1.cli import _doctor as doctor_command
+from v1.cli import _eval as eval_command
+from v1.cli import _init as init_command
+from v1.cli import _sandbox as sandbox_command
+from v1.cli import _serve as serve_command
+from v1.cli import _train as train_command
+from v1.cli import _view as view_command
+from v1.cli._standalone import OneLineErrorParser
 
 COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command, view_command, doctor_command)
 

@@ -1,6 +1,6 @@
-"""One `v1` command run on its own: ``python -m v1.cli.eval ...`` and the ``vf-eval`` script.
+"""One `v1` command run on its own: ``python -m v1.cli._eval ...`` and the ``vf-eval`` script.
 
-`v1.cli.main` runs every command under one parser; `run_command` builds the parser
+`v1.cli` runs every command under one parser; `run_command` builds the parser
 of a single command module (its ``add_parser``) and runs it the same way.
 """
 

@@ -71,7 +71,7 @@ def rank_arguments(args: argparse.Namespace) -> list[str]:
 def launch_ranks(args: argparse.Namespace, errors: Console) -> int:
     """``--nproc N``: torchrun's launcher in this process over N ranks of ``python -m v1.train``.
 
-    The ranks end with this process however it ends (`v1._lifeline`); one failed rank ends the others.
+    The ranks end with this process however it ends (`v1._util.lifeline`); one failed rank ends the others.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun

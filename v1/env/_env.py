@@ -19,22 +19,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from v1 import _loop_scope as loop_scope
-from v1._calling import resize_pool
-from v1._gc_tuning import batch_gc
-from v1._provenance import version_info
-from v1._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
+from v1._util import loop_scope as loop_scope
+from v1._util.calling import resize_pool
+from v1._util.gc_tuning import batch_gc
+from v1._util.provenance import version_info
 from v1.clients.base import Client
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig, EnvConfig
+from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
+from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
 from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception.upstream import upstream
-from v1.lifecycle import Handler
-from v1.programs.model_call import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
-from v1.results import EvalSummary, ResultsWriter, RolloutKey
-from v1.state import State
-from v1.task import Task, thaw
+from v1.programs import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
+from v1.rollout import Handler, State, Task, thaw
 from v1.taskset import Taskset, rows_to_dataset
 from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs
 
@@ -161,7 +159,7 @@ class _RunRecord:
 
 
 class EnvOrigin(Protocol):
-    """Where an env was loaded from, so a worker elsewhere can load it again (`v1.loading.EnvSource`)."""
+    """Where an env was loaded from, so a worker elsewhere can load it again (`v1.env.EnvSource`)."""
 
     def load(self) -> Env: ...
 
@@ -551,7 +549,7 @@ class Env:
                 attempt's errors. An exception raised by either callback aborts the run
                 (the rollouts in flight are cancelled, the metadata is written) and propagates.
             executor: where the groups run: this event loop when None (`LocalExecutor`), or
-                e.g. `v1.executors.RayExecutor` for Ray actors; outputs come back here and are
+                e.g. `v1.env.RayExecutor` for Ray actors; outputs come back here and are
                 written by this process alone. A non-default executor's `describe()` is recorded
                 as `executor` in the metadata when the run ends.
         """

@@ -25,12 +25,12 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from v1._scheduling import Executor, LocalExecutor, Unit, UnitJob
 from v1.config import ClientConfig
-from v1.env import EnvOrigin
+from v1.env._env import EnvOrigin
+from v1.env._loading import EnvSource
+from v1.env._scheduling import Executor, LocalExecutor, Unit, UnitJob
 from v1.errors import ConfigError, Error
-from v1.loading import EnvSource
-from v1.task import Task
+from v1.rollout import Task
 
 TEARDOWN_TIMEOUT_S = 60.0
 """How long closing an executor waits for its actors' environment teardowns."""

@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from v1.config import Config, EnvConfig, HarnessConfig, TasksetConfig, import_ref, read_toml
-from v1.env import Env
+from v1.env._env import Env
 from v1.errors import ConfigError, UnknownNameError
 from v1.harness import Harness
-from v1.lifecycle import LIST_KINDS
 from v1.registry import HARNESSES, TASKSETS, Registry
+from v1.rollout import LIST_KINDS
 from v1.taskset import Taskset
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.errors import ConfigError
 
 logger = logging.getLogger(__name__)

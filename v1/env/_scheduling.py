@@ -7,7 +7,7 @@ that raises (cancelling the others).
 
 An `Executor` is where the units of a `generate` call run, given as a `UnitJob`: the
 `LocalExecutor` (the default) runs them on this event loop with `run_units`; other
-executors (`v1.executors.RayExecutor`) run them elsewhere and hand each finished unit's
+executors (`v1.env.RayExecutor`) run them elsewhere and hand each finished unit's
 outputs to `UnitJob.finished`, which stays the one writer of results.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from v1.results import RolloutKey
-from v1.task import Task
+from v1.env._results import RolloutKey
+from v1.rollout import Task
 
 
 class RolloutLimiter:

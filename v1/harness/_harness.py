@@ -16,10 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from v1._entropy import uuid4_hex
-from v1._rollout_context import RolloutContext
-from v1._scoring import score_group, score_rollout
-from v1._toolbox import RolloutToolbox
+from v1._util.entropy import uuid4_hex
 from v1.clients.base import Client, ClientLike
 from v1.clients.registry import resolve_client
 from v1.config import (
@@ -36,17 +33,24 @@ from v1.config import (
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception.server import get_endpoint
 from v1.interception.upstream import stop_at_timeout, upstream
-from v1.lifecycle import Handler, Handlers, group_arguments, owned_handlers, rollout_arguments
-from v1.programs import Program, resolve_program
-from v1.programs.spec import check_row_data, narrow_program, narrow_sandbox, program_sandbox
-from v1.sandbox.backend import EndpointTarget
-from v1.sandbox.scopes import RolloutSandboxes, SandboxScopes
-from v1.state import State
-from v1.task import Task, thaw
-from v1.taskset import Taskset
-from v1.toolset import Toolset, merge_toolsets
+from v1.programs import Program, check_row_data, narrow_program, narrow_sandbox, program_sandbox, resolve_program
+from v1.rollout import (
+    Handler,
+    Handlers,
+    RolloutContext,
+    State,
+    Task,
+    group_arguments,
+    owned_handlers,
+    rollout_arguments,
+    score_group,
+    score_rollout,
+    thaw,
+)
+from v1.sandbox import EndpointTarget, RolloutSandboxes, SandboxScopes
+from v1.taskset import Taskset, User, UserLike, resolve_user
+from v1.tools import RolloutToolbox, Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
-from v1.user import User, UserLike, resolve_user
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +132,7 @@ class Harness:
         program: None (the default tool loop), a callable `(task, state)`, or a
             mapping/`ProgramConfig` (`{"base": True}`, `{"fn": "pkg.module:run"}`).
         task_programs: programs a task row may choose by name (`{"program": "name"}`); without
-            them a row can only add data to the harness's program (see `v1.programs.spec`).
+            them a row can only add data to the harness's program (see `v1.programs`).
         system_prompt: the harness's system prompt (see `system_prompt_strategy`).
         client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
         model, sampling_args, max_turns: what to call and how; the task's
@@ -290,7 +294,7 @@ class Harness:
         return resolve_program(spec, self.config.sandbox, task_sandbox)
 
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:
-        """This rollout's program and its sandbox: the harness's, narrowed by the task's fields (see `v1.programs.spec`)."""
+        """This rollout's program and its sandbox: the harness's, narrowed by the task's fields (see `v1.programs`)."""
         row_program, row_sandbox = task.get("program"), task.get("sandbox")
         spec = self.config.program
         if row_program or row_sandbox:

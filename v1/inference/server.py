@@ -34,8 +34,8 @@ import torch
 from aiohttp import web
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from v1 import _bounded_json
-from v1._entropy import uuid4_hex
+from v1._util import bounded_json as _bounded_json
+from v1._util.entropy import uuid4_hex
 from v1.clients.local_upstream import register_local_upstream, unregister_local_upstream
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest

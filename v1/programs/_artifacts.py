@@ -6,13 +6,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.config import ArtifactConfig
 from v1.errors import ProgramError, SandboxError
 
 if TYPE_CHECKING:
-    from v1._rollout_context import RolloutContext
-    from v1.state import State
+    from v1.rollout import RolloutContext, State
 
 ARTIFACT_READ_SECONDS = 30.0
 """A read that takes longer (a stalled backend) is given up for that artifact; the others are still read."""

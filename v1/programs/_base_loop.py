@@ -14,13 +14,11 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from v1.programs.model_call import call_model
+from v1.programs._model_call import call_model
 from v1.types import TimeSpan
 
 if TYPE_CHECKING:
-    from v1._rollout_context import RolloutContext
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import RolloutContext, State, Task
 
 
 async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: list[Any]) -> list[dict[str, Any]]:

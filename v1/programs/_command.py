@@ -26,18 +26,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from v1._bindings import Binding, BindingContext
 from v1.config import ProgramConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
-from v1.programs.artifacts import collect_artifacts, declared_artifacts
-from v1.sandbox.backend import ExecResult, OutputCallback, Sandbox, Workspace
-from v1.sandbox.host_files import copy_into, read_bytes, write_bytes
-from v1.sandbox.process import run_process
+from v1.programs._artifacts import collect_artifacts, declared_artifacts
+from v1.rollout import Binding, BindingContext
+from v1.sandbox import ExecResult, OutputCallback, Sandbox, Workspace, copy_into, read_bytes, run_process, write_bytes
 
 if TYPE_CHECKING:
-    from v1._rollout_context import RolloutContext
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import RolloutContext, State, Task
 
 HOST_REAPER = Path(__file__).with_name("_host_reaper.py")
 MAX_ARG_BYTES = 131072

@@ -30,7 +30,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from v1.errors import SandboxError
-from v1.sandbox.backend import Sandbox
+from v1.sandbox import Sandbox
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,7 +16,7 @@ from v1.clients.openai_wire import encode_json, status_error
 from v1.interception.in_process import post_json
 
 if TYPE_CHECKING:
-    from v1.state import State
+    from v1.rollout import State
 
 CHAT_ROUTE = "/chat/completions"
 COMPLETIONS_ROUTE = "/completions"

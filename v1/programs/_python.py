@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1._calling import call_user_code
+from v1._util.calling import call_user_code
 
 if TYPE_CHECKING:
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import State, Task
 
 
 async def run_callable(fn: Callable[..., Any], task: Task, state: State) -> None:

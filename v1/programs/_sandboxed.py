@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from v1.config import ProgramConfig
 from v1.errors import ConfigError, SandboxError, StateFieldError
-from v1.programs.artifacts import collect_artifacts, declared_artifacts
-from v1.programs.base_loop import base_loop
-from v1.programs.command import (
+from v1.programs._artifacts import collect_artifacts, declared_artifacts
+from v1.programs._base_loop import base_loop
+from v1.programs._command import (
     check_exec_size,
     endpoint_env,
     prepare_workspace,
@@ -36,15 +36,12 @@ from v1.programs.command import (
     resolve_bindings,
     run_setup,
 )
-from v1.programs.install import install_project
-from v1.sandbox.backend import Sandbox
-from v1.sandbox.host_files import read_host_file
-from v1.task import thaw
+from v1.programs._install import install_project
+from v1.rollout import thaw
+from v1.sandbox import Sandbox, read_host_file
 
 if TYPE_CHECKING:
-    from v1._rollout_context import RolloutContext
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import RolloutContext, State, Task
 
 RUNNER = Path(__file__).with_name("_fn_runner.py")
 PACKAGE_DIR = ".v1"
@@ -117,7 +114,7 @@ _install_locks: dict[tuple[str, str], asyncio.Lock] = {}
 async def install_package(sandbox: Sandbox, project: Path, timeout: float) -> str:
     """Upload and pip-install `project` (with its dependencies) into the sandbox, once per sandbox.
 
-    Its build runs without network (see `v1.programs.install`).
+    Its build runs without network (see `v1.programs`).
 
     Returns:
         The sandbox folder holding the uploaded project under its own name: the import path after the

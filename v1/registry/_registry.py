@@ -283,7 +283,7 @@ SANDBOX_BACKENDS: Registry[Any] = Registry(
     "sandbox backend",
     "v1.sandbox_backends",
     factory_of("available", "create", "delete"),
-    {"local": "v1.sandbox.local:LocalBackend", "prime": "v1.sandbox.prime:PrimeBackend"},
+    {"local": "v1.sandbox._local:LocalBackend", "prime": "v1.sandbox._prime:PrimeBackend"},
 )
 """`SandboxConfig.backend`: a `v1.sandbox.SandboxBackend` class or factory by name (group ``v1.sandbox_backends``)."""
 

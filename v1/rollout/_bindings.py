@@ -11,15 +11,19 @@ import copy
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from v1._calling import call_user_code
+from v1._util.calling import call_user_code
 from v1.errors import ConfigError, ToolError
+from v1.rollout._state import State
+from v1.rollout._task import Task
 
-if TYPE_CHECKING:
-    from v1._scopes import Scope
-    from v1.state import State
-    from v1.task import Task
+
+class ObjectScope(Protocol):
+    """Where `objects.*` bindings come from: a tool scope (`v1.tools.Scope`)."""
+
+    async def get_object(self, name: str) -> Any: ...
+
 
 BINDING_ROOTS = ("task", "state", "objects", "tools")
 
@@ -30,7 +34,7 @@ class BindingContext:
 
     task: Task | None
     state: State | None
-    scope: Scope | None
+    scope: ObjectScope | None
     tools: Mapping[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
 
 

@@ -8,13 +8,18 @@ time limits, and the artifacts the harness's taskset and toolsets declare; never
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from v1.config import ArtifactConfig
-from v1.lifecycle import Handlers, rollout_arguments
-from v1.state import State
-from v1.task import Task
-from v1.user import User
+from v1.rollout._lifecycle import Handlers, rollout_arguments
+from v1.rollout._state import State
+from v1.rollout._task import Task
+
+
+class UserSimulator(Protocol):
+    """The simulated user a program talks to (`v1.taskset.User`)."""
+
+    async def get_response(self, task: Task, state: State, messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None: ...
 
 
 @dataclass(eq=False, kw_only=True)
@@ -34,7 +39,7 @@ class RolloutContext:
     task: Task
     state: State
     handlers: Handlers
-    user: User | None = None
+    user: UserSimulator | None = None
     default_max_turns: int = 10
     timeout_seconds: float | None = None
     artifacts: list[ArtifactConfig] = field(default_factory=list)
@@ -74,4 +79,4 @@ class RolloutContext:
         return await self.user.get_response(self.task, self.state, messages)
 
 
-__all__ = ["RolloutContext"]
+__all__ = ["RolloutContext", "UserSimulator"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from v1._message_text import last_assistant_text
+from v1._util.message_text import last_assistant_text
 from v1.clients.registry import resolve_client
 from v1.config import ClientConfig
-from v1.state import State
-from v1.task import Task
+from v1.rollout._state import State
+from v1.rollout._task import Task
 from v1.types import Messages
 
 JUDGE_PROMPT = """Given a question, its ground-truth answer and a response, decide whether the response is correct.

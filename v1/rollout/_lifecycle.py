@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from v1._calling import call_user_code
+from v1._util.calling import call_user_code
 from v1.config import HandlerConfig, resolve_callable
 from v1.errors import ConfigError
 
 if TYPE_CHECKING:
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout._state import State
+    from v1.rollout._task import Task
 
 Kind = Literal["stop", "setup", "update", "metric", "reward", "advantage", "cleanup", "teardown"]
 KINDS: tuple[Kind, ...] = ("stop", "setup", "update", "metric", "reward", "advantage", "cleanup", "teardown")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from v1.lifecycle import Handler, Handlers, group_arguments, rollout_arguments
+from v1.rollout._lifecycle import Handler, Handlers, group_arguments, rollout_arguments
 
 if TYPE_CHECKING:
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout._state import State
+    from v1.rollout._task import Task
 
 
 def _as_float(value: Any, handler: Handler) -> float:

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from v1._entropy import uuid4_hex
+from v1._util.entropy import uuid4_hex
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
-from v1.mcp import ToolContent
-from v1.sandbox.backend import Sandbox
-from v1.task import Task
-from v1.types import RolloutTiming
+from v1.rollout._task import Task
+from v1.sandbox import Sandbox
+from v1.types import RolloutTiming, ToolContent
 
 MANAGED_FIELDS = frozenset({"is_completed", "stop_condition", "is_truncated", "error", "trajectory"})
 BORROWABLE = ("model", "client", "sandbox", "tools")
@@ -70,7 +68,7 @@ class SDKClientFactory(Protocol):
 
 
 class RolloutTools(Protocol):
-    """A rollout's toolbox as the state and the framework's parts reach it (`v1._toolbox.RolloutToolbox`)."""
+    """A rollout's toolbox as the state and the framework's parts reach it (`v1.tools.RolloutToolbox`)."""
 
     @property
     def group_id(self) -> str: ...
@@ -87,7 +85,7 @@ class RolloutTools(Protocol):
 
 
 class RolloutSandboxHandles(Protocol):
-    """A rollout's sandboxes, created on first use (`v1.sandbox.scopes.RolloutSandboxes`)."""
+    """A rollout's sandboxes, created on first use (`v1.sandbox.RolloutSandboxes`)."""
 
     @property
     def rollout_id(self) -> str: ...
@@ -127,7 +125,7 @@ class RolloutRuntime:
     toolbox: RolloutTools | None = None
     sandboxes: RolloutSandboxHandles | None = None
     judge_prompts: dict[str, str] = field(default_factory=dict)
-    """The prompt each judge name last answered in `state["judge_responses"]` (`v1.judge.ask_judge`)."""
+    """The prompt each judge name last answered in `state["judge_responses"]` (`v1.rollout.ask_judge`)."""
     upstream_from: RolloutRuntime | None = None
     """The parent rollout whose upstream client and sampling args this one borrowed; the
     interception layer copies them the first time it looks this rollout's handles up."""
@@ -408,19 +406,6 @@ def _rebuild_state(data: dict[str, Any], task: dict[str, Any], frozen: bool) -> 
     dict.update(state, data)
     state.task = Task(task).freeze() if frozen else Task(task)
     return state
-
-
-_MOVED = {"UpstreamHandles": "v1.interception.upstream", "upstream": "v1.interception.upstream"}
-
-
-def __getattr__(name: str) -> Any:
-    """`UpstreamHandles` and `upstream` moved to `v1.interception.upstream`: the old names still work, with a warning."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"v1.state.{name} moved to {_MOVED[name]}.{name}; import it from there", DeprecationWarning, stacklevel=2)
-    from v1.interception import upstream as moved  # a deprecated alias: the one import here that points up
-
-    return getattr(moved, name)
 
 
 __all__ = [

@@ -21,7 +21,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from v1.sandbox.backend import PIN_HEADER, EndpointTarget
+from v1.sandbox._backend import PIN_HEADER, EndpointTarget
 
 MAX_CONNECTIONS = 64
 """Connections one sandbox may hold open to the endpoint at once (each costs the in-sandbox relay two threads)."""

@@ -31,13 +31,13 @@ from pathlib import Path, PurePosixPath
 
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
-from v1.sandbox.backend import EndpointTarget, ExecResult, OutputCallback
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, RolloutRelays
-from v1.sandbox.host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
-from v1.sandbox.limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
-from v1.sandbox.own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
-from v1.sandbox.process import kill_children, kill_group, reap_now, run_process
-from v1.sandbox.seccomp import filter_program, seccomp_problem
+from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
+from v1.sandbox._endpoint_relay import MAX_CONNECTIONS, RolloutRelays
+from v1.sandbox._host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
+from v1.sandbox._limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
+from v1.sandbox._own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
+from v1.sandbox._process import kill_children, kill_group, reap_now, run_process
+from v1.sandbox._seccomp import filter_program, seccomp_problem
 
 INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` (Fedora)"
 LAUNCHER = Path(__file__).with_name("_launcher.py")

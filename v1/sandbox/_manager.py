@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, SandboxError
-from v1.sandbox.backend import EndpointTarget, Sandbox, SandboxRecord, get_backend
-from v1.sandbox.local import sandbox_root
+from v1.sandbox._backend import EndpointTarget, Sandbox, SandboxRecord, get_backend
+from v1.sandbox._local import sandbox_root
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from v1.config import SandboxConfig, import_ref
 from v1.errors import ConfigError, SandboxError
-from v1.sandbox.backend import EndpointTarget, ExecResult, OutputCallback
+from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
 
 DEFAULT_IMAGE = "python:3.11-slim"
 INSTALL_HINT = "install it with `pip install 'v1[sandbox]'` (or `pip install prime-sandboxes`)"

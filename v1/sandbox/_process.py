@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from v1.sandbox.backend import ExecResult, OutputCallback
+from v1.sandbox._backend import ExecResult, OutputCallback
 
 MAX_OUTPUT_BYTES = 1_000_000
 REAP_SECONDS = 5.0

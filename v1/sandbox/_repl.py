@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from v1.errors import SandboxError
-from v1.sandbox.backend import ExecResult, Sandbox
+from v1.sandbox._backend import ExecResult, Sandbox
 
 SERVER = Path(__file__).with_name("_repl_server.py")
 SERVER_PATH = ".v1/repl_server.py"

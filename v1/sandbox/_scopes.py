@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from v1.config import SandboxConfig
 from v1.errors import ConfigError
-from v1.sandbox.backend import EndpointTarget, Sandbox
-from v1.sandbox.manager import get_manager
+from v1.sandbox._backend import EndpointTarget, Sandbox
+from v1.sandbox._manager import get_manager
 
 logger = logging.getLogger(__name__)
 

@@ -7,11 +7,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig, import_ref
 from v1.errors import TaskError
-from v1.lifecycle import Handler, apply_scoring, owned_handlers
-from v1.state import State
-from v1.task import Task
-from v1.toolset import Toolset, merge_toolsets
-from v1.user import User, UserLike, resolve_user
+from v1.rollout import Handler, State, Task, apply_scoring, owned_handlers
+from v1.taskset._user import User, UserLike, resolve_user
+from v1.tools import Toolset, merge_toolsets
 
 if TYPE_CHECKING:
     from datasets import Dataset

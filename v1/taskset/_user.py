@@ -15,16 +15,14 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Union
 
-from v1._bindings import Binding, BindingContext
-from v1._calling import call_user_code
-from v1._scopes import ScopedOwner, build_object_factories
+from v1._util.calling import call_user_code
 from v1.config import SharedSandboxLike, ToolScope, UserConfig, resolve_callable
 from v1.errors import ConfigError
-from v1.toolset import rollout_sandbox, sandbox_setting
+from v1.rollout import Binding, BindingContext
+from v1.tools import ScopedOwner, build_object_factories, rollout_sandbox, sandbox_setting
 
 if TYPE_CHECKING:
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import State, Task
 
 USER_ARGUMENTS = ("task", "state", "messages", "client", "model")
 

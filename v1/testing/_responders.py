@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from v1.testing.mock_server import MockRequest, Reply, echo
+from v1.testing._mock_server import MockRequest, Reply, echo
 
 ReplyFunction = Callable[[MockRequest], Any]
 

@@ -21,13 +21,10 @@ from urllib.parse import urlsplit
 
 from v1.config import MCPToolConfig
 from v1.errors import ToolError
-from v1.types import Tool
+from v1.types import Tool, ToolContent
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
-
-ToolContent = str | list[dict[str, Any]]
-"""Tool-message content: a string, or a list of OpenAI content parts when there are images."""
 
 
 class MCPTool:
@@ -260,4 +257,4 @@ def mcp_result_value(result: Any) -> Any:
     return mcp_result_content(result)
 
 
-__all__ = ["MCPConnection", "MCPTool", "ToolContent", "mcp_result_content", "mcp_result_value"]
+__all__ = ["MCPConnection", "MCPTool", "mcp_result_content", "mcp_result_value"]

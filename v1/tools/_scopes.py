@@ -11,11 +11,11 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from v1._calling import call_user_code
-from v1._tool_function import ToolFunction
+from v1._util.calling import call_user_code
 from v1.config import ToolScope, resolve_callable
 from v1.errors import ToolError
-from v1.mcp import MCPConnection, MCPTool
+from v1.tools._mcp import MCPConnection, MCPTool
+from v1.tools._tool_function import ToolFunction
 
 
 def scope_key(scope: ToolScope, rollout_id: str, group_id: str) -> str:

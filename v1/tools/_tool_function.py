@@ -18,8 +18,8 @@ from typing import Any
 import docstring_parser
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from v1 import _bounded_json
-from v1._calling import call_user_code
+from v1._util import bounded_json as _bounded_json
+from v1._util.calling import call_user_code
 from v1.errors import ConfigError
 from v1.types import Tool
 

@@ -13,20 +13,18 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1._bindings import BindingContext
-from v1._calling import call_user_code
-from v1._scopes import Scope, ScopedOwner
-from v1._tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result
+from v1._util.calling import call_user_code
 from v1.errors import ConfigError, NotSupportedError, RolloutStopped
 from v1.interception.server import get_endpoint
 from v1.interception.upstream import upstream
-from v1.mcp import ToolContent
-from v1.state import NamedToolset, State
-from v1.toolset import BoundTool, Toolset, check_mcp_bindings
-from v1.user import User
+from v1.rollout import BindingContext, NamedToolset, State
+from v1.tools._scopes import Scope, ScopedOwner
+from v1.tools._tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result
+from v1.tools._toolset import BoundTool, Toolset, check_mcp_bindings
+from v1.types import ToolContent
 
 if TYPE_CHECKING:
-    from v1.task import Task
+    from v1.rollout import Task
 
 
 def _visibility(value: Any, field: str) -> tuple[list[str] | None, list[str] | None]:
@@ -81,7 +79,7 @@ class RolloutToolbox:
             self._owners.append((owner, key))
         return owner.open_scope(key)
 
-    async def resolve(self, task: Task, toolsets: list[Toolset], user: User | None) -> None:
+    async def resolve(self, task: Task, toolsets: list[Toolset], user: ScopedOwner | None) -> None:
         """Open the visible toolsets' scopes and bind their tools; sets `runtime.tools` and `tool_defs`.
 
         Raises:

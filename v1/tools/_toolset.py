@@ -15,24 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from v1._bindings import Binding, BindingContext
-from v1._calling import call_user_code
-from v1._scopes import ScopedOwner, build_object_factories
-from v1._tool_function import (
+from v1._util.calling import call_user_code
+from v1.config import HandlerLike, MCPToolConfig, SandboxConfig, SharedSandboxLike, ToolScope, ToolsetConfig, resolve_callable
+from v1.errors import ConfigError, NotSupportedError
+from v1.rollout import Binding, BindingContext, Handler, owned_handlers
+from v1.tools._mcp import MCPConnection, MCPTool, mcp_result_content, mcp_result_value
+from v1.tools._scopes import ScopedOwner, build_object_factories
+from v1.tools._tool_function import (
     ToolFunction,
     default_error_formatter,
     invalid_arguments_message,
     parse_tool_arguments,
     render_tool_result,
 )
-from v1.config import HandlerLike, MCPToolConfig, SandboxConfig, SharedSandboxLike, ToolScope, ToolsetConfig, resolve_callable
-from v1.errors import ConfigError, NotSupportedError
-from v1.lifecycle import Handler, owned_handlers
-from v1.mcp import MCPConnection, MCPTool, ToolContent, mcp_result_content, mcp_result_value
-from v1.types import Tool
+from v1.types import Tool, ToolContent
 
 if TYPE_CHECKING:
-    from v1.state import State
+    from v1.rollout import State
 
 RESERVED_TOOLSET_NAMES = ("show", "hide")
 

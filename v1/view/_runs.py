@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from v1 import _bounded_json
-from v1.results import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
+from v1._util import bounded_json as _bounded_json
+from v1.env import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
 
 TRAIN_METRICS_FILE = "metrics.jsonl"
 TRAIN_SUMMARY_FILE = "summary.json"

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from v1.view.runs import (
+from v1.view._runs import (
     TRAIN_METRICS_FILE,
     TRAIN_SUMMARY_FILE,
     RolloutIndex,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from v1.classic.parsers import extract_boxed_answer, extract_hash_answer
-from v1.loading import load_example_dataset
+from v1.env import load_example_dataset
 
 THINK_BOXED_SYSTEM_PROMPT = (
     "Think step-by-step inside <think>...</think> tags.     Then, give your final answer inside \\boxed{}."
