@@ -1,4 +1,4 @@
-"""v1.registry._registry: parts by name, one error for an unknown name, entry points read only when needed."""
+"""v1.registry: parts by name, one Protocol per family, one error for an unknown name, entry points read only when needed."""
 
 from __future__ import annotations
 
@@ -185,3 +185,35 @@ def test_a_factory_that_fails_is_a_plugin_error_naming_it() -> None:
         get_backend("os:getcwdb")
     with pytest.raises(vf.PluginError, match=r"^sandbox backend 'os:getenv' .*: its factory failed: TypeError: "):
         get_backend("os:getenv")
+
+
+def test_the_bundled_harnesses_and_tasksets_are_v1s_own_entry_points() -> None:
+    """The registry names no `harnesses.*` or `tasksets.*` module: they are declared in pyproject.toml like a
+    plugin's, and count as built in (a plugin cannot take their names)."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert set(HARNESSES.names()) >= set(declared["v1.harnesses"]) and "codex" in declared["v1.harnesses"]
+    assert set(TASKSETS.names()) >= set(declared["v1.tasksets"]) and "reverse_text" in declared["v1.tasksets"]
+    assert HARNESSES.origin("codex") == TASKSETS.origin("gsm8k") == "built in"
+    upward = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "v1" / "registry").rglob("*.py")
+        if '"harnesses.' in path.read_text() or '"tasksets.' in path.read_text()
+    ]
+    assert upward == []
+
+
+def test_a_family_checks_a_part_against_its_protocol() -> None:
+    """The members a part must have come from the family's Protocol, and the refusal names them."""
+
+    class HalfClient:
+        async def get_response(self) -> None: ...
+
+    CLIENT_TYPES.register("half_client_for_test", HalfClient)
+    with pytest.raises(vf.PluginError, match=r"is a class .*HalfClient, not a class with get_response, stream_response$"):
+        CLIENT_TYPES.get("half_client_for_test")
+    with pytest.raises(vf.PluginError, match=r"not a class or factory with available, create, delete$"):
+        SANDBOX_BACKENDS.get("tests.test_registry:ROOT")
+    with pytest.raises(vf.PluginError, match=r"not an object with name, prefix, route, path_pattern$"):
+        DIALECTS.get("tests.test_registry:Spinner")

@@ -1,7 +1,8 @@
 """Parts by name: client types, endpoint dialects, sandbox backends, harnesses and tasksets.
 
-Each family has one `Registry`. Built-ins are declared below by name and ``"module:object"``
-reference, exactly as a plugin declares itself, and imported on first use. A third-party package
+Each family has one `Registry` (`v1.registry`'s `_families.py`, one Protocol per family). Built-ins are
+declared by name and ``"module:object"`` reference, exactly as a plugin declares itself, and imported on
+first use; the bundled harnesses and tasksets are v1's own entry points (``pyproject.toml``). A third-party package
 adds a part with a Python entry point in the family's group::
 
     [project.entry-points."v1.sandbox_backends"]
@@ -16,23 +17,34 @@ raises `UnknownNameError`, one line naming the family, the name, the known names
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from v1.errors import PluginError, UnknownNameError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("v1.registry")
 
 BUILT_IN = "built in"
 IN_CODE = "registered in code"
 REFERENCE = "a module:object reference"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+OWN_DISTRIBUTION = "v1"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+"""The folder holding the `v1` package: a source checkout when it has v1's ``pyproject.toml``."""
 REF_PATTERN = re.compile(r"(?=.{3,200}$)[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
@@ -155,7 +167,11 @@ class Registry(Generic[T]):
         if self._discovered:
             return
         self._discovered = True
+        for name, value in bundled_points(self.group).items():
+            self._entries.setdefault(name, Entry(value, BUILT_IN))
         for point in _unique(entry_points(group=self.group)):
+            if _distribution(point) == OWN_DISTRIBUTION:
+                continue
             origin = f"entry point of distribution {_distribution(point)!r}"
             taken = self._entries.get(point.name)
             if taken is None:
@@ -170,6 +186,22 @@ class Registry(Generic[T]):
                     f"{self.kind} {point.name!r} is claimed by two plugins ({taken.origin}: {taken.target!r}; "
                     f"{origin}: {point.value!r}); uninstall one"
                 )
+
+
+@functools.cache
+def bundled_points(group: str) -> dict[str, str]:
+    """The entry points v1 itself declares in `group` (its bundled harnesses and tasksets): built-ins.
+
+    Run from a source checkout (an editable install or ``PYTHONPATH``), the checkout's own ``pyproject.toml``
+    declares them, so a stale install's metadata cannot hide or resurrect one; an installed wheel has no
+    ``pyproject.toml`` beside the package and its metadata is the declaration.
+    """
+    pyproject = SOURCE_ROOT / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        if project.get("name") == OWN_DISTRIBUTION:
+            return dict(project.get("entry-points", {}).get(group, {}))
+    return {point.name: point.value for point in entry_points(group=group) if _distribution(point) == OWN_DISTRIBUTION}
 
 
 def _unique(points: Iterable[EntryPoint]) -> list[EntryPoint]:
@@ -207,36 +239,50 @@ def _describe(target: object) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def class_with(*methods: str) -> Callable[[object], str | None]:
-    """A check: the part is a class defining `methods`."""
+def members(protocol: type) -> tuple[str, ...]:
+    """The public names a family's Protocol declares (methods, properties and annotated attributes), in order."""
+    declared = [name for name in vars(protocol) if not name.startswith("_")]
+    return tuple(dict.fromkeys([*getattr(protocol, "__annotations__", {}), *declared]))
+
+
+def _names(spec: tuple[str | type, ...]) -> tuple[str, ...]:
+    return tuple(name for item in spec for name in ((item,) if isinstance(item, str) else members(item)))
+
+
+def class_with(*methods: str | type) -> Callable[[object], str | None]:
+    """A check: the part is a class defining `methods` (names, or a Protocol's members)."""
+    names = _names(methods)
 
     def check(part: object) -> str | None:
-        if isinstance(part, type) and all(callable(getattr(part, method, None)) for method in methods):
+        if isinstance(part, type) and all(callable(getattr(part, method, None)) for method in names):
             return None
-        return f"is {_kind_of(part)}, not a class with {', '.join(methods)}"
+        return f"is {_kind_of(part)}, not a class with {', '.join(names)}"
 
     return check
 
 
-def factory_of(*methods: str) -> Callable[[object], str | None]:
-    """A check: the part is a class defining `methods`, or another callable (a factory, checked when called)."""
-    as_class = class_with(*methods)
+def factory_of(*methods: str | type) -> Callable[[object], str | None]:
+    """A check: the part is a class defining `methods` (names, or a Protocol's members), or another callable (a
+    factory, checked when called)."""
+    names = _names(methods)
+    as_class = class_with(*names)
 
     def check(part: object) -> str | None:
         if isinstance(part, type):
             return as_class(part)
-        return None if callable(part) else f"is {_kind_of(part)}, not a class or factory with {', '.join(methods)}"
+        return None if callable(part) else f"is {_kind_of(part)}, not a class or factory with {', '.join(names)}"
 
     return check
 
 
-def object_with(*attributes: str) -> Callable[[object], str | None]:
-    """A check: the part is an object (not a class) with `attributes`."""
+def object_with(*attributes: str | type) -> Callable[[object], str | None]:
+    """A check: the part is an object (not a class) with `attributes` (names, or a Protocol's members)."""
+    names = _names(attributes)
 
     def check(part: object) -> str | None:
-        if not isinstance(part, type) and all(hasattr(part, attribute) for attribute in attributes):
+        if not isinstance(part, type) and all(hasattr(part, attribute) for attribute in names):
             return None
-        return f"is {_kind_of(part)}, not an object with {', '.join(attributes)}"
+        return f"is {_kind_of(part)}, not an object with {', '.join(names)}"
 
     return check
 
@@ -249,98 +295,4 @@ def _kind_of(part: object) -> str:
     return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
-CLIENT_TYPES: Registry[Any] = Registry(
-    "client type",
-    "v1.clients",
-    class_with("get_response", "stream_response"),
-    {
-        "openai_chat_completions": "v1.clients.openai_chat_completions:OpenAIChatCompletionsClient",
-        "openai_chat_completions_token": "v1.clients.openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
-        "openai_completions": "v1.clients.openai_completions:OpenAICompletionsClient",
-        "openai_responses": "v1.clients.openai_responses:OpenAIResponsesClient",
-        "anthropic_messages": "v1.clients.anthropic_messages:AnthropicMessagesClient",
-        "renderer": "v1.clients.renderer:RendererClient",
-        "nemorl_chat_completions": "v1.clients.nemorl_chat_completions:NeMoRLChatCompletionsClient",
-    },
-)
-"""`ClientConfig.client_type`: a `v1.clients.Client` subclass by name (entry-point group ``v1.clients``)."""
-
-DIALECTS: Registry[Any] = Registry(
-    "dialect",
-    "v1.dialects",
-    object_with("name", "prefix", "route", "path_pattern"),
-    {
-        "chat_completions": "v1.interception.chat_completions:DIALECT",
-        "completions": "v1.interception.completions:DIALECT",
-        "responses": "v1.interception.responses:DIALECT",
-        "messages": "v1.interception.messages:DIALECT",
-        "gemini": "v1.interception.gemini:DIALECT",
-    },
-)
-"""The endpoint's wire formats: a `v1.interception.dialect.Dialect` by name (entry-point group ``v1.dialects``)."""
-
-SANDBOX_BACKENDS: Registry[Any] = Registry(
-    "sandbox backend",
-    "v1.sandbox_backends",
-    factory_of("available", "create", "delete"),
-    {"local": "v1.sandbox._local:LocalBackend", "prime": "v1.sandbox._prime:PrimeBackend"},
-)
-"""`SandboxConfig.backend`: a `v1.sandbox.SandboxBackend` class or factory by name (group ``v1.sandbox_backends``)."""
-
-HARNESSES: Registry[Any] = Registry(
-    "harness",
-    "v1.harnesses",
-    factory_of(),
-    {
-        "claude_code": "harnesses.claude_code:ClaudeCodeHarness",
-        "codex": "harnesses.codex:CodexHarness",
-        "command": "harnesses.command:CommandAgentHarness",
-        "gemini_cli": "harnesses.gemini_cli:GeminiCliHarness",
-        "mini_swe_agent": "harnesses.mini_swe_agent:MiniSweAgentHarness",
-        "openai_agents": "harnesses.openai_agents:OpenAIAgentsHarness",
-        "opencode": "harnesses.opencode:OpenCodeHarness",
-        "pi": "harnesses.pi:PiHarness",
-        "replay": "harnesses.replay:ReplayHarness",
-        "rlm": "harnesses.rlm:RLMHarness",
-        "terminus": "harnesses.terminus:TerminusHarness",
-    },
-)
-"""``[env.harness] loader = "NAME"``: a `Harness` class or loader function by name (group ``v1.harnesses``)."""
-
-TASKSETS: Registry[Any] = Registry(
-    "taskset",
-    "v1.tasksets",
-    factory_of(),
-    {
-        name: f"tasksets.{name}:load_taskset"
-        for name in (
-            "alphabet_sort",
-            "competition_math",
-            "first_letter",
-            "gsm8k",
-            "hangman",
-            "harbor",
-            "math_python",
-            "reverse_text",
-            "swe",
-            "wiki_search",
-            "wordle",
-        )
-    },
-)
-"""``[env.taskset] loader = "NAME"`` and ``v1 eval NAME``: a `Taskset` class or loader function by name
-(group ``v1.tasksets``)."""
-
-
-__all__ = [
-    "CLIENT_TYPES",
-    "DIALECTS",
-    "HARNESSES",
-    "SANDBOX_BACKENDS",
-    "TASKSETS",
-    "Entry",
-    "Registry",
-    "class_with",
-    "factory_of",
-    "object_with",
-]
+__all__ = ["BUILT_IN", "Entry", "Registry", "class_with", "factory_of", "members", "object_with"]
