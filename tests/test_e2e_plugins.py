@@ -184,7 +184,7 @@ def fresh_backends(tagged_site: Path, bad_site: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_plugin_cannot_take_a_built_in_name(fresh_backends: Registry[object], caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="v1.registry._registry"):
+    with caplog.at_level(logging.WARNING, logger="v1.registry"):
         assert fresh_backends.get("local") is LocalBackend
         assert "tagged-local" in fresh_backends.names()
     assert fresh_backends.origin("local") == "built in"

@@ -113,9 +113,9 @@ def test_v1_top_level_holds_a_handful_of_files() -> None:
 
 
 def test_the_checker_counts_annotation_only_imports() -> None:
-    source = 'def f(x: "v1.harness._harness.Harness") -> "list[v1.rollout.State]":\n    y: "int" = 0\n'
-    assert string_annotation_modules(ast.parse(source), {"v1.harness._harness", "v1.rollout"}) == {
-        "v1.harness._harness",
+    source = 'def f(x: "v1.harness.Harness") -> "list[v1.rollout.State]":\n    y: "int" = 0\n'
+    assert string_annotation_modules(ast.parse(source), {"v1.harness", "v1.rollout"}) == {
+        "v1.harness",
         "v1.rollout",
     }
     top, _ = import_graph(type_checking=True)

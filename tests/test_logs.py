@@ -56,9 +56,9 @@ def test_bad_levels_are_one_clear_error(v1_logger: logging.Logger, monkeypatch: 
 def test_log_level_and_quiet_verifiers_revert_also_on_error(v1_logger: logging.Logger) -> None:
     v1_logger.setLevel(logging.INFO)
     with vf.log_level("DEBUG") as logger:
-        assert logger.level == logging.DEBUG and logging.getLogger("v1.harness._harness").isEnabledFor(logging.DEBUG)
+        assert logger.level == logging.DEBUG and logging.getLogger("v1.harness").isEnabledFor(logging.DEBUG)
         with vf.quiet_verifiers():
-            assert not logging.getLogger("v1.harness._harness").isEnabledFor(logging.INFO)
+            assert not logging.getLogger("v1.harness").isEnabledFor(logging.INFO)
         assert v1_logger.level == logging.DEBUG
     assert v1_logger.level == logging.INFO
     with pytest.raises(RuntimeError), vf.log_level(logging.CRITICAL):

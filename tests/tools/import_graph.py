@@ -54,7 +54,7 @@ def annotations(tree: ast.AST) -> Iterator[ast.expr]:
 
 
 def string_annotation_modules(tree: ast.AST, known: set[str]) -> set[str]:
-    """The v1 modules named by dotted names (`"v1.harness._harness.Harness"`) in the string annotations under `tree`."""
+    """The v1 modules named by dotted names (`"v1.harness.Harness"`) in the string annotations under `tree`."""
     found = set()
     for annotation in annotations(tree):
         for node in ast.walk(annotation):

@@ -1,8 +1,8 @@
 """`Toolset`: the tools of a task's action space, and what they privately depend on.
 
-A toolset holds Python callables (`ToolFunction`, v1/_tool_function.py) and MCP servers
-(`MCPTool`). `bindings` (v1/_bindings.py) fill hidden arguments the model never sees;
-`objects` are private factories built lazily once per scope (v1/_scopes.py: `rollout`,
+A toolset holds Python callables (`ToolFunction`, v1/tools/_tool_function.py) and MCP servers
+(`MCPTool`). `bindings` (v1/rollout/_bindings.py) fill hidden arguments the model never sees;
+`objects` are private factories built lazily once per scope (v1/tools/_scopes.py: `rollout`,
 `group`, `global`) and closed exactly once when the scope ends. `BoundTool` is one tool
 bound to one rollout.
 """
