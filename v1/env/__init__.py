@@ -1,7 +1,7 @@
 """The run engine: `Env` (eval and training workers), run configs, loading by name or TOML,
 scheduling and executors, and the results a run writes."""
 
-from v1.env._env import MESSAGE_TYPES, Env, EnvOrigin, set_rubric_view
+from v1.env._env import MESSAGE_TYPES, Env, EnvOrigin, is_retryable, set_rubric_view
 from v1.env._eval_config import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_NUM_EXAMPLES,
@@ -61,6 +61,7 @@ __all__ = [
     "check_ray_address",
     "create_run_folder",
     "environment_config_file",
+    "is_retryable",
     "k_values",
     "load_environment",
     "load_example_dataset",
