@@ -52,7 +52,7 @@ def rows() -> list[dict[str, Any]]:
 
 def time_writing(results: Path, folder: Path) -> float:
     """Seconds to write these outputs again the way an eval does: JSON-encode, append and flush, one group at a time."""
-    from v1.results import ResultsWriter
+    from v1.env import ResultsWriter
 
     outputs = [json.loads(line) for line in results.read_text().splitlines()]
     writer = ResultsWriter(folder)
@@ -66,7 +66,7 @@ def time_writing(results: Path, folder: Path) -> float:
 def child(args: argparse.Namespace) -> None:
     """Run `v1 eval` in this process and print its figures as JSON."""
     sys.path.insert(0, str(ROOT))
-    from v1.cli.main import main
+    from v1.cli import main
 
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "bench.toml"

@@ -30,7 +30,7 @@ from typing import Any
 from rollouts import MODEL, mock_server_process
 
 import v1
-from v1.results import ResultsWriter
+from v1.env import ResultsWriter
 
 
 def rss_mib() -> float:
@@ -100,7 +100,7 @@ def plan_cost(n: int) -> tuple[float, float]:
     """Bytes per row held by `Env.generate`'s plan of `n` rows (tracemalloc), beyond the rows themselves; and for a generator."""
     import tracemalloc
 
-    from v1._scheduling import plan_units
+    from v1.env._scheduling import plan_units
 
     rows = [{"prompt": f"question {i}", "answer": str(i)} for i in range(n)]
     figures = []

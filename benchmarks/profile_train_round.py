@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from train_vs_trl import SHAPES, make_checkpoint, recipe_config  # noqa: E402
 
-from v1._gc_tuning import frozen_heap  # noqa: E402
+from v1._util.gc_tuning import frozen_heap  # noqa: E402
+from v1.env import load_environment  # noqa: E402
 from v1.inference.server import InferenceServer  # noqa: E402
-from v1.loading import load_environment  # noqa: E402
 from v1.train.config import TrainConfig  # noqa: E402
 from v1.train.model import load_policy  # noqa: E402
 from v1.train.run import TOKEN_SAMPLING_ARGS, builtin_batch_size  # noqa: E402

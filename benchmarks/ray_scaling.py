@@ -108,7 +108,7 @@ def main() -> None:
     import ray
 
     import v1 as vf
-    from v1.executors import RayExecutor
+    from v1.env import RayExecutor
 
     logging.getLogger("v1").setLevel(logging.ERROR)  # "no eval split" once per load
     rollouts = args.examples * args.rollouts_per_example

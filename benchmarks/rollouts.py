@@ -48,11 +48,11 @@ from typing import Any
 from openai import AsyncOpenAI
 
 import v1
-import v1._loop_scope
+import v1._util.loop_scope
 from v1.clients.http import async_http_client
 
 # v1's loop runner: uvloop when installed, unless V1_UVLOOP=0 (as `v1 eval` runs).
-run_loop = v1._loop_scope.run
+run_loop = v1._util.loop_scope.run
 MODEL = "m"
 MESSAGES = [{"role": "user", "content": "hello"}]
 WARMUP_CALLS = 30
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             all_errors += errors
             gc.collect()
     summary = medians(runs)
-    print(f"event loop: {'uvloop' if v1._loop_scope.uvloop_enabled() else 'asyncio'}", file=sys.stderr)
+    print(f"event loop: {'uvloop' if v1._util.loop_scope.uvloop_enabled() else 'asyncio'}", file=sys.stderr)
     print_report(args, runs, summary)
     if all_errors:
         print(f"{len(all_errors)} rollout(s) failed; first error: {all_errors[0]}", file=sys.stderr)

@@ -104,7 +104,7 @@ def run_recipe(path: str, seed: int, run: int, folder: Path) -> dict[str, Any]:
     started = time.perf_counter()
     with open(folder / f"seed{seed}_run{run}.log", "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "v1.cli.main", "train", str(toml), "--no-progress"], stdout=log, stderr=log, env=env
+            [sys.executable, "-m", "v1.cli", "train", str(toml), "--no-progress"], stdout=log, stderr=log, env=env
         )
         _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)

@@ -215,8 +215,8 @@ def peak_rss_mib() -> float:
 
 async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
     """v1's held-out eval (the recipe's `[eval]`: every held-out string, greedy) of `model` on the built-in server."""
+    from v1.env import load_environment
     from v1.inference.server import InferenceServer
-    from v1.loading import load_environment
     from v1.train.run import evaluate
 
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)

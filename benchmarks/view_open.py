@@ -127,7 +127,7 @@ def main() -> int:
     size = write_run(run, args.rollouts)
     print(f"wrote {args.rollouts} rollouts, {size / 2**20:.0f} MiB, in {time.perf_counter() - start:.1f} s: {run}")
     server = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "view", str(run), "--port", "0"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "v1.cli", "view", str(run), "--port", "0"], stdout=subprocess.PIPE, text=True
     )
     try:
         assert server.stdout is not None

@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-import v1.config as config
-from v1.cli.eval import EvalSettings
-from v1.loading import ENV_KEYS
+import v1.config._config as config
+from v1.cli._eval import EvalSettings
+from v1.env._loading import ENV_KEYS
 
 PAGE = Path(__file__).resolve().parent / "config-reference.md"
 SECTIONS: list[tuple[str, type[BaseModel]]] = [

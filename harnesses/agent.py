@@ -29,11 +29,10 @@ from harnesses.npm import MOUNT_POINT, NpmPackage, cache_root
 from harnesses.packages import AgentInstall, AgentPackage
 from v1.config import ArtifactConfig, HarnessConfig, ProgramConfig, SandboxConfig
 from v1.errors import ProgramError
-from v1.programs import Program
-from v1.programs.command import CommandProgram
+from v1.programs import CommandProgram, Program
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1.rollout import RolloutContext
 
 AGENT_DIR = ".v1-agent"
 PROMPT_FILE = f"{AGENT_DIR}/prompt.md"

@@ -27,7 +27,7 @@ import v1 as vf
 from v1.config import HarnessConfig, import_ref
 
 if TYPE_CHECKING:
-    from v1.harness import RolloutContext
+    from v1.rollout import RolloutContext
 
 MCP_TIMEOUT_S = 60.0
 

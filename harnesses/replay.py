@@ -33,7 +33,7 @@ from pydantic import Field
 import v1 as vf
 from v1.clients.base import Client
 from v1.config import HarnessConfig
-from v1.results import RESULTS_FILE
+from v1.env import RESULTS_FILE
 from v1.types import Messages, Response, SamplingArgs, Tool
 
 RecordKey = tuple[Any, int]

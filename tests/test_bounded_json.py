@@ -1,12 +1,12 @@
-"""`v1._bounded_json`: the one reader of outside JSON refuses what would widen (deep, huge, non-finite) in one clear error."""
+"""`v1._util.bounded_json`: the one reader of outside JSON refuses what would widen (deep, huge, non-finite) in one clear error."""
 
 from __future__ import annotations
 
 import pytest
 
 import v1
-from v1 import _bounded_json
-from v1._bounded_json import MAX_DEPTH, UnsafeJSONError
+from v1._util import bounded_json as _bounded_json
+from v1._util.bounded_json import MAX_DEPTH, UnsafeJSONError
 
 
 def nested(depth: int) -> str:

@@ -21,12 +21,12 @@ def doctor(python: str | Path, path: str | None = None) -> subprocess.CompletedP
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [str(python), "-m", "v1.cli.main", "doctor"], cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_S
+        [str(python), "-m", "v1.cli", "doctor"], cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_S
     )
 
 
 def test_the_suspects_are_what_the_managed_vllm_venv_removes() -> None:
-    from v1.cli.doctor import FOREIGN_TORCH_BUILDS
+    from v1.cli._doctor import FOREIGN_TORCH_BUILDS
     from v1.inference.vllm_env import BROKEN_EXTRAS
 
     assert FOREIGN_TORCH_BUILDS == BROKEN_EXTRAS

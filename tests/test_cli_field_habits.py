@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from v1.cli.main import main
+from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
 ROOT = Path(__file__).resolve().parent.parent

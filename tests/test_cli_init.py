@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from v1.cli.main import main
+from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
-V1 = [sys.executable, "-P", "-m", "v1.cli.main"]  # -P: like the installed `v1` script, the current directory is not on sys.path
+V1 = [sys.executable, "-P", "-m", "v1.cli"]  # -P: like the installed `v1` script, the current directory is not on sys.path
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

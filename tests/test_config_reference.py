@@ -5,7 +5,7 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
-import v1.config as config
+import v1.config._config as config
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = runpy.run_path(str(ROOT / "docs" / "generate_config_reference.py"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from v1.cli.main import main
-from v1.loading import load_environment
+from v1.cli import main
+from v1.env import load_environment
 from v1.testing import MockModelServer
 
 ROOT = Path(__file__).resolve().parent.parent

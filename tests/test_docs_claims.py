@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import v1
-from v1 import config as v1_config
-from v1.cli.main import build_parser
+from v1.cli._main import build_parser
 from v1.clients.registry import CLIENT_TYPES
+from v1.config import _config as v1_config
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -96,7 +96,7 @@ def test_the_status_check_refuses_names_that_do_not_exist() -> None:
         "--no-such-flag",
         "nowhere/",
         "v1.nowhere",
-        "v1.executors.Nowhere",
+        "v1.env._executors.Nowhere",
         "terminux",
         "NoSuchClass",
     ):

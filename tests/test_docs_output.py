@@ -54,7 +54,7 @@ def cli_env() -> dict[str, str]:
 def test_readme_demo_output_is_what_v1_demo_prints(tmp_path: Path) -> None:
     shown = shown_after("## What `v1 demo` prints")
     result = subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", "demo"],
+        [sys.executable, "-m", "v1.cli", "demo"],
         cwd=tmp_path,
         env={**cli_env(), "COLUMNS": "90"},
         capture_output=True,
@@ -84,7 +84,7 @@ def test_readme_eval_output_is_what_v1_eval_prints(tmp_path: Path) -> None:
         args[args.index("http://localhost:8000/v1")] = url
         args[args.index("configs/reverse_text.toml")] = str(ROOT / "configs" / "reverse_text.toml")
         result = subprocess.run(
-            [sys.executable, "-m", "v1.cli.main", *args],
+            [sys.executable, "-m", "v1.cli", *args],
             cwd=tmp_path,
             env={**cli_env(), "COLUMNS": "100"},
             capture_output=True,

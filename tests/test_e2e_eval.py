@@ -16,7 +16,7 @@ import pytest
 
 from tests.tools.gate import Gate
 from tests.tools.patience import HANG_S, wait_until
-from v1.cli.main import main
+from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ def gated() -> Iterator[tuple[MockModelServer, Gate]]:
 
 
 def eval_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "v1.cli.main", "eval", *args]
+    return [sys.executable, "-m", "v1.cli", "eval", *args]
 
 
 def saved_lines(run: Path) -> list[dict[str, Any]]:

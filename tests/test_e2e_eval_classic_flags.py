@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.cli.eval import plan_run
-from v1.cli.main import build_parser, main
-from v1.loading import EnvSource
+from v1.cli._eval import plan_run
+from v1.cli._main import build_parser, main
+from v1.env import EnvSource
 from v1.testing import MockModelServer, MockRequest, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def test_eval_config_fields_and_limits() -> None:
 
 def test_vf_eval_standalone_verbose_and_debug_log_plain_lines(mock: MockModelServer, tmp_path: Path) -> None:
     mock.responder = reverse
-    command = [sys.executable, "-m", "v1.cli.eval", CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--no-save"]
+    command = [sys.executable, "-m", "v1.cli._eval", CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--no-save"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("VF_LOG_LEVEL", None)
     result = subprocess.run([*command, "-v", "-d"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
@@ -202,7 +202,7 @@ def test_extra_env_kwargs_reach_ray_actors(mock: MockModelServer, tmp_path: Path
     command = [
         sys.executable,
         "-m",
-        "v1.cli.main",
+        "v1.cli",
         "eval",
         CONFIG,
         "-b",

@@ -21,9 +21,9 @@ from aiohttp import web
 import v1
 from tests.tools.gate import Gate
 from tests.tools.patience import HANG_S, wait_until
-from v1.cli.eval import EvalSettings, new_run_folder
-from v1.cli.main import main
-from v1.results import ResultsWriter, create_run_folder
+from v1.cli import main
+from v1.cli._eval import EvalSettings, new_run_folder
+from v1.env import ResultsWriter, create_run_folder
 from v1.testing import MockModelServer, MockRequest, Reply, requiring_key, reverser, serving_only
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,12 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 def v1_cli(*args: str, cwd: Path, timeout: float = HANG_S, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", *args], cwd=cwd, env=cli_env(**env), capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "v1.cli", *args],
+        cwd=cwd,
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -90,7 +95,7 @@ def test_an_output_dir_that_is_a_file_is_one_line(
 def test_two_evals_at_once_never_share_a_run_folder(mock: MockModelServer, tmp_path: Path) -> None:
     mock.responder = reverser
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "v1.cli.main", "eval", CONFIG, "-m", "m", "-b", mock.url, "-n", "3", "-r", "2"]
+    args = [sys.executable, "-m", "v1.cli", "eval", CONFIG, "-m", "m", "-b", mock.url, "-n", "3", "-r", "2"]
     runs = [
         subprocess.Popen(
             [*args, "--output-dir", str(out)], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -377,7 +382,7 @@ def test_sigterm_keeps_results_and_resume_with_the_same_command_finishes_it(
     server, gate = gated
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "eval", CONFIG, "-b", server.url, "-n", "8", "-r", "2", "-c", "2",
+        [sys.executable, "-m", "v1.cli", "eval", CONFIG, "-b", server.url, "-n", "8", "-r", "2", "-c", "2",
          "-s", '{"max_tokens": 64}', "--output-dir", str(out)],
         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -351,7 +351,10 @@ async def test_async_openai_object_as_client(mock: MockModelServer) -> None:
 
 def test_demo_command_runs_offline() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", "demo", "--json", "-n", "3", "-r", "2"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "v1.cli", "demo", "--json", "-n", "3", "-r", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     states = [json.loads(line) for line in result.stdout.splitlines()]

@@ -82,7 +82,7 @@ def bad_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def v1_eval(*args: str, sites: list[Path], cwd: Path) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join([*map(str, sites), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "V1_SANDBOX_ROOT": str(cwd / "sandboxes")}
-    command = [sys.executable, "-m", "v1.cli.main", "eval", *args]
+    command = [sys.executable, "-m", "v1.cli", "eval", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -179,7 +179,7 @@ def fresh_backends(tagged_site: Path, bad_site: Path, monkeypatch: pytest.Monkey
     monkeypatch.syspath_prepend(str(bad_site))
     monkeypatch.syspath_prepend(str(tagged_site))
     return Registry(
-        SANDBOX_BACKENDS.kind, SANDBOX_BACKENDS.group, SANDBOX_BACKENDS.check, {"local": "v1.sandbox.local:LocalBackend"}
+        SANDBOX_BACKENDS.kind, SANDBOX_BACKENDS.group, SANDBOX_BACKENDS.check, {"local": "v1.sandbox._local:LocalBackend"}
     )
 
 
@@ -191,14 +191,14 @@ def test_a_plugin_cannot_take_a_built_in_name(fresh_backends: Registry[object], 
     [warning] = [message for message in caplog.messages if "'local'" in message]
     assert warning == (
         "sandbox backend 'local' from the entry point of distribution 'v1-bad-plugins' is refused: the name is built in "
-        "('v1.sandbox.local:LocalBackend'); the plugin must use another name"
+        "('v1.sandbox._local:LocalBackend'); the plugin must use another name"
     )
 
 
 def test_a_plugin_factory_that_makes_no_backend_is_refused_when_used(
     fresh_backends: Registry[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("v1.sandbox.backend.SANDBOX_BACKENDS", fresh_backends)
+    monkeypatch.setattr("v1.sandbox._backend.SANDBOX_BACKENDS", fresh_backends)
     with pytest.raises(vf.PluginError) as caught:
         get_backend("makes-nothing")
     assert str(caught.value) == (

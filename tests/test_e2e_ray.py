@@ -24,8 +24,8 @@ import pytest
 
 import v1 as vf
 from tests.tools.patience import HANG_S
-from v1.cli.main import main
-from v1.executors import RayExecutor, shippable_clients
+from v1.cli import main
+from v1.env._executors import RayExecutor, shippable_clients
 from v1.testing import MockModelServer, MockRequest, Reply
 from v1.train.config import RolloutsConfig
 from v1.train.orchestrator import Orchestrator
@@ -213,7 +213,7 @@ def test_v1_eval_ray_against_a_cluster_address(cluster: str, upstream: vf.Client
 
     One actor: it reserves a whole CPU, and the module's shared actors hold one of the cluster's two.
     """
-    command = [sys.executable, "-m", "v1.cli.main", "eval", CONFIG, "-b", upstream.api_base_url, "-m", "m"]
+    command = [sys.executable, "-m", "v1.cli", "eval", CONFIG, "-b", upstream.api_base_url, "-m", "m"]
     command += ["-n", "4", "-r", "2", "--output-dir", str(tmp_path), "--ray", cluster, "--ray-actors", "1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, env={**os.environ, "NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.programs.sandboxed import find_package
+from v1.programs._sandboxed import find_package
 from v1.sandbox import list_sandboxes
 from v1.testing import MockModelServer, Reply
 

@@ -1,4 +1,4 @@
-"""`v1._entropy`: ids and secrets drawn from buffered OS randomness: right shapes, unique across threads, never shared with a fork."""
+"""`v1._util.entropy`: ids and secrets drawn from buffered OS randomness: right shapes, unique across threads, never shared with a fork."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from v1 import _entropy
-from v1._entropy import BLOCK_BYTES, random_bits, random_bytes, token_hex, token_urlsafe, uuid4_hex
+from v1._util import entropy as _entropy
+from v1._util.entropy import BLOCK_BYTES, random_bits, random_bytes, token_hex, token_urlsafe, uuid4_hex
 
 
 def test_shapes_match_the_stdlib_functions_they_replace() -> None:

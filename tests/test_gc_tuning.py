@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import v1 as vf
-from v1._gc_tuning import OLDER_THRESHOLD, YOUNG_THRESHOLD
+from v1._util.gc_tuning import OLDER_THRESHOLD, YOUNG_THRESHOLD
 from v1.testing import MockModelServer
 
 
@@ -86,7 +86,7 @@ async def test_env_generate_runs_its_rollouts_inside_it(mock: MockModelServer) -
 
 
 def test_frozen_heap_freezes_what_is_alive_and_unfreezes_only_what_it_froze() -> None:
-    from v1._gc_tuning import frozen_heap
+    from v1._util.gc_tuning import frozen_heap
 
     assert gc.get_freeze_count() == 0
     alive: list[list[int]] = [[1]]

@@ -1,8 +1,9 @@
-"""v1's modules depend one way: no import cycles, and no v1 imports hidden inside functions.
+"""v1's modules depend one way: no import cycle at any level, and packages meet only through their `__init__`.
 
-No cycle at any level: imports under `if TYPE_CHECKING:` (what string annotations need) count
-too. The imports allowed inside a function are a CLI command loading its torch-heavy package, so
-that `v1 eval` never imports torch, and the deprecated aliases of names that moved up.
+No cycle at any level and no exemption: imports inside functions count, and so do imports under `if
+TYPE_CHECKING:` (what string annotations need). A function-level import is allowed when it closes no
+circle: the CLI loads its torch-heavy packages on use, so `v1 eval` never imports torch. A private
+module (any `_` part in its dotted name) is imported only from inside the package that holds it.
 """
 
 from __future__ import annotations
@@ -19,40 +20,108 @@ from tests.tools.import_graph import (
     import_graph,
     imported_modules,
     layers,
+    package_edges,
     render,
     string_annotation_modules,
     type_level_cycles,
 )
 
 UPSTREAM = "v1.interception.upstream"
-DEPRECATED_ALIASES = {"v1.state": {UPSTREAM}, "v1.interception.session": {UPSTREAM}}
-"""Module `__getattr__`s that keep names which moved up importable from their old path, with a warning."""
-# Each defers torch and transformers until the command (or a tiny model) asks for them: `import v1` and the
-# config's validation stay torch-free (tests/train/test_cli.py::test_import_v1_does_not_import_torch).
-LAZY_ALLOWED = {
-    "v1.cli.serve": {"v1.inference"},
-    "v1.cli.train": {"v1.train"},
-    "v1.train.config": {"v1.inference.tiny"},
-    **DEPRECATED_ALIASES,
-}
+CONCEPT_PACKAGES = (
+    "config",
+    "env",
+    "harness",
+    "programs",
+    "registry",
+    "rollout",
+    "sandbox",
+    "taskset",
+    "testing",
+    "tools",
+    "view",
+    "cli",
+)
+"""Packages whose modules are all private: other packages see only what their `__init__` lists."""
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS_BLOCK = re.compile(r"<!-- layers: python -m tests.tools.import_graph -->\n```text\n(.*?)\n```", re.DOTALL)
 
 
+def everything(type_checking: bool = True) -> dict[str, set[str]]:
+    """Every edge: module level, inside functions and (with `type_checking`) annotation-only."""
+    top, inner = import_graph(type_checking=type_checking)
+    return {module: top[module] | inner[module] for module in top}
+
+
 def test_no_import_cycles_at_any_level() -> None:
-    """Annotation-only imports (`if TYPE_CHECKING:`, dotted names in string annotations) close no circle either."""
-    top, _ = import_graph(type_checking=True)
-    assert find_cycle(top) is None, " -> ".join(find_cycle(top) or [])
+    """Imports inside functions and annotation-only imports (`if TYPE_CHECKING:`, dotted names in string
+    annotations) close no circle either; there is no list of allowed ones."""
+    edges = everything()
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges) or [])
     assert type_level_cycles() == []
 
 
+def test_packages_depend_one_way() -> None:
+    """Collapsed to packages (`rollout/`, `tools/`, ...) the graph has no circle either, so importing a package's
+    `__init__` never re-enters it. `__main__` modules are run, never imported: they import what they start."""
+    edges = {module: targets for module, targets in everything().items() if not module.endswith(".__main__")}
+    collapsed = package_edges(edges)
+    assert find_cycle(collapsed) is None, " -> ".join(find_cycle(collapsed) or [])
+
+
+def owner_of_private(module: str) -> str | None:
+    """The package a private module belongs to (`v1.rollout` for `v1.rollout._state`, `v1` for `v1._util.x`)."""
+    parts = module.split(".")
+    for index, part in enumerate(parts[1:], start=1):
+        if part.startswith("_"):
+            return ".".join(parts[:index])
+    return None
+
+
+def private_imports(edges: dict[str, set[str]]) -> list[str]:
+    """`module -> target` for each import of a private module from outside the package that holds it."""
+    found = []
+    for module, targets in edges.items():
+        for target in targets:
+            owner = owner_of_private(target)
+            if owner is not None and module != owner and not module.startswith(owner + "."):
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_packages_meet_only_through_their_init() -> None:
+    """No module imports another package's private module, at any level: what a package offers is its `__all__`."""
+    assert private_imports(everything()) == []
+
+
+def test_the_private_import_checker_sees_a_reach_inside() -> None:
+    edges = {"v1.tools._toolset": {"v1.rollout._state", "v1.rollout", "v1._util.calling", "v1.tools._mcp"}, "v1": {"v1.env._env"}}
+    assert private_imports(edges) == ["v1 -> v1.env._env", "v1.tools._toolset -> v1.rollout._state"]
+
+
+def test_concept_packages_keep_their_modules_private() -> None:
+    """Each concept package lists its names in `__init__.__all__`; every module beside it starts with `_`."""
+    for name in CONCEPT_PACKAGES:
+        folder = PACKAGE / name
+        assert (folder / "__init__.py").is_file(), folder
+        public = sorted(path.name for path in folder.glob("*.py") if not path.name.startswith("_"))
+        assert public == [], f"v1/{name}/ has public modules: {public}"
+        assert "__all__" in (folder / "__init__.py").read_text(encoding="utf-8"), f"v1/{name}/__init__.py lists no names"
+
+
+def test_v1_top_level_holds_a_handful_of_files() -> None:
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py", "types.py"]
+
+
 def test_the_checker_counts_annotation_only_imports() -> None:
-    source = 'def f(x: "v1.harness.Harness") -> "list[v1.state.State]":\n    y: "int" = 0\n'
-    assert string_annotation_modules(ast.parse(source), {"v1.harness", "v1.state"}) == {"v1.harness", "v1.state"}
+    source = 'def f(x: "v1.harness.Harness") -> "list[v1.rollout.State]":\n    y: "int" = 0\n'
+    assert string_annotation_modules(ast.parse(source), {"v1.harness", "v1.rollout"}) == {
+        "v1.harness",
+        "v1.rollout",
+    }
     top, _ = import_graph(type_checking=True)
     plain, _ = import_graph()
-    only_for_annotations = top["v1.programs.base_loop"] - plain["v1.programs.base_loop"]
-    assert "v1._rollout_context" in only_for_annotations, "base_loop's TYPE_CHECKING import of RolloutContext"
+    only_for_annotations = top["v1.programs._base_loop"] - plain["v1.programs._base_loop"]
+    assert "v1.rollout" in only_for_annotations, "base_loop's TYPE_CHECKING import of RolloutContext"
 
 
 OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")
@@ -61,29 +130,17 @@ OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")
 def test_programs_and_the_state_cannot_reach_the_upstream() -> None:
     """The rule "programs cannot reach the upstream" as a package boundary: nothing a program's code
     imports, at any level and however indirectly, leads to `v1.interception.upstream`."""
-    top, inner = import_graph(type_checking=True)
-    edges = {module: top[module] | (inner[module] - DEPRECATED_ALIASES.get(module, set())) for module in top}
-    starts = [module for module in top if module.startswith("v1.programs") or module == "v1.state"]
+    edges = everything()
+    starts = [module for module in edges if module.startswith("v1.programs") or module == "v1.rollout._state"]
     reached, stack = set(starts), list(starts)
     while stack:
         for target in edges[stack.pop()] - reached:
             reached.add(target)
             stack.append(target)
-    assert UPSTREAM in top and UPSTREAM not in reached, sorted(reached)
+    assert UPSTREAM in edges and UPSTREAM not in reached, sorted(reached)
     for folder in OUTSIDE_V1:
         for path in (PACKAGE.parent / folder).rglob("*.py"):
             assert "interception.upstream" not in path.read_text(encoding="utf-8"), path
-
-
-def test_no_v1_imports_hidden_in_functions() -> None:
-    _, inner = import_graph()
-    hidden = {
-        (module, target)
-        for module, targets in inner.items()
-        for target in targets
-        if not any(target == allowed or target.startswith(allowed + ".") for allowed in LAZY_ALLOWED.get(module, ()))
-    }
-    assert hidden == set()
 
 
 def test_the_checker_sees_a_cycle() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import v1
 from tests.tools.patience import HANG_S
-from v1.lifecycle import (
+from v1.rollout._lifecycle import (
     SINGLE_ARGS,
     SPEC_ATTRIBUTE,
     Handler,

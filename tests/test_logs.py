@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 import v1 as vf
-from v1.logs import LOGGER_NAME
+from v1._util.logs import LOGGER_NAME
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""v1.registry: parts by name, one error for an unknown name, entry points read only when needed."""
+"""v1.registry: parts by name, one Protocol per family, one error for an unknown name, entry points read only when needed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import v1 as vf
 from harnesses import CodexHarness
 from v1.clients.registry import client_class
+from v1.env._loading import loader_of
 from v1.interception.dialects import all_dialects, dialect_for_path
-from v1.loading import loader_of
 from v1.registry import CLIENT_TYPES, DIALECTS, HARNESSES, SANDBOX_BACKENDS, TASKSETS, Registry, factory_of, object_with
 from v1.sandbox import LocalBackend, PrimeBackend, get_backend, register_backend
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def widgets() -> Registry[object]:
-    return Registry("widget", "v1.tests.no_such_group", factory_of("spin"), {"round": "v1.sandbox.local:LocalBackend"})
+    return Registry("widget", "v1.tests.no_such_group", factory_of("spin"), {"round": "v1.sandbox._local:LocalBackend"})
 
 
 class Spinner:
@@ -74,7 +74,7 @@ def test_every_built_in_resolves_to_a_part_of_its_family() -> None:
 def test_a_name_is_taken_once_and_registering_the_same_part_again_is_allowed() -> None:
     registry = widgets()
     with pytest.raises(
-        vf.PluginError, match=r"^widget 'round' is taken \(built in: 'v1.sandbox.local:LocalBackend'\); choose another"
+        vf.PluginError, match=r"^widget 'round' is taken \(built in: 'v1.sandbox._local:LocalBackend'\); choose another"
     ):
         registry.register("round", Spinner)
     registry.register("round", LocalBackend)
@@ -105,7 +105,7 @@ def test_a_part_of_the_wrong_kind_or_a_bad_reference_is_refused_in_one_line() ->
     registry.register("number", 42)
     registry.register("spinless", object)
     registry.register("missing", "no_such_module_anywhere:Thing")
-    registry.register("typo", "v1.sandbox.local:LocalBackendd")
+    registry.register("typo", "v1.sandbox._local:LocalBackendd")
     with pytest.raises(vf.PluginError, match=r"^widget 'number' \(registered in code\): 42 is an int, not a class or factory"):
         registry.get("number")
     with pytest.raises(vf.PluginError, match=r"is a class object, not a class with spin$"):
@@ -152,7 +152,7 @@ def test_a_toml_loader_by_name_builds_the_registered_taskset(tmp_path: Path) -> 
 
 
 def test_a_module_object_reference_works_wherever_a_name_does() -> None:
-    ref = "v1.sandbox.local:LocalBackend"
+    ref = "v1.sandbox._local:LocalBackend"
     assert vf.SandboxConfig(backend=ref).backend == ref
     assert isinstance(get_backend(ref), LocalBackend) and SANDBOX_BACKENDS.origin(ref) == "a module:object reference"
     assert ref not in SANDBOX_BACKENDS.names()
@@ -163,12 +163,12 @@ def test_a_module_object_reference_works_wherever_a_name_does() -> None:
     ("ref", "message"),
     [
         ("a:b:c", r"sandbox backend 'a:b:c': not a name, nor a 'module:object' reference"),
-        ("v1.sandbox.local:", r"sandbox backend 'v1.sandbox.local:': not a name, nor a 'module:object' reference"),
+        ("v1.sandbox._local:", r"sandbox backend 'v1.sandbox._local:': not a name, nor a 'module:object' reference"),
         ("x" * 500 + ":y", r"sandbox backend 'xxxxx.*\.\.\.: not a name, nor a 'module:object' reference"),
         ("no_such_module_anywhere:Backend", r"sandbox backend reference 'no_such_module_anywhere:Backend' failed to import"),
         (
-            "v1.sandbox.local:INSTALL_HINT",
-            r"sandbox backend reference 'v1.sandbox.local:INSTALL_HINT' is a str, not a class or factory with",
+            "v1.sandbox._local:INSTALL_HINT",
+            r"sandbox backend reference 'v1.sandbox._local:INSTALL_HINT' is a str, not a class or factory with",
         ),
     ],
 )
@@ -185,3 +185,35 @@ def test_a_factory_that_fails_is_a_plugin_error_naming_it() -> None:
         get_backend("os:getcwdb")
     with pytest.raises(vf.PluginError, match=r"^sandbox backend 'os:getenv' .*: its factory failed: TypeError: "):
         get_backend("os:getenv")
+
+
+def test_the_bundled_harnesses_and_tasksets_are_v1s_own_entry_points() -> None:
+    """The registry names no `harnesses.*` or `tasksets.*` module: they are declared in pyproject.toml like a
+    plugin's, and count as built in (a plugin cannot take their names)."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert set(HARNESSES.names()) >= set(declared["v1.harnesses"]) and "codex" in declared["v1.harnesses"]
+    assert set(TASKSETS.names()) >= set(declared["v1.tasksets"]) and "reverse_text" in declared["v1.tasksets"]
+    assert HARNESSES.origin("codex") == TASKSETS.origin("gsm8k") == "built in"
+    upward = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "v1" / "registry").rglob("*.py")
+        if '"harnesses.' in path.read_text() or '"tasksets.' in path.read_text()
+    ]
+    assert upward == []
+
+
+def test_a_family_checks_a_part_against_its_protocol() -> None:
+    """The members a part must have come from the family's Protocol, and the refusal names them."""
+
+    class HalfClient:
+        async def get_response(self) -> None: ...
+
+    CLIENT_TYPES.register("half_client_for_test", HalfClient)
+    with pytest.raises(vf.PluginError, match=r"is a class .*HalfClient, not a class with get_response, stream_response$"):
+        CLIENT_TYPES.get("half_client_for_test")
+    with pytest.raises(vf.PluginError, match=r"not a class or factory with available, create, delete$"):
+        SANDBOX_BACKENDS.get("tests.test_registry:ROOT")
+    with pytest.raises(vf.PluginError, match=r"not an object with name, prefix, route, path_pattern$"):
+        DIALECTS.get("tests.test_registry:Spinner")

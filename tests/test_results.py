@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.results import ExactSum, k_values, pass_all_at_k, pass_at_k
+from v1.env._results import ExactSum, k_values, pass_all_at_k, pass_at_k
 
 
 def output(example_id: int, index: int, reward: float, **extra: Any) -> dict[str, Any]:

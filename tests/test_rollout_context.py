@@ -6,12 +6,9 @@ import dataclasses
 import typing
 
 import v1 as vf
-from v1._rollout_context import RolloutContext
 from v1.config import ArtifactConfig
-from v1.harness import RolloutContext as FromHarness
-from v1.lifecycle import Handlers
+from v1.rollout import Handlers, RolloutContext, UserSimulator
 from v1.testing import MockModelServer
-from v1.user import User
 
 WRITE_FILES = "echo program > mine.txt; echo taskset > shared.txt; echo tools > tools.txt"
 
@@ -21,11 +18,7 @@ def test_a_program_gets_exactly_these_fields_and_no_harness() -> None:
     assert names == ["task", "state", "handlers", "user", "default_max_turns", "timeout_seconds", "artifacts"]
     hints = typing.get_type_hints(RolloutContext)
     assert hints["state"] is vf.State and hints["handlers"] is Handlers
-    assert hints["user"] == User | None and hints["artifacts"] == list[ArtifactConfig]
-
-
-def test_the_old_import_path_is_the_same_class() -> None:
-    assert FromHarness is RolloutContext
+    assert hints["user"] == UserSimulator | None and hints["artifacts"] == list[ArtifactConfig]
 
 
 async def test_the_tasksets_and_toolsets_artifacts_reach_a_command_program(mock: MockModelServer) -> None:

@@ -8,8 +8,8 @@ import pytest
 from datasets import Dataset
 
 import v1 as vf
-from v1._scheduling import plan_units
-from v1.task import Task
+from v1.env._scheduling import plan_units
+from v1.rollout import Task
 
 
 def to_task(row: object) -> Task:

@@ -7,8 +7,7 @@ import math
 import pytest
 
 import v1
-from v1._scoring import score_group, score_rollout
-from v1.lifecycle import Handler, Handlers
+from v1.rollout import Handler, Handlers, score_group, score_rollout
 
 
 def make_task_and_state(answer: str = "4") -> tuple[v1.Task, v1.State]:

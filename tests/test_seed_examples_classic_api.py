@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.cli.main import main
+from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def test_seed_001_eval_config_and_prime_plugin() -> None:
     assert config.independent_scoring is False and config.extra_env_kwargs == {} and config.save_results is False
     plugin = vf.get_plugin()
     assert plugin.api_version == vf.PRIME_PLUGIN_API_VERSION == 1
-    assert plugin.build_module_command(plugin.eval_module, ["--help"])[1:] == ["-m", "v1.cli.eval", "--help"]
+    assert plugin.build_module_command(plugin.eval_module, ["--help"])[1:] == ["-m", "v1.cli._eval", "--help"]
 
 
 def test_seed_004_custom_parser_and_the_parser_call_forms() -> None:
@@ -144,11 +144,11 @@ SEED_002_RUNS = [
 
 @pytest.mark.parametrize("line", SEED_002_RUNS)
 def test_seed_002_vf_eval_commands_run(registry_dir: Path, mock: MockModelServer, line: str) -> None:
-    """``uv run vf-eval ...`` as ``python -m v1.cli.eval ...`` (what the ``vf-eval`` script runs)."""
+    """``uv run vf-eval ...`` as ``python -m v1.cli._eval ...`` (what the ``vf-eval`` script runs)."""
     args = line.format(url=mock.url).split()
     env = {**os.environ, "SEED_KEY": "sk-seed", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "v1.cli.eval", *args, "--no-save"],
+        [sys.executable, "-m", "v1.cli._eval", *args, "--no-save"],
         capture_output=True,
         text=True,
         timeout=300,

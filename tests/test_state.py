@@ -14,7 +14,7 @@ import pytest
 
 import v1
 from v1.interception.upstream import upstream
-from v1.state import (
+from v1.rollout._state import (
     MANAGED_FIELDS,
     EndpointAccess,
     NamedToolset,

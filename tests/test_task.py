@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 import v1
-from v1.task import FrozenDict, FrozenList, thaw
+from v1.rollout._task import FrozenDict, FrozenList, thaw
 
 
 def nested_task() -> v1.Task:

@@ -12,8 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import v1
-from v1._tool_function import ToolFunction, render_tool_result
-from v1.toolset import merge_toolsets
+from v1.tools import ToolFunction, merge_toolsets, render_tool_result
 
 
 class Point(BaseModel):

@@ -6,8 +6,8 @@ import v1 as vf
 import typing as _typing
 from importlib import metadata as _metadata
 
-from v1._gc_tuning import batch_gc
-from v1._sample_view import print_prompt_completions_sample
+from v1._util.gc_tuning import batch_gc
+from v1._util.logs import log_level, quiet_verifiers, setup_logging
 from v1.classic import (
     PRIME_PLUGIN_API_VERSION,
     AssistantMessage,
@@ -69,7 +69,7 @@ from v1.config import (
     UserConfig,
     ensure_keys,
 )
-from v1.env import Env
+from v1.env import Env, EvalConfig, EvalSummary, ResultsWriter, load_environment, load_example_dataset
 from v1.errors import (
     ConfigError,
     EndpointError,
@@ -89,18 +89,23 @@ from v1.errors import (
     ToolError,
     UnknownNameError,
 )
-from v1.eval_config import EvalConfig
 from v1.harness import Harness
-from v1.judge import judge_reward
-from v1.lifecycle import advantage, cleanup, metric, reward, setup, stop, teardown, update
-from v1.loading import load_environment, load_example_dataset
-from v1.logs import log_level, quiet_verifiers, setup_logging
-from v1.mcp import MCPTool
-from v1.results import EvalSummary, ResultsWriter
-from v1.state import State
-from v1.task import Task
-from v1.taskset import Taskset
-from v1.toolset import Toolset
+from v1.rollout import (
+    State,
+    Task,
+    advantage,
+    cleanup,
+    judge_reward,
+    metric,
+    print_prompt_completions_sample,
+    reward,
+    setup,
+    stop,
+    teardown,
+    update,
+)
+from v1.taskset import Taskset, User
+from v1.tools import MCPTool, Toolset
 from v1.types import (
     ChatMessage,
     ClientType,
@@ -126,7 +131,6 @@ from v1.types import (
     Usage,
     VersionInfo,
 )
-from v1.user import User
 
 try:
     __version__ = _metadata.version("v1")

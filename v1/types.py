@@ -265,6 +265,10 @@ class GenerateMetadata(TypedDict):
     scoring: NotRequired[dict[str, Any]]
 
 
+ToolContent = str | list[dict[str, Any]]
+"""Tool-message content: a string, or a list of OpenAI content parts when there are images."""
+
+
 class GenerateOutputs(TypedDict):
     outputs: list[RolloutOutput]
     metadata: GenerateMetadata
@@ -290,6 +294,7 @@ __all__ = [
     "TokenUsage",
     "Tool",
     "ToolCall",
+    "ToolContent",
     "TrajectoryStep",
     "TrajectoryStepTokens",
     "Usage",

@@ -20,9 +20,8 @@ from classic_reverse import WORDS, responder
 
 import v1 as vf
 from tests.tools.patience import HANG_S
-from v1.cli.main import main
-from v1.testing import MockModelServer
-from v1.testing.responders import failing
+from v1.cli import main
+from v1.testing import MockModelServer, failing
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -114,7 +113,7 @@ def test_v1_view_serves_a_classic_run(mock: MockModelServer, kind_modules: Path,
     out = tmp_path / "out"
     assert main(["eval", "classic_tool", "-b", mock.url, "-m", "mock", "-n", "3", "-r", "1", "--output-dir", str(out)]) == 0
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "view", str(out), "--port", "0"],
+        [sys.executable, "-m", "v1.cli", "view", str(out), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -167,7 +166,7 @@ def cluster() -> Iterator[None]:
 
 
 def test_classic_envs_on_ray_write_what_a_local_eval_writes(cluster: None, mock: MockModelServer, tmp_path: Path) -> None:
-    from v1.executors import RayExecutor
+    from v1.env import RayExecutor
 
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
     env = vf.load_environment("classic_reverse", env_args={"kind": "group"})
@@ -193,7 +192,7 @@ def test_classic_envs_on_ray_write_what_a_local_eval_writes(cluster: None, mock:
 def test_ray_actors_tear_their_environments_down_when_the_executor_closes(
     cluster: None, mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from v1.executors import RayExecutor
+    from v1.env import RayExecutor
 
     marker = tmp_path / "teardown.log"
     monkeypatch.setenv("TEARDOWN_MARKER", str(marker))

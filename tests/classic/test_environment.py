@@ -12,7 +12,7 @@ import pytest
 from classic_reverse import answer_length, reversed_exactly, rows
 
 import v1 as vf
-from v1._calling import pool_size, resize_pool
+from v1._util.calling import pool_size, resize_pool
 from v1.testing import MockModelServer, MockRequest, Reply
 
 

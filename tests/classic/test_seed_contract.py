@@ -432,7 +432,7 @@ def test_v1_eval_compat_verifiers_runs_an_unedited_verifiers_module(mock: MockMo
     command = [
         sys.executable,
         "-m",
-        "v1.cli.main",
+        "v1.cli",
         "eval",
         "plain_vf_env",
         "-b",
@@ -484,7 +484,7 @@ def test_handler_decorators_take_verifiers_stage_and_check_it() -> None:
 
 
 def test_classic_state_for_task_gives_the_core_state(verifiers: Any) -> None:
-    from v1.state import State as CoreState
+    from v1.rollout import State as CoreState
 
     state = verifiers.State.for_task(verifiers.Task({"prompt": "abc"}).freeze())
     assert isinstance(state, CoreState) and state.task["prompt"][0]["content"] == "abc"

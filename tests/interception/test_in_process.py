@@ -17,7 +17,7 @@ import pytest
 
 import v1 as vf
 from v1.clients.in_process import InProcessTransport, served_in_process
-from v1.programs.model_call import call_model
+from v1.programs import call_model
 from v1.testing import MockModelServer, Reply
 
 USER = [{"role": "user", "content": "hello"}]

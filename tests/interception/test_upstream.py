@@ -12,7 +12,7 @@ from v1.clients.base import Client
 from v1.interception import session as session_module
 from v1.interception import upstream as upstream_module
 from v1.interception.session import RolloutSession
-from v1.interception.upstream import UpstreamHandles, stop_at_timeout, upstream
+from v1.interception.upstream import UpstreamHandles, upstream
 
 
 def test_upstream_handles_annotations_resolve() -> None:
@@ -42,21 +42,16 @@ def test_a_borrowed_client_is_copied_once_and_the_link_dropped() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "name", "moved"),
-    [
-        ("v1.state", "upstream", upstream),
-        ("v1.state", "UpstreamHandles", UpstreamHandles),
-        ("v1.interception.session", "stop_at_timeout", stop_at_timeout),
-    ],
+    ("module", "name"),
+    [("v1.rollout._state", "upstream"), ("v1.rollout._state", "UpstreamHandles"), ("v1.interception.session", "stop_at_timeout")],
 )
-def test_moved_names_still_import_from_their_old_path_with_a_warning(module: str, name: str, moved: object) -> None:
-    namespace: dict[str, object] = {}
-    with pytest.warns(DeprecationWarning, match=rf"{module}\.{name} moved to v1\.interception\.upstream"):
-        exec(f"from {module} import {name}", namespace)
-    assert namespace[name] is moved
+def test_moved_names_live_only_in_the_upstream_module(module: str, name: str) -> None:
+    """The deprecation aliases are gone (issue 37): the state never leads to the upstream, not even lazily."""
+    with pytest.raises(ImportError):
+        exec(f"from {module} import {name}", {})
 
 
-@pytest.mark.parametrize("module", ["v1.state", "v1.interception.session"])
+@pytest.mark.parametrize("module", ["v1.rollout._state", "v1.interception.session"])
 def test_other_missing_names_are_still_attribute_errors(module: str) -> None:
     assert not hasattr(importlib.import_module(module), "nope")
     with pytest.raises(ImportError):

@@ -69,7 +69,7 @@ def capped_memory() -> None:
 
 def v1_train(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", "train", *args],
+        [sys.executable, "-m", "v1.cli", "train", *args],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -253,7 +253,7 @@ def test_resume_after_kill_9_says_which_checkpoint_and_step_it_continues_from(tm
     out = tmp_path / "out"
     config = write_config(tmp_path, max_steps=1000)
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "train", str(config), "--output-dir", str(out), "--no-progress"],
+        [sys.executable, "-m", "v1.cli", "train", str(config), "--output-dir", str(out), "--no-progress"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=capped_memory,
     )  # fmt: skip

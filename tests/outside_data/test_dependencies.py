@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
-from v1.programs.install import project_dependencies
+from v1.programs._install import project_dependencies
 from v1.testing import MockModelServer
 
 

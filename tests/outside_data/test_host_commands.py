@@ -67,7 +67,7 @@ def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(
     """
     (tmp_path / "eval.toml").write_text(textwrap.dedent(config))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    args = [sys.executable, "-m", "v1.cli.main", "eval", "eval.toml", "-m", "m", "-b", mock.url, "-n", "2", "-r", "1"]
+    args = [sys.executable, "-m", "v1.cli", "eval", "eval.toml", "-m", "m", "-b", mock.url, "-n", "2", "-r", "1"]
     process = subprocess.Popen(
         [*args, "--output-dir", "out"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

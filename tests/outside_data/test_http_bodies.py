@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import v1 as vf
-from v1.cli.main import main
+from v1.cli import main
 from v1.interception import connection_gate
 from v1.interception import server as endpoint_server
 from v1.testing import MockModelServer, MockRequest, Reply, reverser

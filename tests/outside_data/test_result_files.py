@@ -25,7 +25,7 @@ DEEP_LINE = '{"example_id": ' + "[" * 200_000 + "]" * 200_000 + "}\n"
 
 
 def v1_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "v1.cli.main", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "v1.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def get(url: str) -> tuple[int, Any]:
 def test_v1_views_run_apis_report_the_bad_line_and_field_and_load_the_rest(runs: tuple[Path, str]) -> None:
     base, _ = runs
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "view", str(base), "--port", "0"],
+        [sys.executable, "-m", "v1.cli", "view", str(base), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

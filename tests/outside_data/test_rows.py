@@ -66,7 +66,7 @@ def run_eval(tmp_path: Path, mock: MockModelServer, rows: list[dict[str, Any]], 
     args = ["eval", "eval.toml", "-m", "m", "-b", mock.url, "-n", str(len(rows)), "-r", "1", "--output-dir", "out"]
     args += ["--state-columns", "program_result"]
     result = subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "v1.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "out").iterdir()

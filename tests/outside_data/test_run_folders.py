@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.test_e2e_eval_failures import CONFIG, error_lines, saved_lines, v1_cli
-from v1.results import ResultsWriter
+from v1.env import ResultsWriter
 from v1.testing import MockModelServer, reverser
 
 SECRET = "sk-the-users-real-key"

@@ -9,9 +9,8 @@ import pytest
 
 import v1 as vf
 from v1.classic.sandbox_fields import SEED_IMAGE, run_shell, seed_sandbox_config
-from v1.sandbox import Sandbox, get_manager
-from v1.sandbox.prime import PrimeSandbox, create_request_fields
-from v1.sandbox.repl import PythonRepl
+from v1.sandbox import PythonRepl, Sandbox, get_manager
+from v1.sandbox._prime import PrimeSandbox, create_request_fields
 
 
 @pytest.fixture(autouse=True)

@@ -61,9 +61,7 @@ def _sleepers() -> list[str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", "sandbox", *args], env=env, cwd=ROOT, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, "-m", "v1.cli", "sandbox", *args], env=env, cwd=ROOT, capture_output=True, text=True)
 
 
 def test_sigterm_deletes_the_sandbox(tmp_path: Path, started: tuple[subprocess.Popen[bytes], dict[str, str]]) -> None:

@@ -14,9 +14,8 @@ import pytest
 
 import v1 as vf
 from v1.classic.sandbox_env import PythonEnv, SandboxEnv
-from v1.cli.main import main
-from v1.sandbox import list_sandboxes, register_backend
-from v1.sandbox.prime import PrimeBackend
+from v1.cli import main
+from v1.sandbox import PrimeBackend, list_sandboxes, register_backend
 from v1.testing import MockModelServer, Reply
 
 from .prime_fake import FakePrime
@@ -321,7 +320,7 @@ def test_v1_eval_on_ray_runs_sandbox_env_rollouts_on_an_actor(
     module = eval_module(tmp_path, monkeypatch, "classic_bash_env_ray")
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
-    command = [sys.executable, "-m", "v1.cli.main", "eval", module, "-m", "mock-model", "-b", mock.url, "-n", "2", "-r", "1"]
+    command = [sys.executable, "-m", "v1.cli", "eval", module, "-m", "mock-model", "-b", mock.url, "-n", "2", "-r", "1"]
     command += ["--output-dir", str(tmp_path / "out"), "--state-columns", "sandbox_id", "--ray", "--ray-actors", "1"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

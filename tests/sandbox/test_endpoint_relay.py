@@ -11,8 +11,8 @@ import pytest
 
 import v1 as vf
 from tests.tools.patience import HANG_S
-from v1.sandbox.backend import EndpointTarget
-from v1.sandbox.endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
+from v1.sandbox import EndpointTarget
+from v1.sandbox._endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
 from v1.testing import MockModelServer
 
 

@@ -16,7 +16,7 @@ import pytest
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.sandbox import EndpointTarget, get_backend, get_manager, list_sandboxes, reap_sandboxes, sandbox_root
-from v1.sandbox import manager as manager_module
+from v1.sandbox import _manager as manager_module
 
 
 @pytest.fixture(autouse=True)
@@ -248,7 +248,7 @@ async def test_creation_rate_limit_and_backend_preference(
     manager = get_manager()
     config = vf.SandboxConfig(prefer=["lcoal-typo", "local"], backend="prime")
     start = time.monotonic()
-    with caplog.at_level("WARNING", logger="v1.sandbox.manager"):
+    with caplog.at_level("WARNING", logger="v1.sandbox._manager"):
         sandboxes = [await manager.create(config) for _ in range(5)]
     assert time.monotonic() - start >= 4 / 20  # five creates at 20/s span at least four intervals
     assert all(type(sandbox).__name__ == "LocalSandbox" for sandbox in sandboxes)

@@ -10,7 +10,7 @@ import pytest
 
 import v1 as vf
 from v1.sandbox import EndpointTarget, get_backend, get_manager, list_sandboxes, register_backend
-from v1.sandbox.prime import PrimeBackend, create_request_fields, rewrite_url
+from v1.sandbox._prime import PrimeBackend, create_request_fields, rewrite_url
 from v1.testing import MockModelServer
 
 from .prime_fake import FakePrime

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from v1.cli.main import main
+from v1.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def v1(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "v1.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +69,7 @@ def test_sft_on_reference_answers_writes_a_model(tmp_path: Path) -> None:
 
 
 def test_import_v1_does_not_import_torch(tmp_path: Path) -> None:
-    code = "import sys, v1, v1.cli.main, v1.train.config; assert 'torch' not in sys.modules, 'import v1 imported torch'"
+    code = "import sys, v1, v1.cli, v1.train.config; assert 'torch' not in sys.modules, 'import v1 imported torch'"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
     )

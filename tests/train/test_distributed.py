@@ -411,7 +411,7 @@ def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> 
 
 
 def test_nproc_is_checked_before_any_rank_starts(tmp_path: Path) -> None:
-    from v1.cli.main import main
+    from v1.cli import main
 
     assert main(["train", str(RECIPE), "--nproc", "0"]) == 2
     (tmp_path / "bad.toml").write_text("max_steps = -1\n")
@@ -421,7 +421,7 @@ def test_nproc_is_checked_before_any_rank_starts(tmp_path: Path) -> None:
 def test_v1_train_nproc_2_starts_the_ranks_itself(tmp_path: Path) -> None:
     config = short_recipe(RECIPE, tmp_path, max_steps=1, sft_steps=3)
     done = subprocess.run(
-        [sys.executable, "-m", "v1.cli.main", "train", str(config), "--nproc", "2", "--no-progress"],
+        [sys.executable, "-m", "v1.cli", "train", str(config), "--nproc", "2", "--no-progress"],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

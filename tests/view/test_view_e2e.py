@@ -74,7 +74,7 @@ def run_eval(server: MockModelServer, output_dir: Path) -> Path:
         str(output_dir),
     ]
     before = set(output_dir.iterdir()) if output_dir.exists() else set()
-    done = subprocess.run([sys.executable, "-m", "v1.cli.main", "eval", *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "v1.cli", "eval", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     (run,) = set(output_dir.iterdir()) - before
     return run
@@ -137,7 +137,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     not_a_run.mkdir()
     (not_a_run / "readme.txt").write_text("not a run")
     process = subprocess.Popen(
-        [sys.executable, "-m", "v1.cli.main", "view", str(runs), str(not_a_run), "--port", "0"],
+        [sys.executable, "-m", "v1.cli", "view", str(runs), str(not_a_run), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,4 +1,4 @@
-"""`v1.view.runs`: finding run folders, and `results.jsonl` indexed by offsets and read incrementally."""
+"""`v1.view`: finding run folders, and `results.jsonl` indexed by offsets and read incrementally."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from v1.results import EvalSummary
-from v1.view.runs import RolloutIndex, RunFolderError, find_runs, histogram, read_json_object, summarize_rollout
+from v1.env import EvalSummary
+from v1.view._runs import RolloutIndex, RunFolderError, find_runs, histogram, read_json_object, summarize_rollout
 
 
 def output(example: int, index: int, reward: float, **extra: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from v1.view.server import build_app
+from v1.view import build_app
 
 SECRET = "HOST-SECRET-LINE"
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from v1 import errors
 from v1.interception.upstream import upstream
-from v1.state import State as CoreState
+from v1.rollout import State as CoreState
 from v1.types import Response
 
 

@@ -13,8 +13,7 @@ from v1.classic.environment import Environment
 from v1.clients.base import Client
 from v1.errors import ConfigError
 from v1.harness import Harness
-from v1.state import State
-from v1.task import Task, thaw
+from v1.rollout import State, Task, thaw
 from v1.taskset import Taskset
 from v1.types import Response, SamplingArgs
 

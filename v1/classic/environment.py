@@ -16,7 +16,7 @@ from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any
 
-from v1._calling import resize_pool
+from v1._util.calling import resize_pool
 from v1.classic.classic_state import RolloutState, classic_view
 from v1.classic.parsers import Parser
 from v1.classic.rubric import HandlerRubric, Rubric, RubricGroup
@@ -25,9 +25,7 @@ from v1.env import MESSAGE_TYPES, Env, set_rubric_view
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
 from v1.interception.upstream import upstream
-from v1.lifecycle import Handler, handlers_of
-from v1.state import State
-from v1.task import Task
+from v1.rollout import Handler, State, Task, handlers_of
 from v1.taskset import Taskset
 from v1.types import GenerateOutputs, SamplingArgs
 

@@ -16,13 +16,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from v1._calling import call_user_code
+from v1._util.calling import call_user_code
 from v1.classic.environment import Environment
 from v1.errors import ConfigError, ProgramError
-from v1.harness import RolloutContext
-from v1.lifecycle import stop
-from v1.state import State
-from v1.task import Task, thaw
+from v1.rollout import RolloutContext, State, Task, stop, thaw
 from v1.types import Messages, TrajectoryStep
 
 UNLIMITED_TURNS = 2**31 - 1

@@ -39,9 +39,8 @@ from v1.classic.rubric import Rubric
 from v1.classic.sandbox_mixin import SandboxMixin
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
-from v1.lifecycle import cleanup, reward, teardown
-from v1.sandbox.backend import ExecResult, Sandbox
-from v1.state import State
+from v1.rollout import State, cleanup, reward, teardown
+from v1.sandbox import ExecResult, Sandbox
 from v1.types import Messages
 
 MANIFEST = ".build.json"

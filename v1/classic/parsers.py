@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from v1._message_text import last_assistant_text, message_text
+from v1._util.message_text import last_assistant_text, message_text
 from v1.types import ChatMessage, Messages
 
 

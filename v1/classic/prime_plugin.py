@@ -1,7 +1,7 @@
 """The Prime CLI plugin: which of this project's command modules ``prime`` runs, and how.
 
 ``prime`` reads `get_plugin()` and runs ``python -m <module> ARGS``; each module the plugin
-names is a real `v1.cli` command module (``python -m v1.cli.eval --help`` works). Commands
+names is a real `v1.cli` command module (``python -m v1.cli._eval --help`` works). Commands
 this project does not have (``gepa``, ``install``, ``setup``, ``build``) are None.
 """
 
@@ -20,10 +20,10 @@ class PrimeCLIPlugin:
     """The command modules ``prime`` runs (None: no such command here)."""
 
     api_version: int = PRIME_PLUGIN_API_VERSION
-    eval_module: str | None = "v1.cli.eval"
+    eval_module: str | None = "v1.cli._eval"
     gepa_module: str | None = None
     install_module: str | None = None
-    init_module: str | None = "v1.cli.init"
+    init_module: str | None = "v1.cli._init"
     setup_module: str | None = None
     build_module: str | None = None
 

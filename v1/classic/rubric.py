@@ -3,7 +3,7 @@
 A `Rubric` holds reward functions with weights (weight 0: a metric only) and turns each into a
 lifecycle `Handler` (`handlers()`), so an environment's rubric functions are its taskset's
 rewards and metrics: `Harness` scores them like any `@reward`, and `Rubric.score_rollout` /
-`score_group` call the very same `v1._scoring` functions. Arguments are injected by name:
+`score_group` call the very same `v1.rollout` functions. Arguments are injected by name:
 `prompt`, `completion`, `answer`, `state`, `task`, `info`, `trajectory`, `example_id`,
 `parser`, the rubric's class objects, or the plurals (`completions`, `states`, ...) for a
 group function, which gets the whole group at once, in the group's order.
@@ -18,16 +18,23 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from v1._calling import call_user_code
-from v1._scoring import score_group, score_rollout
+from v1._util.calling import call_user_code
 from v1.classic.messages import typed_messages
 from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
 from v1.classic.types import RewardFunc
 from v1.errors import ConfigError
-from v1.judge import ask_judge, judge_question
-from v1.lifecycle import GROUP_ARGS, SINGLE_ARGS, Handler, Handlers
-from v1.state import State
-from v1.task import Task
+from v1.rollout import (
+    GROUP_ARGS,
+    SINGLE_ARGS,
+    Handler,
+    Handlers,
+    State,
+    Task,
+    ask_judge,
+    judge_question,
+    score_group,
+    score_rollout,
+)
 
 RUBRIC_ARGS = ("parser",)
 
@@ -364,7 +371,7 @@ class JudgeRubric(Rubric):
         self.class_objects["judge"] = self.judge
 
     async def judge(self, prompt: Any, completion: Any, answer: Any, state: State) -> str:
-        """The judge's reply for one rollout, kept in ``state["judge_responses"]["judge"]`` (`v1.judge.ask_judge`)."""
+        """The judge's reply for one rollout, kept in ``state["judge_responses"]["judge"]`` (`v1.rollout.ask_judge`)."""
         response = self.parser.parse_answer(completion) or ""
         content = self.judge_prompt.format(question=judge_question(prompt), answer=answer, response=response)
         return await ask_judge(

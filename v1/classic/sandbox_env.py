@@ -17,9 +17,8 @@ from v1.classic.sandbox_fields import SEED_IMAGE, SEED_START_COMMAND, clip, seed
 from v1.classic.sandbox_mixin import SandboxMixin
 from v1.classic.tool_env import StatefulToolEnv
 from v1.errors import ConfigError
-from v1.lifecycle import cleanup, teardown
-from v1.sandbox.repl import PythonRepl
-from v1.state import State
+from v1.rollout import State, cleanup, teardown
+from v1.sandbox import PythonRepl
 from v1.types import Messages
 
 

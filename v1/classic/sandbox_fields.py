@@ -17,7 +17,7 @@ from typing import Any
 
 from v1.config import SandboxConfig
 from v1.errors import ConfigError
-from v1.sandbox.backend import ExecResult, Sandbox
+from v1.sandbox import ExecResult, Sandbox
 
 SEED_IMAGE = "python:3.11-slim"
 SEED_START_COMMAND = "tail -f /dev/null"

@@ -17,9 +17,7 @@ from typing import Any
 from v1.classic.sandbox_fields import run_shell
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
-from v1.sandbox.backend import ExecResult, Sandbox
-from v1.sandbox.manager import get_manager
-from v1.sandbox.scopes import SandboxScopes
+from v1.sandbox import ExecResult, Sandbox, SandboxScopes, get_manager
 
 
 @dataclass

@@ -21,10 +21,8 @@ from v1.classic.multiturn_env import MultiTurnEnv
 from v1.classic.sandbox_mixin import SandboxMixin
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, TaskError
-from v1.lifecycle import cleanup, reward, teardown
-from v1.sandbox.backend import ExecResult, Sandbox
-from v1.state import State
-from v1.task import Task, thaw
+from v1.rollout import State, Task, cleanup, reward, teardown, thaw
+from v1.sandbox import ExecResult, Sandbox
 from v1.types import Messages
 
 DebugStep = Literal["none", "gold_patch", "command", "script"]

@@ -14,12 +14,10 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from v1._tool_function import ToolFunction, parse_tool_arguments
 from v1.classic.multiturn_env import MultiTurnEnv
 from v1.errors import ConfigError
-from v1.lifecycle import stop
-from v1.state import State
-from v1.toolset import Toolset
+from v1.rollout import State, stop
+from v1.tools import ToolFunction, Toolset, parse_tool_arguments
 from v1.types import Messages
 
 TOOLSET_NAME = "tool_env"

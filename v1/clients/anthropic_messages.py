@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients.credentials import resolve_api_key
 from v1.clients.http import anthropic_async_client_class, http_library, sdk_timeout

@@ -14,7 +14,7 @@ are recorded do not depend on which path carried the call. Every request goes th
 in-process carrier (`v1.clients.in_process.InProcessTransport`): a server of this process that
 serves the upstream's origin on this loop (the built-in inference server) answers it without a
 socket, and everything else goes over the aiohttp pool; the wire reads HTTP either way. Answers
-are parsed with the bounded reader (`v1._bounded_json`, depth only: logprobs may be ``-Infinity``):
+are parsed with the bounded reader (`v1._util.bounded_json`, depth only: logprobs may be ``-Infinity``):
 an upstream's body is outside data.
 
 aiohttp and openai are imported on first use: `import v1` stays light.
@@ -28,7 +28,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.clients.http import http_library
 from v1.clients.in_process import InProcessTransport, post_request, read_body
 from v1.errors import InvalidModelResponseError

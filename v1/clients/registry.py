@@ -7,8 +7,8 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from v1._calling import is_async_callable
-from v1._loop_scope import loop_scope
+from v1._util.calling import is_async_callable
+from v1._util.loop_scope import loop_scope
 from v1.clients.anthropic_messages import AnthropicMessagesClient
 from v1.clients.base import Client
 from v1.clients.http import is_async_openai

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 
 RECENT_STEPS = 16
 

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from v1._entropy import token_hex
+from v1._util.entropy import token_hex
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 

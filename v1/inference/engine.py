@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from v1._entropy import random_bits
+from v1._util.entropy import random_bits
 from v1.inference.sampling import LogitProcessing, processed_logits, sample_from_logprobs
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from v1._single_flight import SingleFlight
+from v1._util.single_flight import SingleFlight
 
 DEFAULT_MAX_TOKENS = 1 << 20
 """Token ids held at most (about 8 MiB of references): a few thousand typical prompts."""

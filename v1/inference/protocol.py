@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.inference.engine import SamplingParams
 
 MAX_TOP_LOGPROBS = 20

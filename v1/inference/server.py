@@ -35,8 +35,8 @@ import torch
 from aiohttp import web
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from v1 import _bounded_json
-from v1._entropy import uuid4_hex
+from v1._util import bounded_json as _bounded_json
+from v1._util.entropy import uuid4_hex
 from v1.clients.in_process import serve_in_process, stop_serving, whole_response
 from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
 from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 import torch
 from transformers import PreTrainedModel
 
-from v1._lifeline import cleanup_on_exit
+from v1._util.lifeline import cleanup_on_exit
 from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import vllm_python
 from v1.inference.vllm_nccl import VLLMNCCLWeightSync
@@ -96,7 +96,7 @@ async def vllm_endpoint(
     """A vLLM server over the policy's current weights, and the sync that keeps it current.
 
     vLLM is started from this (the main) thread, so it gets SIGTERM when this process dies however it
-    dies, and it is stopped by `v1._lifeline.exit_now` too.
+    dies, and it is stopped by `v1._util.lifeline.exit_now` too.
 
     Args:
         config: the run (`inference.model_name`, `inference.vllm_args`, `inference.vllm_startup_timeout`).

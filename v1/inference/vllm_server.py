@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from v1._lifeline import die_with_parent
+from v1._util.lifeline import die_with_parent
 from v1.errors import ConfigError, ModelError
 from v1.inference.vllm_env import cache_root, managed_python
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from v1 import _bounded_json
-from v1._entropy import token_hex
+from v1._util import bounded_json as _bounded_json
+from v1._util.entropy import token_hex
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:

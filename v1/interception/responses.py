@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1._entropy import token_hex
+from v1._util.entropy import token_hex
 from v1.interception.dialect import (
     BadRequest,
     Dialect,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.interception.dialect import BadRequest
 from v1.types import Tool
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from v1 import _bounded_json
-from v1._loop_scope import loop_scope
+from v1._util import bounded_json as _bounded_json
+from v1._util.loop_scope import loop_scope
 from v1.clients.base import redact_locations
 from v1.clients.http import http_library
 from v1.clients.in_process import InProcessTransport, serve_in_process, stop_serving
@@ -45,14 +45,14 @@ from v1.interception.routes import Route, RouteTable
 from v1.interception.sdk import EndpointPools
 from v1.interception.session import RolloutSession, StopCheck
 from v1.interception.upstream import upstream
-from v1.sandbox.backend import PIN_HEADER
-from v1.state import EndpointAccess
+from v1.rollout import EndpointAccess
+from v1.sandbox import PIN_HEADER
 from v1.types import Response, ResponseDelta
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from v1.state import State
+    from v1.rollout import State
 
 logger = logging.getLogger(__name__)
 

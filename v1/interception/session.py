@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from v1._calling import endpoint_calls
-from v1._entropy import token_urlsafe
-from v1._single_flight import SingleFlight
+from v1._util.calling import endpoint_calls
+from v1._util.entropy import token_urlsafe
+from v1._util.single_flight import SingleFlight
 from v1.clients.base import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.state import State
+from v1.rollout import State
 from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
 
 StopCheck = Callable[[State], Awaitable[str | None]]
@@ -389,16 +388,6 @@ class RolloutSession:
             state._set_managed("is_truncated", True)
         if overlong:
             state.stop("prompt_too_long")
-
-
-def __getattr__(name: str) -> Any:
-    """`stop_at_timeout` moved to `v1.interception.upstream`: the old name still works, with a warning."""
-    if name != "stop_at_timeout":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn("v1.interception.session.stop_at_timeout moved to v1.interception.upstream", DeprecationWarning, stacklevel=2)
-    from v1.interception import upstream  # a deprecated alias: the one import here that points up
-
-    return upstream.stop_at_timeout
 
 
 __all__ = ["RolloutSession", "UpstreamHandles", "merge_sampling_args"]

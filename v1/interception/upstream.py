@@ -13,7 +13,7 @@ import weakref
 
 from v1.errors import ModelError
 from v1.interception.session import UpstreamHandles
-from v1.state import RolloutRuntime, State
+from v1.rollout import RolloutRuntime, State
 
 _handles: weakref.WeakKeyDictionary[RolloutRuntime, UpstreamHandles] = weakref.WeakKeyDictionary()
 

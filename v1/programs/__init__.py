@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from v1.config import ProgramConfig, SandboxConfig, resolve_callable
 from v1.errors import NotSupportedError
-from v1.programs.base_loop import base_loop
-from v1.programs.command import CommandProgram
-from v1.programs.python import run_callable
-from v1.programs.sandboxed import SandboxedBaseLoop, SandboxedFunctionProgram
-from v1.programs.spec import narrow_sandbox, program_sandbox
+from v1.programs._base_loop import base_loop
+from v1.programs._command import CommandProgram
+from v1.programs._model_call import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
+from v1.programs._python import run_callable
+from v1.programs._sandboxed import SandboxedBaseLoop, SandboxedFunctionProgram
+from v1.programs._spec import check_row_data, narrow_program, narrow_sandbox, program_sandbox
 
 if TYPE_CHECKING:
-    from v1._rollout_context import RolloutContext
-    from v1.state import State
-    from v1.task import Task
+    from v1.rollout import RolloutContext, State, Task
 
 Program = Callable[["Task", "State", "RolloutContext"], Awaitable[Any]]
 
@@ -55,4 +54,19 @@ def resolve_program(
     return SandboxedBaseLoop(spec)
 
 
-__all__ = ["Program", "base_loop", "resolve_program", "run_callable"]
+__all__ = [
+    "CHAT_ROUTE",
+    "COMPLETIONS_ROUTE",
+    "CommandProgram",
+    "Program",
+    "SandboxedBaseLoop",
+    "SandboxedFunctionProgram",
+    "base_loop",
+    "call_model",
+    "check_row_data",
+    "narrow_program",
+    "narrow_sandbox",
+    "program_sandbox",
+    "resolve_program",
+    "run_callable",
+]

@@ -1,7 +1,7 @@
 """Testing seams for v1 users: a scriptable mock model server over real HTTP, and ready-made responders."""
 
-from v1.testing.mock_server import Fault, MockModelServer, MockRequest, Reply, Responder, echo, mock_token_ids
-from v1.testing.responders import failing, imperfect_reverser, requiring_key, reverser, serving_only, tool_caller
+from v1.testing._mock_server import Fault, MockModelServer, MockRequest, Reply, Responder, echo, mock_token_ids
+from v1.testing._responders import failing, imperfect_reverser, requiring_key, reverser, serving_only, tool_caller
 
 __all__ = [
     "Fault",

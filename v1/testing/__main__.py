@@ -17,8 +17,8 @@ from typing import Any
 
 from v1.config import resolve_callable
 from v1.errors import ConfigError
-from v1.testing.mock_server import MockModelServer, MockRequest, Reply
-from v1.testing.responders import BUILT_IN, ReplyFunction, built_in, requiring_key, serving_only
+from v1.testing._mock_server import MockModelServer, MockRequest, Reply
+from v1.testing._responders import BUILT_IN, ReplyFunction, built_in, requiring_key, serving_only
 
 
 def responder_from(name: str) -> ReplyFunction:

@@ -261,7 +261,7 @@ class DistributedConfig(Config):
 
 
 class RaySection(Config):
-    """Rollout groups on Ray actors (`v1.executors.RayExecutor`) instead of this process's event loop.
+    """Rollout groups on Ray actors (`v1.env.RayExecutor`) instead of this process's event loop.
 
     Each group runs on an actor and takes the next endpoint of the inference client. The actors
     reach the inference server by its URL: on a cluster of several machines, serve the policy

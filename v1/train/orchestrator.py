@@ -14,7 +14,7 @@ With `max_groups_per_step`, a step whose collection has seen that many groups fi
 trains on the accepted groups it has, so filtering can't stall it.
 
 Groups run where `executor` puts them: on this event loop by default, or on Ray actors
-across machines (`v1.executors.RayExecutor`), each group taking the next endpoint of the
+across machines (`v1.env.RayExecutor`), each group taking the next endpoint of the
 client's `endpoint_configs` round-robin.
 
 The data order is deterministic: epoch e visits the rows in the order
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from v1._scheduling import Executor, LocalExecutor
+from v1.env import Executor, LocalExecutor
 from v1.errors import Error
 from v1.train.config import RolloutsConfig
 

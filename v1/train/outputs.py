@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 
 CHECKPOINT = re.compile(r"^step_(\d+)$")
 

@@ -36,16 +36,15 @@ from typing import Any, TextIO
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from v1._gc_tuning import freeze_heap, frozen_heap
-from v1._lifeline import ParentWatch, exit_now, exit_on_sigterm
+from v1._util.gc_tuning import freeze_heap, frozen_heap
+from v1._util.lifeline import ParentWatch, exit_now, exit_on_sigterm
 from v1.config import import_ref
+from v1.env import RayExecutor, check_ray_address, load_environment
 from v1.errors import ConfigError
-from v1.executors import RayExecutor, check_ray_address
 from v1.inference.sampling import LogitProcessing
 from v1.inference.server import InferenceServer
 from v1.inference.vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
 from v1.inference.weight_sync import InProcessWeightSync, WeightSync
-from v1.loading import load_environment
 from v1.train.batch import Sample, StateSamples, samples_from_states
 from v1.train.config import TrainConfig
 from v1.train.lora import inference_copy

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from v1 import _bounded_json
+from v1._util import bounded_json as _bounded_json
 from v1.errors import ConfigError
 from v1.train.batch import Sample, samples_from_states
 

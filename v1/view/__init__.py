@@ -6,7 +6,7 @@ paging, filtering, search and sorting); `serve` runs it. `RolloutIndex` indexes 
 Importing this package imports aiohttp; `import v1` does not import it.
 """
 
-from v1.view.runs import RolloutIndex, RunFolderError, find_runs, is_run_folder
-from v1.view.server import build_app, serve
+from v1.view._runs import RolloutIndex, RunFolderError, find_runs, is_run_folder
+from v1.view._server import build_app, serve
 
 __all__ = ["RolloutIndex", "RunFolderError", "build_app", "find_runs", "is_run_folder", "serve"]

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from v1.classic.parsers import extract_boxed_answer, extract_hash_answer
-from v1.loading import load_example_dataset as load_bundled_example_dataset
+from v1.env import load_example_dataset as load_bundled_example_dataset
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -1,0 +1,409 @@
+"""Eval results: aggregates computed one rollout at a time, and the run folder on disk.
+
+`EvalSummary` folds `RolloutOutput`s into the aggregates of `GenerateMetadata`
+(mean reward and metrics, error rate, pass@k, token usage, timing) without
+keeping the outputs: its memory is a few counters per example. Sums are exact
+(Shewchuk partials), so the aggregates don't depend on the order rollouts
+finished in, and a resumed run matches an uninterrupted one to the last bit.
+
+`ResultsWriter` owns a run folder: `results.jsonl` (one output per line,
+appended and flushed as groups finish) and `metadata.json` (rewritten through a
+temporary file and `os.replace`, so a kill never leaves it half-written).
+`create_run_folder` makes a new folder atomically, so two runs never share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TextIO
+
+from v1._util import bounded_json as _bounded_json
+from v1.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.jsonl"
+METADATA_FILE = "metadata.json"
+
+RolloutKey = tuple[Any, int]
+"""A rollout's identity: `(example_id, rollout_index)`; never a path, port or uuid."""
+
+
+class ExactSum:
+    """A running float sum that is exact, so the result does not depend on the order of `add` calls."""
+
+    def __init__(self) -> None:
+        self._partials: list[float] = []
+
+    def add(self, value: float) -> None:
+        x = float(value)
+        partials = []
+        for y in self._partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                partials.append(lo)
+            x = hi
+        partials.append(x)
+        self._partials = partials
+
+    @property
+    def value(self) -> float:
+        return math.fsum(self._partials)
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """Unbiased estimate of P(at least one of k samples passes), from n samples of which `correct` pass."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def pass_all_at_k(n: int, correct: int, k: int) -> float:
+    """Unbiased estimate of P(all k samples pass), from n samples of which `correct` pass."""
+    return math.comb(correct, k) / math.comb(n, k)
+
+
+def k_values(n: int) -> list[int]:
+    """The k of pass@k for groups of n: powers of two up to n, and n itself."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks + ([n] if n and n not in ks else [])
+
+
+def _mean(total: ExactSum, count: int) -> float:
+    return total.value / count if count else 0.0
+
+
+class EvalSummary:
+    """The aggregates of an eval, updated one `RolloutOutput` at a time.
+
+    Args:
+        pass_threshold: a rollout passes (for pass@k) when its reward is at least this.
+    """
+
+    def __init__(self, pass_threshold: float = 0.5) -> None:
+        self.pass_threshold = pass_threshold
+        self.count = 0
+        self.errors = 0
+        self.retries = 0
+        self.model_retries: Counter[str] = Counter()
+        self._reward = ExactSum()
+        self._metrics: dict[str, tuple[ExactSum, list[int]]] = {}
+        self._usage: dict[str, ExactSum] = {}
+        self._timing: dict[str, ExactSum] = {}
+        self.error_types: Counter[str] = Counter()
+        self.stop_conditions: Counter[str] = Counter()
+        self._per_example: dict[str, list[int]] = {}
+
+    def add(self, output: Mapping[str, Any]) -> None:
+        """Fold one rollout's output into the aggregates."""
+        self.count += 1
+        reward = float(output.get("reward") or 0.0)
+        self._reward.add(reward)
+        for name, value in (output.get("metrics") or {}).items():
+            total, count = self._metrics.setdefault(name, (ExactSum(), [0]))
+            total.add(value)
+            count[0] += 1
+        error = output.get("error")
+        if error:
+            self.errors += 1
+            self.error_types[str(error.get("type") if isinstance(error, Mapping) else error)] += 1
+        self.stop_conditions[str(output.get("stop_condition"))] += 1
+        self.retries += max(0, int(output.get("attempts") or 1) - 1)
+        model_retries = output.get("model_retries")
+        if isinstance(model_retries, Mapping):
+            for kind, count in model_retries.items():
+                self.model_retries[str(kind)] += int(count)
+        for name, value in (output.get("token_usage") or {}).items():
+            self._usage.setdefault(name, ExactSum()).add(value)
+        timing = output.get("timing") or {}
+        for name in ("total", "overhead"):
+            if name in timing:
+                self._timing.setdefault(name, ExactSum()).add(timing[name])
+        for name in ("setup", "generation", "scoring", "model", "env"):
+            span = timing.get(name)
+            if isinstance(span, Mapping) and "duration" in span:
+                self._timing.setdefault(name, ExactSum()).add(span["duration"])
+        counts = self._per_example.setdefault(json.dumps(output.get("example_id")), [0, 0])
+        counts[0] += 1
+        counts[1] += reward >= self.pass_threshold
+
+    @property
+    def avg_reward(self) -> float:
+        return _mean(self._reward, self.count)
+
+    @property
+    def avg_metrics(self) -> dict[str, float]:
+        return {name: _mean(total, count[0]) for name, (total, count) in sorted(self._metrics.items())}
+
+    @property
+    def avg_error(self) -> float:
+        return self.errors / self.count if self.count else 0.0
+
+    def _pass(self, estimate: Callable[[int, int, int], float]) -> dict[str, float]:
+        largest = max((n for n, _ in self._per_example.values()), default=0)
+        result = {}
+        for k in k_values(largest):
+            values = sorted(estimate(n, c, k) for n, c in self._per_example.values() if n >= k)
+            if values:
+                result[str(k)] = math.fsum(values) / len(values)
+        return result
+
+    @property
+    def pass_at_k(self) -> dict[str, float]:
+        """Mean over examples of pass@k (k = 1, 2, 4, ... up to the rollouts per example)."""
+        return self._pass(pass_at_k)
+
+    @property
+    def pass_all_k(self) -> dict[str, float]:
+        """Mean over examples of pass-all@k: the chance that k sampled rollouts all pass."""
+        return self._pass(pass_all_at_k)
+
+    @property
+    def usage(self) -> dict[str, float] | None:
+        """Mean token usage per rollout."""
+        if not self._usage:
+            return None
+        return {name: _mean(total, self.count) for name, total in sorted(self._usage.items())}
+
+    @property
+    def total_usage(self) -> dict[str, float]:
+        return {name: total.value for name, total in sorted(self._usage.items())}
+
+    @property
+    def avg_timing(self) -> dict[str, float]:
+        """Mean seconds per rollout: `total`, `overhead`, and each span's duration."""
+        return {name: _mean(total, self.count) for name, total in sorted(self._timing.items())}
+
+    def metadata(self) -> dict[str, Any]:
+        """The aggregate fields of `GenerateMetadata`."""
+        return {
+            "avg_reward": self.avg_reward,
+            "avg_metrics": self.avg_metrics,
+            "avg_error": self.avg_error,
+            "pass_at_k": self.pass_at_k,
+            "pass_all_k": self.pass_all_k,
+            "pass_threshold": self.pass_threshold,
+            "usage": self.usage,
+            "num_rollouts": self.count,
+            "num_errors": self.errors,
+            "num_retries": self.retries,
+            "num_model_retries": sum(self.model_retries.values()),
+            "model_retry_types": dict(sorted(self.model_retries.items())),
+            "error_types": dict(sorted(self.error_types.items())),
+            "stop_conditions": dict(sorted(self.stop_conditions.items())),
+            "total_usage": self.total_usage,
+            "avg_timing": self.avg_timing,
+        }
+
+
+def create_run_folder(parent: str | Path, name: str) -> Path:
+    """A new, empty folder `parent/name` (else `name-2`, `name-3`, ...), created atomically.
+
+    `mkdir` either creates the folder or fails, so two runs started at the same moment,
+    in one process or two, never get the same folder.
+
+    Raises:
+        ConfigError: `parent` is a file, or cannot be written.
+    """
+    parent = Path(parent)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for suffix in itertools.count(1):
+            path = parent / (name if suffix == 1 else f"{name}-{suffix}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            return path
+    except OSError as exc:
+        raise ConfigError(f"{parent}: cannot create a run folder there ({exc.strerror or exc})") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ResultsWriter:
+    """A run folder: `results.jsonl` appended group by group, `metadata.json` replaced atomically.
+
+    File work runs on one background thread, in order, so the event loop never blocks on disk.
+
+    Args:
+        path: the run folder (created if missing; `create_run_folder` makes a fresh one).
+        extra_metadata: fields added to every `metadata.json` written (e.g. the settings
+            `v1 eval --resume` needs to run the rest).
+        redo: on resume, a saved output for which this is true is run again, with the rest
+            of its group (e.g. the rollouts that failed because the API key was refused).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        extra_metadata: Mapping[str, Any] | None = None,
+        *,
+        redo: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.extra_metadata = dict(extra_metadata or {})
+        self.redo = redo
+        self.results_path = self.path / RESULTS_FILE
+        self.metadata_path = self.path / METADATA_FILE
+        self._file: TextIO | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-results")
+
+    @classmethod
+    def resuming(
+        cls, path: str | Path, extra_fields: Iterable[str] = (), redo: Callable[[Mapping[str, Any]], bool] | None = None
+    ) -> ResultsWriter:
+        """The writer of an existing run folder, for `--resume`; `extra_fields` of its metadata are kept.
+
+        Raises:
+            ConfigError: the folder or its `metadata.json` is missing or unreadable.
+        """
+        writer = cls(path, redo=redo)
+        if not writer.metadata_path.is_file():
+            raise ConfigError(f"--resume {path}: no {METADATA_FILE} there; pass the folder of an earlier run")
+        saved = writer.read_metadata()
+        writer.extra_metadata = {field: saved[field] for field in extra_fields if field in saved}
+        return writer
+
+    def read_metadata(self) -> dict[str, Any]:
+        try:
+            saved = _bounded_json.loads(self.metadata_path.read_text(encoding="utf-8"), str(self.metadata_path))
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{self.metadata_path}: expected a JSON object, got {type(saved).__name__}")
+        return saved
+
+    def load(self, planned: Mapping[Any, Iterable[RolloutKey]], summary: EvalSummary) -> set[Any]:
+        """Keep the saved rollouts of finished units, fold them into `summary`, return those units.
+
+        A unit (a group, or one rollout under independent scoring) is finished when every one
+        of its planned rollouts is saved. Everything else is dropped from `results.jsonl` and
+        will be redone: a half-written last line, the saved part of an unfinished group, lines
+        repeated or not part of the plan, and units holding an output `redo` picks. The file
+        is rewritten through a temporary file.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not self.results_path.exists():
+            return set()
+        unit_of = {tuple(key): unit for unit, keys in planned.items() for key in keys}
+        saved: dict[Any, set[RolloutKey]] = {}
+        to_redo: set[Any] = set()
+        dropped = 0
+        for output in self._read_lines(report=True):
+            key = _key(output)
+            if key is None or key not in unit_of:
+                dropped += 1
+                continue
+            saved.setdefault(unit_of[key], set()).add(key)
+            if self.redo is not None and self.redo(output):
+                to_redo.add(unit_of[key])
+        done = {unit for unit, keys in saved.items() if keys == {tuple(k) for k in planned[unit]} and unit not in to_redo}
+        kept: set[RolloutKey] = set()
+        temporary = self.results_path.with_suffix(".jsonl.tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            for output in self._read_lines():
+                key = _key(output)
+                if key is None or key in kept or unit_of.get(key) not in done:
+                    continue
+                kept.add(key)
+                summary.add(output)
+                out.write(json.dumps(output) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.results_path)
+        redone = sum(len(keys) for unit, keys in saved.items() if unit not in done)
+        if dropped or redone:
+            logger.warning(
+                "%s: dropped %d unreadable or unplanned line(s) and %d rollout(s) of unfinished groups (or groups to redo); they will be redone",
+                self.results_path,
+                dropped,
+                redone,
+            )
+        return done
+
+    def _read_lines(self, report: bool = False) -> Iterable[dict[str, Any]]:
+        """The saved outputs; with `report`, each unreadable line is logged once, naming the file and line."""
+        with self.results_path.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.endswith("\n"):
+                    continue  # half-written by a killed run
+                try:
+                    output = _bounded_json.loads(line, f"{self.results_path} line {number}")
+                except ValueError as exc:
+                    if report:
+                        logger.warning("%s; the line is dropped", exc)
+                    continue
+                if isinstance(output, dict):
+                    yield output
+
+    async def write(self, outputs: Sequence[Mapping[str, Any]]) -> None:
+        """Append outputs, one JSON line each, and flush."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._append, outputs)
+
+    def _append(self, outputs: Sequence[Mapping[str, Any]]) -> None:
+        if self._file is None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._file = self.results_path.open("a", encoding="utf-8")
+        self._file.write("".join(json.dumps(output) + "\n" for output in outputs))
+        self._file.flush()
+
+    async def write_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replace `metadata.json` atomically."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.write_metadata_now, dict(metadata))
+
+    def write_metadata_now(self, metadata: Mapping[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        temporary = self.metadata_path.with_suffix(".json.tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            json.dump({**metadata, **self.extra_metadata}, out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.metadata_path)
+
+    async def close(self) -> None:
+        """Flush to disk and stop the writer thread."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_file)
+        self._executor.shutdown(wait=True)
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+
+def _key(output: Mapping[str, Any]) -> RolloutKey | None:
+    example_id, index = output.get("example_id"), output.get("rollout_index")
+    if not isinstance(index, int) or isinstance(example_id, (dict, list)):
+        return None
+    return (example_id, index)
+
+
+__all__ = [
+    "METADATA_FILE",
+    "RESULTS_FILE",
+    "EvalSummary",
+    "ExactSum",
+    "ResultsWriter",
+    "RolloutKey",
+    "create_run_folder",
+    "k_values",
+    "pass_all_at_k",
+    "pass_at_k",
+]

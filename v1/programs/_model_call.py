@@ -1,0 +1,63 @@
+"""One model call of a running rollout through its endpoint: the base loop's and `Env.get_model_response`'s.
+
+What `client.chat.completions.create(**request)` (or `client.completions.create`) sends, the endpoint
+gets, and it records the exchange as a trajectory step. The request is posted as JSON through the
+rollout's endpoint transport, the in-process carrier the SDK clients of `state.get_client()` use too
+(no SDK request building, no SDK client built): it enters the endpoint's handler without a socket when
+the endpoint serves this loop, else goes over HTTP. A refusal raises the SDK's own `APIStatusError` for
+it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from v1.clients.http import http_library
+from v1.clients.in_process import post_request, read_body
+from v1.clients.openai_wire import encode_json, status_error, transport_error
+from v1.errors import EndpointError
+
+if TYPE_CHECKING:
+    from v1.rollout import State
+
+CHAT_ROUTE = "/chat/completions"
+COMPLETIONS_ROUTE = "/completions"
+
+
+async def call_model(state: State, request: dict[str, Any], route: str = CHAT_ROUTE) -> dict[str, Any]:
+    """Send `request` (the rollout's model set on it) to the rollout's endpoint; the answer's JSON body.
+
+    Args:
+        state: the rollout's state (inside its program).
+        request: a `create()` request without `model` (`messages` or `prompt`, `tools`, sampling args).
+        route: `CHAT_ROUTE` or `COMPLETIONS_ROUTE`.
+
+    Raises:
+        openai.APIStatusError: the endpoint refused the call (a stopped rollout) or the upstream failed.
+    """
+    config = state.get_endpoint_config()
+    access = state.runtime.endpoint
+    if access is None:
+        raise EndpointError("this rollout has no open endpoint")
+    url = config["base_url"] + route
+    body = encode_json({**request, "model": config["model"]})
+    headers = {
+        "Authorization": f"Bearer {config['api_key']}",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+    }
+    sent = post_request(url, headers, body)
+    try:
+        answer = await access.pools.transport.handle_async_request(sent)
+        content = await read_body(answer)
+    except http_library().TransportError as exc:
+        raise transport_error(exc, url) from exc
+    if answer.status_code >= 400:
+        raise status_error(answer.status_code, answer.headers, content, url)
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        raise ValueError("call_model is for answers that do not stream")
+    return json.loads(content)  # type: ignore[no-any-return]
+
+
+__all__ = ["CHAT_ROUTE", "COMPLETIONS_ROUTE", "call_model"]

@@ -1,0 +1,116 @@
+"""The families of parts by name, one Protocol each: what the registry checks a part against, and what a lookup returns.
+
+The Protocols say what the framework calls on a part (the full types live with each family: `v1.clients.Client`,
+`v1.interception.dialect.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
+against its family's Protocol when first looked up, so a wrong plugin fails with one line naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from v1.registry._registry import Registry, class_with, factory_of, object_with
+
+
+class ClientPart(Protocol):
+    """A client type: a class whose instances answer a request, whole or streamed (`v1.clients.Client`)."""
+
+    def get_response(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class DialectPart(Protocol):
+    """A wire format the endpoint serves (`v1.interception.dialect.Dialect`)."""
+
+    name: str
+    prefix: str
+    route: str
+
+    @property
+    def path_pattern(self) -> Any: ...
+
+
+class SandboxBackendPart(Protocol):
+    """A sandbox backend, built by its class or factory (`v1.sandbox.SandboxBackend`)."""
+
+    def available(self) -> Any: ...
+
+    def create(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class HarnessLoader(Protocol):
+    """``[env.harness] loader = NAME``: a `Harness` class or a function returning one, called with the table's fields."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class TasksetLoader(Protocol):
+    """``[env.taskset] loader = NAME`` and ``v1 eval NAME``: a `Taskset` class or a function returning one."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+CLIENT_TYPES: Registry[Any] = Registry(
+    "client type",
+    "v1.clients",
+    class_with(ClientPart),
+    {
+        "openai_chat_completions": "v1.clients.openai_chat_completions:OpenAIChatCompletionsClient",
+        "openai_chat_completions_token": "v1.clients.openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
+        "openai_completions": "v1.clients.openai_completions:OpenAICompletionsClient",
+        "openai_responses": "v1.clients.openai_responses:OpenAIResponsesClient",
+        "anthropic_messages": "v1.clients.anthropic_messages:AnthropicMessagesClient",
+        "renderer": "v1.clients.renderer:RendererClient",
+        "nemorl_chat_completions": "v1.clients.nemorl_chat_completions:NeMoRLChatCompletionsClient",
+    },
+)
+"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``). Typed `Any` until
+`v1.clients` takes `ClientPart` as its `Client` class's protocol (its callers read `type[Client]`)."""
+
+DIALECTS: Registry[Any] = Registry(
+    "dialect",
+    "v1.dialects",
+    object_with(DialectPart),
+    {
+        "chat_completions": "v1.interception.chat_completions:DIALECT",
+        "completions": "v1.interception.completions:DIALECT",
+        "responses": "v1.interception.responses:DIALECT",
+        "messages": "v1.interception.messages:DIALECT",
+        "gemini": "v1.interception.gemini:DIALECT",
+    },
+)
+"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``). Typed `Any` until
+`v1.interception` reads its dialects as `DialectPart` (its callers read `Dialect`)."""
+
+SANDBOX_BACKENDS: Registry[Callable[[], SandboxBackendPart]] = Registry(
+    "sandbox backend",
+    "v1.sandbox_backends",
+    factory_of(SandboxBackendPart),
+    {"local": "v1.sandbox._local:LocalBackend", "prime": "v1.sandbox._prime:PrimeBackend"},
+)
+"""`SandboxConfig.backend`: a `SandboxBackendPart` class or factory by name (group ``v1.sandbox_backends``)."""
+
+HARNESSES: Registry[HarnessLoader] = Registry("harness", "v1.harnesses", factory_of(HarnessLoader), {})
+"""``[env.harness] loader = "NAME"``: a `HarnessLoader` by name; the bundled ones are v1's entry points in
+the group ``v1.harnesses`` (``pyproject.toml``)."""
+
+TASKSETS: Registry[TasksetLoader] = Registry("taskset", "v1.tasksets", factory_of(TasksetLoader), {})
+"""``[env.taskset] loader = "NAME"`` and ``v1 eval NAME``: a `TasksetLoader` by name; the bundled ones are v1's
+entry points in the group ``v1.tasksets`` (``pyproject.toml``)."""
+
+__all__ = [
+    "CLIENT_TYPES",
+    "DIALECTS",
+    "HARNESSES",
+    "SANDBOX_BACKENDS",
+    "TASKSETS",
+    "ClientPart",
+    "DialectPart",
+    "HarnessLoader",
+    "SandboxBackendPart",
+    "TasksetLoader",
+]

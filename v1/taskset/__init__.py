@@ -1,0 +1,6 @@
+"""The `Taskset`: task rows, the toolsets and scoring they come with, and the simulated `User`."""
+
+from v1.taskset._taskset import Taskset, rows_to_dataset
+from v1.taskset._user import User, UserLike, resolve_user
+
+__all__ = ["Taskset", "User", "UserLike", "resolve_user", "rows_to_dataset"]

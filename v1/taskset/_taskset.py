@@ -1,0 +1,222 @@
+"""`Taskset`: task rows plus the behaviour tasks own (system prompt, tools, rewards, stops)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig, import_ref
+from v1.errors import TaskError
+from v1.rollout import Handler, State, Task, apply_scoring, owned_handlers
+from v1.taskset._user import User, UserLike, resolve_user
+from v1.tools import Toolset, merge_toolsets
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+
+def _load_rows(source: Any, field: str) -> list[dict[str, Any]]:
+    if source is None:
+        return []
+    if isinstance(source, str):
+        source = import_ref(source, field)
+    if callable(source) and not _is_dataset(source):
+        source = source()
+    if isinstance(source, Mapping):
+        raise TaskError(f"{field}: expected rows (an iterable of mappings, a loader or a datasets.Dataset), got a single mapping")
+    rows = []
+    for index, row in enumerate(source):
+        if not isinstance(row, Mapping):
+            raise TaskError(f"{field} row {index}: expected a mapping, got {type(row).__name__}")
+        rows.append(dict(row))
+    return rows
+
+
+def _is_dataset(value: Any) -> bool:
+    return type(value).__name__ in ("Dataset", "IterableDataset") and hasattr(value, "column_names")
+
+
+def _prepare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    prepared = []
+    for index, row in enumerate(rows):
+        row = dict(row)
+        if "prompt" not in row and "question" in row:
+            row["prompt"] = [{"role": "user", "content": row["question"]}]
+        row.setdefault("example_id", index)
+        prepared.append(row)
+    return prepared
+
+
+class Taskset:
+    """Task rows and the behaviour they own.
+
+    Args:
+        source, eval_source: rows as an iterable of mappings, a zero-argument loader,
+            a `datasets.Dataset`, or a `module:object` reference to any of them. A
+            `question` column becomes a user prompt; rows get an `example_id`.
+        system_prompt: the default `system_prompt` of every task.
+        user: a `User` simulator (or its function, `module:object` reference or `UserConfig`).
+        toolsets: toolsets whose tools the tasks may use.
+        stops, setups, updates, metrics, rewards, advantages, cleanups: handler lists.
+        config: a `TasksetConfig` (or mapping); keyword arguments override it.
+    """
+
+    config_type: ClassVar[type[TasksetConfig]] = TasksetConfig
+
+    def __init__(
+        self,
+        source: RowSourceLike | None = None,
+        eval_source: RowSourceLike | None = None,
+        *,
+        taskset_id: str | None = None,
+        system_prompt: SystemPromptLike | None = None,
+        user: UserLike | None = None,
+        toolsets: Iterable[Toolset] = (),
+        stops: Iterable[HandlerLike] = (),
+        setups: Iterable[HandlerLike] = (),
+        updates: Iterable[HandlerLike] = (),
+        metrics: Iterable[HandlerLike] = (),
+        rewards: Iterable[HandlerLike] = (),
+        advantages: Iterable[HandlerLike] = (),
+        cleanups: Iterable[HandlerLike] = (),
+        config: TasksetConfig | Mapping[str, object] | None = None,
+    ) -> None:
+        overrides = {
+            key: value
+            for key, value in {
+                "source": source,
+                "eval_source": eval_source,
+                "taskset_id": taskset_id,
+                "system_prompt": system_prompt,
+            }.items()
+            if value is not None
+        }
+        self.config = self.config_type.from_config(config, **overrides)
+        self.user: User | None = resolve_user(user if user is not None else self.config.user)
+        self.toolsets = [Toolset(config=toolset_config) for toolset_config in self.config.toolsets] + list(toolsets)
+        merge_toolsets(self.toolsets)
+        lists = {"stops": stops, "setups": setups, "updates": updates, "metrics": metrics}
+        lists |= {"rewards": rewards, "advantages": advantages, "cleanups": cleanups}
+        self._handlers: list[Handler] = apply_scoring(
+            owned_handlers(self, self.config, lists, "taskset"), self.config.scoring, "taskset"
+        )
+        self._rows: list[dict[str, Any]] | None = None
+        self._eval_rows: list[dict[str, Any]] | None = None
+
+    @property
+    def taskset_id(self) -> str:
+        return self.config.taskset_id or type(self).__name__
+
+    @property
+    def system_prompt(self) -> Any:
+        return self.config.system_prompt
+
+    @property
+    def handlers(self) -> list[Handler]:
+        return list(self._handlers)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The training rows (loaded once)."""
+        if self._rows is None:
+            self._rows = _prepare(_load_rows(self.config.source, "source"))
+        return self._rows
+
+    def eval_rows(self) -> list[dict[str, Any]]:
+        """The evaluation rows (loaded once); empty when there is no `eval_source`."""
+        if self._eval_rows is None:
+            self._eval_rows = _prepare(_load_rows(self.config.eval_source, "eval_source"))
+        return self._eval_rows
+
+    def task(self, row: Mapping[str, Any]) -> Task:
+        """A frozen `Task` from a row; errors name the row and the field."""
+        data = dict(row)
+        if "prompt" not in data and "question" in data:
+            data["prompt"] = [{"role": "user", "content": data["question"]}]
+        if self.system_prompt is not None and "system_prompt" not in data:
+            data["system_prompt"] = self.system_prompt
+        where = f"{self.taskset_id} row {data['example_id']}" if "example_id" in data else f"{self.taskset_id} row"
+        return Task(data, where=where).freeze()
+
+    def to_task(self, value: Mapping[str, Any] | Task | str) -> Task:
+        """A task from a row, a `Task`, or a bare string (which becomes the user prompt)."""
+        if isinstance(value, Task) and value.frozen:
+            return value
+        if isinstance(value, str):
+            return self.task({"prompt": value})
+        return self.task(value)
+
+    def tasks(self) -> list[Task]:
+        return [self.task(row) for row in self.rows()]
+
+    def eval_tasks(self) -> list[Task]:
+        return [self.task(row) for row in self.eval_rows()]
+
+    async def init_group(self, task: Task, num_rollouts: int) -> tuple[list[Task], list[State]]:
+        """`num_rollouts` rollouts of one task: the task repeated, and a fresh state each."""
+        task = self.to_task(task)
+        return [task] * num_rollouts, [State.for_task(task) for _ in range(num_rollouts)]
+
+    def get_dataset(self) -> Dataset:
+        """The training rows as a `datasets.Dataset` (string prompts become message lists)."""
+        return rows_to_dataset(self.rows(), f"{self.taskset_id} source")
+
+    def get_eval_dataset(self) -> Dataset:
+        """The evaluation rows as a `datasets.Dataset` (string prompts become message lists)."""
+        return rows_to_dataset(self.eval_rows(), f"{self.taskset_id} eval_source")
+
+
+def rows_to_dataset(rows: list[dict[str, Any]], where: str) -> Dataset:
+    """Rows as a `datasets.Dataset`, string prompts as message lists.
+
+    Raises:
+        TaskError: naming the first row whose field holds another kind of value than earlier rows.
+    """
+    import pyarrow
+    from datasets import Dataset
+
+    rows = [_prompt_as_messages(row) for row in rows]
+    try:
+        return Dataset.from_list(rows)
+    except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError) as error:
+        raise TaskError(_column_kind_mismatch(rows, where) or f"{where}: rows can't form a dataset: {error}") from None
+
+
+def _prompt_as_messages(row: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(row.get("prompt"), str):
+        return {**row, "prompt": [{"role": "user", "content": row["prompt"]}]}
+    return row
+
+
+def _value_kind(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (bool, int, float)):
+        return "a number"
+    return type(value).__name__
+
+
+def _column_kind_mismatch(rows: list[dict[str, Any]], where: str) -> str | None:
+    first_seen: dict[str, tuple[str, int]] = {}
+    for index, row in enumerate(rows):
+        for field, value in row.items():
+            kind = _value_kind(value)
+            if kind is None:
+                continue
+            seen = first_seen.setdefault(field, (kind, index))
+            if seen[0] != kind:
+                return (
+                    f"{where} row {index}: field {field!r} is {kind} but row {seen[1]} has {seen[0]}; "
+                    "a dataset column holds one kind of value"
+                )
+    return None
+
+
+LoaderFn = Callable[[], Iterable[Mapping[str, Any]]]
+
+__all__ = ["LoaderFn", "Taskset", "rows_to_dataset"]
