@@ -24,7 +24,8 @@ from v1.config import ArtifactConfig
 from v1.programs._artifacts import collect_artifacts
 from v1.programs._install import build_requirements, project_dependencies
 from v1.programs._sandboxed import _read_host_file, install_package
-from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes, seccomp
+from v1.sandbox import EndpointTarget, ExecResult, Sandbox, get_manager, list_sandboxes
+from v1.sandbox import _seccomp as seccomp
 from v1.sandbox._limits import cgroup_support
 from v1.sandbox._local import RUN_DIR
 from v1.testing import MockModelServer
