@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.interception import EndpointServer, RolloutSession, get_endpoint
 from v1.interception.server import MAX_BODY_ENV
@@ -64,6 +65,8 @@ def assert_openai_error(response: httpx.Response, status: int, *, type_: str, co
 
 
 def sdk(session: Any, **kwargs: Any) -> openai.AsyncOpenAI:
+    """A program's SDK client; its connect waits `HANG_S` (the SDK's 5 s would make a loaded machine red)."""
+    kwargs.setdefault("timeout", httpx.Timeout(HANG_S))
     return openai.AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0, **kwargs)
 
 
@@ -81,7 +84,13 @@ async def test_base_url_names_the_rollout_and_key_is_secret(mock: MockModelServe
     assert session.base_url == f"http://127.0.0.1:{endpoint.port}/r/{state['trajectory_id']}/v1"
     assert upstream(state).session is session
     config = state.get_endpoint_config()
-    assert config == {"api": "chat_completions", "base_url": session.base_url, "api_key": session.api_key, "model": "m"}
+    assert config == {
+        "api": "chat_completions",
+        "base_url": session.base_url,
+        "api_base": session.base_url,
+        "api_key": session.api_key,
+        "model": "m",
+    }
     assert len(session.api_key) > 20
 
 
