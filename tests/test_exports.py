@@ -189,7 +189,7 @@ SUBMODULES = {
 
 # Packages whose modules are still public one by one (they were being edited in parallel when the core moved
 # into packages, issue 37); every other package's modules are private and the package's `__init__` lists its names.
-OPEN_PACKAGES = {"classic", "clients", "inference", "interception", "train"}
+OPEN_PACKAGES = {"classic", "inference", "train"}
 
 
 def test_all_is_exactly_the_expected_set():
@@ -293,7 +293,7 @@ def surface() -> dict[str, dict[str, Any]]:
 
 
 def test_every_public_module_declares_all(surface: dict[str, dict[str, Any]]) -> None:
-    assert len(surface) > 100
+    assert len(surface) > 20
     assert sorted(name for name, entry in surface.items() if entry["all"] is None) == []
 
 
@@ -361,11 +361,11 @@ def test_shipped_code_imports_only_public_names(surface: dict[str, dict[str, Any
 
 
 def test_the_import_checker_sees_private_imports() -> None:
-    source = "import v1\nimport v1.env._scheduling\nfrom v1.interception.server import MAX_CALLS_IN_FLIGHT\nfrom . import x\n"
+    source = "import v1\nimport v1.env._scheduling\nfrom v1.interception._server import MAX_CALLS_IN_FLIGHT\nfrom . import x\n"
     assert imported_v1_names(source) == [
         (1, "v1", None),
         (2, "v1.env._scheduling", None),
-        (3, "v1.interception.server", "MAX_CALLS_IN_FLIGHT"),
+        (3, "v1.interception._server", "MAX_CALLS_IN_FLIGHT"),
     ]
 
 

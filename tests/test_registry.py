@@ -12,9 +12,9 @@ import pytest
 
 import v1 as vf
 from harnesses import CodexHarness
-from v1.clients.registry import client_class
+from v1.clients._resolve import client_class
 from v1.env._loading import loader_of
-from v1.interception.dialects import all_dialects, dialect_for_path
+from v1.interception._lookup import all_dialects, dialect_for_path
 from v1.registry import CLIENT_TYPES, DIALECTS, HARNESSES, SANDBOX_BACKENDS, TASKSETS, Registry, factory_of, object_with
 from v1.sandbox import LocalBackend, PrimeBackend, get_backend, register_backend
 
@@ -156,7 +156,7 @@ def test_a_module_object_reference_works_wherever_a_name_does() -> None:
     assert vf.SandboxConfig(backend=ref).backend == ref
     assert isinstance(get_backend(ref), LocalBackend) and SANDBOX_BACKENDS.origin(ref) == "a module:object reference"
     assert ref not in SANDBOX_BACKENDS.names()
-    assert client_class("v1.clients.openai_responses:OpenAIResponsesClient").__name__ == "OpenAIResponsesClient"
+    assert client_class("v1.clients._openai_responses:OpenAIResponsesClient").__name__ == "OpenAIResponsesClient"
 
 
 @pytest.mark.parametrize(

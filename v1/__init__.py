@@ -48,12 +48,13 @@ from v1.classic import (
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
+    Endpoint,
+    Endpoints,
     OpenAIChatCompletionsClient,
     OpenAIChatCompletionsTokenClient,
     OpenAICompletionsClient,
     OpenAIResponsesClient,
 )
-from v1.clients.endpoints import Endpoint, Endpoints
 from v1.config import (
     ClientConfig,
     Config,
@@ -275,8 +276,8 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     "CodeMathEnv": "v1.classic.code_math_env",
     "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
-    "RendererClient": "v1.clients.renderer",
-    "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
+    "RendererClient": "v1.clients._renderer",
+    "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
     "install_verifiers_alias": "v1.classic.verifiers_alias",
 }
 

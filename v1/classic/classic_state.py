@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from v1 import errors
-from v1.interception.upstream import upstream
+from v1.interception import upstream
 from v1.rollout import State as CoreState
 from v1.types import Response
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from v1.classic.environment import Environment
-from v1.clients.base import Client
+from v1.clients import Client
 from v1.errors import ConfigError
 from v1.harness import Harness
 from v1.rollout import State, Task, thaw

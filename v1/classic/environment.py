@@ -24,7 +24,7 @@ from v1.classic.seed_forms import built_once, is_dataset_builder, set_free_attri
 from v1.env import MESSAGE_TYPES, Env, set_rubric_view
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
-from v1.interception.upstream import upstream
+from v1.interception import upstream
 from v1.rollout import Handler, State, Task, handlers_of
 from v1.taskset import Taskset
 from v1.types import GenerateOutputs, SamplingArgs

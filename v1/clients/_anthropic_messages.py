@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
-from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
-from v1.clients.credentials import resolve_api_key
-from v1.clients.http import anthropic_async_client_class, http_library, sdk_timeout
-from v1.clients.openai_chat_completions import OVERLONG_MARKERS, RETRYABLE_STATUSES, is_request_refusal
+from v1.clients._base import Client, StreamReader, describe_error, request_refused, split_create_args
+from v1.clients._credentials import resolve_api_key
+from v1.clients._http import anthropic_async_client_class, http_library, sdk_timeout
+from v1.clients._openai_chat_completions import OVERLONG_MARKERS, RETRYABLE_STATUSES, is_request_refusal
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, NotSupportedError, OverlongPromptError
 from v1.types import ChatMessage, Messages, Response, ResponseDelta, ResponseMessage, SamplingArgs, Tool, ToolCall, Usage

@@ -2,7 +2,7 @@
 
 A server of this process (the interception endpoint, the built-in inference server) serves its
 origin in process when it starts (`serve_in_process`) with an *app*: an object with the transport
-method ``handle_async_request(request)`` of the SDK's HTTP library (`v1.clients.http.http_library`)
+method ``handle_async_request(request)`` of the SDK's HTTP library (`v1.clients.http_library`)
 that answers a `Response`, or None to decline (the request then goes over the network). Every
 v1 client sends through an `InProcessTransport`, as httpx clients send to an ASGI app through
 `ASGITransport`: a request for an origin served on the running loop goes to its app; any other
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-from v1.clients.http import http_library
+from v1.clients._http import http_library
 
 
 class InProcessApp(Protocol):

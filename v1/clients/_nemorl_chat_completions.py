@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from v1.clients.openai_chat_completions import NativeMessage, NativeResponse, NativeTool, OpenAIChatCompletionsClient
-from v1.clients.token_history import step_for_assistant_message, step_token_ids, trajectory_of
+from v1.clients._openai_chat_completions import NativeMessage, NativeResponse, NativeTool, OpenAIChatCompletionsClient
+from v1.clients._token_history import step_for_assistant_message, step_token_ids, trajectory_of
 from v1.types import SamplingArgs
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")

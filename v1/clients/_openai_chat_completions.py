@@ -8,10 +8,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.base import Client, StreamReader, describe_error, request_refused, split_create_args
-from v1.clients.credentials import resolve_api_key
-from v1.clients.http import async_http_client, http_library, is_async_openai, sdk_timeout
-from v1.clients.openai_wire import OpenAIWire, sdk_headers
+from v1.clients._base import Client, StreamReader, describe_error, request_refused, split_create_args
+from v1.clients._credentials import resolve_api_key
+from v1.clients._http import async_http_client, http_library, is_async_openai, sdk_timeout
+from v1.clients._openai_wire import OpenAIWire, sdk_headers
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
 from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
@@ -248,7 +248,7 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
     client_type = "openai_chat_completions"
 
     wire: OpenAIWire | None = None
-    """Where requests go when this client built its SDK client from a `ClientConfig` (see `v1.clients.openai_wire`)."""
+    """Where requests go when this client built its SDK client from a `ClientConfig` (see `v1.clients`)."""
 
     def setup_client(self, config: ClientConfig) -> AsyncOpenAI:
         from openai import AsyncOpenAI

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from v1.clients.http import is_async_openai
-from v1.clients.openai_chat_completions import (
+from v1.clients._http import is_async_openai
+from v1.clients._openai_chat_completions import (
     NativeMessage,
     NativeResponse,
     NativeTool,

@@ -7,8 +7,8 @@ import inspect
 import time
 from typing import Any
 
-from v1.clients.base import split_create_args
-from v1.clients.openai_chat_completions import (
+from v1.clients._base import split_create_args
+from v1.clients._openai_chat_completions import (
     FINISH_REASONS,
     OpenAIChatCompletionsClient,
     raise_for_upstream_error,

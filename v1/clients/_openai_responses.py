@@ -13,9 +13,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from v1.clients.base import StreamReader, split_create_args
-from v1.clients.http import is_async_openai
-from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
+from v1.clients._base import StreamReader, split_create_args
+from v1.clients._http import is_async_openai
+from v1.clients._openai_chat_completions import OpenAIChatCompletionsClient, raise_for_upstream_error
 from v1.errors import InvalidModelResponseError, ModelError, NotSupportedError
 from v1.types import (
     ChatMessage,

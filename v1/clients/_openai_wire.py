@@ -11,7 +11,7 @@ proxies from the environment, no redirects. Failures are raised as the SDK's own
 public exception classes (`status_error`, `APIConnectionError`, `APITimeoutError`,
 `APIError` for an error event in a stream), so retry decisions and the errors that
 are recorded do not depend on which path carried the call. Every request goes through the one
-in-process carrier (`v1.clients.in_process.InProcessTransport`): a server of this process that
+in-process carrier (`v1.clients.InProcessTransport`): a server of this process that
 serves the upstream's origin on this loop (the built-in inference server) answers it without a
 socket, and everything else goes over the aiohttp pool; the wire reads HTTP either way. Answers
 are parsed with the bounded reader (`v1._util.bounded_json`, depth only: logprobs may be ``-Infinity``):
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from v1._util import bounded_json as _bounded_json
-from v1.clients.http import http_library
-from v1.clients.in_process import InProcessTransport, post_request, read_body
+from v1.clients._http import http_library
+from v1.clients._in_process import InProcessTransport, post_request, read_body
 from v1.errors import InvalidModelResponseError
 
 if TYPE_CHECKING:

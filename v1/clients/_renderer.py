@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from v1.clients.openai_chat_completions import (
+from v1.clients._openai_chat_completions import (
     FINISH_REASONS,
     NativeMessage,
     NativeResponse,
@@ -44,9 +44,9 @@ from v1.clients.openai_chat_completions import (
     raise_for_upstream_error,
     usage_from_openai,
 )
-from v1.clients.openai_completions import completions_sampling_args
-from v1.clients.token_history import previous_turn, step_token_ids, trajectory_of
-from v1.clients.tool_call_text import parse_tool_calls
+from v1.clients._openai_completions import completions_sampling_args
+from v1.clients._token_history import previous_turn, step_token_ids, trajectory_of
+from v1.clients._tool_call_text import parse_tool_calls
 from v1.errors import ConfigError, InvalidModelResponseError
 from v1.types import Messages, Response, ResponseMessage, ResponseTokens, SamplingArgs, ToolCall
 

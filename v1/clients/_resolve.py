@@ -9,10 +9,10 @@ from typing import Any
 
 from v1._util.calling import is_async_callable
 from v1._util.loop_scope import loop_scope
-from v1.clients.anthropic_messages import AnthropicMessagesClient
-from v1.clients.base import Client
-from v1.clients.http import is_async_openai
-from v1.clients.openai_chat_completions import OpenAIChatCompletionsClient
+from v1.clients._anthropic_messages import AnthropicMessagesClient
+from v1.clients._base import Client
+from v1.clients._http import is_async_openai
+from v1.clients._openai_chat_completions import OpenAIChatCompletionsClient
 from v1.config import ClientConfig
 from v1.errors import ConfigError
 from v1.registry import CLIENT_TYPES

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from v1.clients.renderer import ids_digest
+from v1.clients import ids_digest
 
 MAX_COUNTED_PROMPTS = 1 << 20
 """Distinct prompts counted per weight version before the counting starts afresh."""

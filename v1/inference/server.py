@@ -12,7 +12,7 @@ Routes (aiohttp):
 - ``POST /update_weights`` with ``{"path": DIR}``: load a checkpoint directory's weights.
 
 A trainer in the same process calls `load_weights(state_dict)` instead, and the server serves its
-origin in process (`v1.clients.in_process`): v1's upstream clients on the server's event loop get
+origin in process (`v1.clients`): v1's upstream clients on the server's event loop get
 whole chat and completions answers without a socket (`handle_async_request`), HTTP all the same;
 the interception endpoint still sees and records every call.
 """
@@ -37,10 +37,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.entropy import uuid4_hex
-from v1.clients.in_process import serve_in_process, stop_serving, whole_response
-from v1.clients.nemorl_chat_completions import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
-from v1.clients.renderer import bridge_prompt_ids, render_text, text_digest
-from v1.clients.tool_call_text import parse_tool_calls
+from v1.clients import TOKEN_FIELDS as NEMO_TOKEN_FIELDS
+from v1.clients import (
+    bridge_prompt_ids,
+    parse_tool_calls,
+    render_text,
+    serve_in_process,
+    stop_serving,
+    text_digest,
+    whole_response,
+)
 from v1.inference.engine import DEFAULT_MAX_BATCH_SIZE, Engine, GenerationRequest, SamplingParams, TokenEvent, engine_info
 from v1.inference.loop_inbox import LoopInbox
 from v1.inference.prompt_cache import PromptCache
@@ -53,7 +59,7 @@ from v1.inference.protocol import (
 )
 from v1.inference.request_seeds import RequestSeeds
 from v1.inference.weights import load_state_dict
-from v1.interception.dialect import openai_error_body, sse
+from v1.interception import openai_error_body, sse
 
 DEFAULT_MAX_N = 16
 ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "service_unavailable"}
@@ -275,7 +281,7 @@ class InferenceServer:
         return _json(*await self._completions_answer(body, generation))
 
     async def handle_async_request(self, request: Any) -> Any | None:
-        """The server's in-process entry (`v1.clients.in_process.InProcessApp`): a request of the HTTP library in,
+        """The server's in-process entry (`v1.clients._in_process.InProcessApp`): a request of the HTTP library in,
         its `Response` out; None (sent over the network) for a stream or a route other than chat and completions."""
         if request.method != "POST" or not request.url.path.startswith("/v1/"):
             return None

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from v1._util.entropy import token_hex
-from v1.interception.dialect import (
+from v1.interception._dialect import (
     BadRequest,
     Dialect,
     EndpointRequest,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from v1.interception.dialect import (
+from v1.interception._dialect import (
     BadRequest,
     Dialect,
     EndpointRequest,
@@ -20,7 +20,7 @@ from v1.interception.dialect import (
     replay,
     sse,
 )
-from v1.interception.dialect import openai_error_body as error_body
+from v1.interception._dialect import openai_error_body as error_body
 from v1.types import Response, ResponseDelta
 
 ROUTE = "/completions"

@@ -22,7 +22,7 @@ from v1._util.entropy import token_hex
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:
-    from v1.interception.session import RolloutSession
+    from v1.interception._session import RolloutSession
 
 SAMPLING_PARAMS = frozenset(
     {

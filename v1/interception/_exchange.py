@@ -4,7 +4,7 @@ The endpoint's handler (`EndpointServer.dispatch`) reads a request through an
 `Exchange` and answers with an `Answer` (a whole JSON body) or by streaming
 through the exchange. Two carriers implement it: aiohttp for programs that reach
 the endpoint over HTTP (commands, sandboxes, any HTTP client), and the
-in-process transport (`v1.interception.in_process`) behind the SDK clients that
+in-process transport (`v1.interception`) behind the SDK clients that
 `state.get_client()` returns, so both go through the same handler, recording and errors.
 """
 

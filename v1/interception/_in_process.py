@@ -1,6 +1,6 @@
 """The endpoint served in process: SDK calls and model calls of in-process programs enter its handler without a socket.
 
-`EndpointApp` is the endpoint's app for the one in-process carrier (`v1.clients.in_process`):
+`EndpointApp` is the endpoint's app for the one in-process carrier (`v1.clients`):
 the endpoint serves its origin with it when it starts, and requests that programs of this
 process send through an `InProcessTransport` (the SDK clients `state.get_client()` returns,
 the base loop's model calls) enter `EndpointServer.dispatch`, the handler the aiohttp server
@@ -15,9 +15,8 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
-from v1.clients.http import http_library
-from v1.clients.in_process import whole_response
-from v1.interception.exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
+from v1.clients import http_library, whole_response
+from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
@@ -58,7 +57,7 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
 
 
 class _InProcessExchange:
-    """One request carried in process; implements `v1.interception.exchange.Exchange`."""
+    """One request carried in process; implements `v1.interception._exchange.Exchange`."""
 
     __slots__ = ("_body", "_max_body_bytes", "chunks", "gone", "headers", "method", "path", "ready", "stream_headers")
 

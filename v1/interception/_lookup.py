@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from v1.interception import chat_completions
-from v1.interception.dialect import Dialect
+from v1.interception import _chat_completions as chat_completions
+from v1.interception._dialect import Dialect
 from v1.registry import DIALECTS
 
 DEFAULT_DIALECT: Dialect = chat_completions.DIALECT

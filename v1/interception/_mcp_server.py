@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from v1.errors import RolloutStopped
 
 if TYPE_CHECKING:
-    from v1.interception.session import RolloutSession
+    from v1.interception._session import RolloutSession
 
 ROUTE = "/mcp"
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
 
-from v1.interception.dialect import EndpointStreamWriter
-from v1.interception.exchange import Exchange
+from v1.interception._dialect import EndpointStreamWriter
+from v1.interception._exchange import Exchange
 
 STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 

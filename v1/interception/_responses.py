@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from v1._util.entropy import token_hex
-from v1.interception.dialect import (
+from v1.interception._dialect import (
     BadRequest,
     Dialect,
     EndpointRequest,
@@ -33,8 +33,8 @@ from v1.interception.dialect import (
     replay,
     sse,
 )
-from v1.interception.dialect import openai_error_body as error_body
-from v1.interception.responses_tools import (
+from v1.interception._dialect import openai_error_body as error_body
+from v1.interception._responses_tools import (
     HOSTED_CALL_ITEMS,
     ToolOrigin,
     call_item,
@@ -45,7 +45,7 @@ from v1.interception.responses_tools import (
 from v1.types import Response, ResponseDelta
 
 if TYPE_CHECKING:
-    from v1.interception.session import RolloutSession
+    from v1.interception._session import RolloutSession
 
 ROUTE = "/responses"
 SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "top_logprobs")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from v1._util import bounded_json as _bounded_json
-from v1.interception.dialect import BadRequest
+from v1.interception._dialect import BadRequest
 from v1.types import Tool
 
 NAMESPACE_SEPARATOR = "__"

@@ -12,8 +12,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from v1.interception.dialect import route_pattern
-from v1.interception.exchange import Answer, Exchange
+from v1.interception._dialect import route_pattern
+from v1.interception._exchange import Answer, Exchange
 
 RouteHandler = Callable[[str, Exchange, Mapping[str, str]], Awaitable[Answer | None]]
 """`handle(rollout id, exchange, route fields)` -> the answer, or None once it streamed."""

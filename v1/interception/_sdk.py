@@ -6,7 +6,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.http import anthropic_async_client_class, async_client_class, http_library, sync_http_client
+from v1.clients import anthropic_async_client_class, async_client_class, http_library, sync_http_client
 
 if TYPE_CHECKING:
     import anthropic

@@ -25,26 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.loop_scope import loop_scope
-from v1.clients.base import redact_locations
-from v1.clients.http import http_library
-from v1.clients.in_process import InProcessTransport, serve_in_process, stop_serving
+from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
-from v1.interception import mcp_server
-from v1.interception.connection_gate import (
+from v1.interception import _mcp_server as mcp_server
+from v1.interception._connection_gate import (
     IDLE_TIMEOUT_S,
     ConnectionGate,
     connection_limit,
     raise_descriptor_limit,
 )
-from v1.interception.dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
-from v1.interception.dialects import DEFAULT_DIALECT, DIALECTS, dialect_for_path
-from v1.interception.exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
-from v1.interception.in_process import EndpointApp
-from v1.interception.relay import StreamRelay
-from v1.interception.routes import Route, RouteTable
-from v1.interception.sdk import EndpointPools
-from v1.interception.session import RolloutSession, StopCheck
-from v1.interception.upstream import upstream
+from v1.interception._dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
+from v1.interception._exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
+from v1.interception._in_process import EndpointApp
+from v1.interception._lookup import DEFAULT_DIALECT, DIALECTS, dialect_for_path
+from v1.interception._relay import StreamRelay
+from v1.interception._routes import Route, RouteTable
+from v1.interception._sdk import EndpointPools
+from v1.interception._session import RolloutSession, StopCheck
+from v1.interception._upstream import upstream
 from v1.rollout import EndpointAccess
 from v1.sandbox import PIN_HEADER
 from v1.types import Response, ResponseDelta

@@ -18,7 +18,7 @@ from typing import Any
 from v1._util.calling import endpoint_calls
 from v1._util.entropy import token_urlsafe
 from v1._util.single_flight import SingleFlight
-from v1.clients.base import Client
+from v1.clients import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.rollout import State
 from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
@@ -76,7 +76,7 @@ def step_tokens(response: Response) -> TrajectoryStepTokens | None:
 @dataclass(eq=False)
 class UpstreamHandles:
     """A rollout's handles only the framework touches: the upstream client, the harness's sampling args
-    (limits included) and the endpoint session. `v1.interception.upstream.upstream(state)` finds them."""
+    (limits included) and the endpoint session. `v1.interception.upstream(state)` finds them."""
 
     client: Client | None = None
     sampling_args: dict[str, Any] = field(default_factory=dict)

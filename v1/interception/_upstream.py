@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 
 from v1.errors import ModelError
-from v1.interception.session import UpstreamHandles
+from v1.interception._session import UpstreamHandles
 from v1.rollout import RolloutRuntime, State
 
 _handles: weakref.WeakKeyDictionary[RolloutRuntime, UpstreamHandles] = weakref.WeakKeyDictionary()

@@ -1,7 +1,7 @@
 """The families of parts by name, one Protocol each: what the registry checks a part against, and what a lookup returns.
 
 The Protocols say what the framework calls on a part (the full types live with each family: `v1.clients.Client`,
-`v1.interception.dialect.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
+`v1.interception.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
 against its family's Protocol when first looked up, so a wrong plugin fails with one line naming it.
 """
 
@@ -22,7 +22,7 @@ class ClientPart(Protocol):
 
 
 class DialectPart(Protocol):
-    """A wire format the endpoint serves (`v1.interception.dialect.Dialect`)."""
+    """A wire format the endpoint serves (`v1.interception.Dialect`)."""
 
     name: str
     prefix: str
@@ -59,13 +59,13 @@ CLIENT_TYPES: Registry[Any] = Registry(
     "v1.clients",
     class_with(ClientPart),
     {
-        "openai_chat_completions": "v1.clients.openai_chat_completions:OpenAIChatCompletionsClient",
-        "openai_chat_completions_token": "v1.clients.openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
-        "openai_completions": "v1.clients.openai_completions:OpenAICompletionsClient",
-        "openai_responses": "v1.clients.openai_responses:OpenAIResponsesClient",
-        "anthropic_messages": "v1.clients.anthropic_messages:AnthropicMessagesClient",
-        "renderer": "v1.clients.renderer:RendererClient",
-        "nemorl_chat_completions": "v1.clients.nemorl_chat_completions:NeMoRLChatCompletionsClient",
+        "openai_chat_completions": "v1.clients._openai_chat_completions:OpenAIChatCompletionsClient",
+        "openai_chat_completions_token": "v1.clients._openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
+        "openai_completions": "v1.clients._openai_completions:OpenAICompletionsClient",
+        "openai_responses": "v1.clients._openai_responses:OpenAIResponsesClient",
+        "anthropic_messages": "v1.clients._anthropic_messages:AnthropicMessagesClient",
+        "renderer": "v1.clients._renderer:RendererClient",
+        "nemorl_chat_completions": "v1.clients._nemorl_chat_completions:NeMoRLChatCompletionsClient",
     },
 )
 """`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``). Typed `Any` until
@@ -76,11 +76,11 @@ DIALECTS: Registry[Any] = Registry(
     "v1.dialects",
     object_with(DialectPart),
     {
-        "chat_completions": "v1.interception.chat_completions:DIALECT",
-        "completions": "v1.interception.completions:DIALECT",
-        "responses": "v1.interception.responses:DIALECT",
-        "messages": "v1.interception.messages:DIALECT",
-        "gemini": "v1.interception.gemini:DIALECT",
+        "chat_completions": "v1.interception._chat_completions:DIALECT",
+        "completions": "v1.interception._completions:DIALECT",
+        "responses": "v1.interception._responses:DIALECT",
+        "messages": "v1.interception._anthropic_messages:DIALECT",
+        "gemini": "v1.interception._gemini:DIALECT",
     },
 )
 """The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``). Typed `Any` until
