@@ -6,6 +6,7 @@ The renderer and NeMo-RL clients load on first use, as `v1`'s own names for them
 
 from typing import TYPE_CHECKING
 
+from v1._util.lazy import lazy_attributes
 from v1.clients._anthropic_messages import AnthropicMessagesClient
 from v1.clients._base import Client, ClientLike, redact_locations
 from v1.clients._credentials import resolve_api_key
@@ -72,21 +73,12 @@ __all__ = [
     "whole_response",
 ]
 
-_LAZY = {
-    "RendererClient": "v1.clients._renderer",
-    "bridge_prompt_ids": "v1.clients._renderer",
-    "ids_digest": "v1.clients._renderer",
-    "render_text": "v1.clients._renderer",
-    "text_digest": "v1.clients._renderer",
-    "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
-    "TOKEN_FIELDS": "v1.clients._nemorl_chat_completions",
-}
-
-
-def __getattr__(name: str) -> object:
-    """The renderer's and NeMo-RL's names: their modules load on first use."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'v1.clients' has no attribute {name!r}")
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(
+            ["RendererClient", "bridge_prompt_ids", "ids_digest", "render_text", "text_digest"], "v1.clients._renderer"
+        ),
+        **dict.fromkeys(["NeMoRLChatCompletionsClient", "TOKEN_FIELDS"], "v1.clients._nemorl_chat_completions"),
+    },
+)

@@ -17,7 +17,7 @@ dropped and columns that became padding in every row are trimmed.
 
 Logprobs are those of the distribution sampled from (vLLM's ``processed_logprobs``): the
 log-softmax of the logits divided by the temperature, after top-k and top-p filtering
-(`v1.inference.sampling`); greedy requests (temperature 0) report the raw distribution's.
+(`v1.inference`); greedy requests (temperature 0) report the raw distribution's.
 A trainer recomputes the same quantity with the same settings.
 """
 
@@ -34,7 +34,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from v1._util.entropy import random_bits
-from v1.inference.sampling import LogitProcessing, processed_logits, sample_from_logprobs
+from v1.inference._sampling import LogitProcessing, processed_logits, sample_from_logprobs
 
 logger = logging.getLogger(__name__)
 

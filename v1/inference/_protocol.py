@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from v1._util import bounded_json as _bounded_json
-from v1.inference.engine import SamplingParams
+from v1.inference._engine import SamplingParams
 
 MAX_TOP_LOGPROBS = 20
 UNSUPPORTED_FIELDS = {

@@ -47,18 +47,18 @@ from v1.clients import (
     text_digest,
     whole_response,
 )
-from v1.inference.engine import DEFAULT_MAX_BATCH_SIZE, Engine, GenerationRequest, SamplingParams, TokenEvent, engine_info
-from v1.inference.loop_inbox import LoopInbox
-from v1.inference.prompt_cache import PromptCache
-from v1.inference.protocol import (
+from v1.inference._engine import DEFAULT_MAX_BATCH_SIZE, Engine, GenerationRequest, SamplingParams, TokenEvent, engine_info
+from v1.inference._loop_inbox import LoopInbox
+from v1.inference._prompt_cache import PromptCache
+from v1.inference._protocol import (
     ChatRequest,
     CompletionRequest,
     GenerationFields,
     RequestError,
     parse_request,
 )
-from v1.inference.request_seeds import RequestSeeds
-from v1.inference.weights import load_state_dict
+from v1.inference._request_seeds import RequestSeeds
+from v1.inference._weights import load_state_dict
 from v1.interception import openai_error_body, sse
 
 DEFAULT_MAX_N = 16

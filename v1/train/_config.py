@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from v1.config import ClientConfig, Config
-from v1.train.losses import LossConfig
+from v1.train._losses import LossConfig
 from v1.types import ClientType
 
 
@@ -40,7 +40,7 @@ class ModelConfig(Config):
 
     Args:
         path: a folder written by ``save_pretrained`` (model + tokenizer); nothing is downloaded.
-        tiny: build a tiny model and tokenizer locally instead (``v1.inference.tiny`` arguments).
+        tiny: build a tiny model and tokenizer locally instead (``v1.inference`` arguments).
         dtype: ``auto`` is bfloat16 on a GPU that supports it, else float32.
         attn_implementation: ``auto`` picks ``flash_attention_2`` when flash-attn is installed and a GPU is used.
         gradient_checkpointing: recompute activations in the backward pass (less memory).
@@ -61,7 +61,7 @@ class ModelConfig(Config):
     def _tiny_within_bounds(cls, tiny: dict[str, Any] | None) -> dict[str, Any] | None:
         """The tiny model's shape is checked with the config, before anything is built."""
         if tiny is not None:
-            from v1.inference.tiny import TinyModelConfig  # torch and transformers: only once a tiny model is asked for
+            from v1.inference import TinyModelConfig  # torch and transformers: only once a tiny model is asked for
 
             try:
                 TinyModelConfig.model_validate(tiny)

@@ -18,9 +18,9 @@ from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
 from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from v1.inference.sampling import LogitProcessing, entropy_of, processed_logits
-from v1.train.lora import is_lora
-from v1.train.shared_prefix import SharedPrefixBatch
+from v1.inference import LogitProcessing, entropy_of, processed_logits
+from v1.train._lora import is_lora
+from v1.train._shared_prefix import SharedPrefixBatch
 
 LOGPROB_CHUNK_TOKENS = 256
 """Positions whose vocabulary-wide logits exist at once when log-probabilities are computed."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from v1.errors import ConfigError
-from v1.train.config import LoraSection
+from v1.train._config import LoraSection
 
 ADAPTER_CONFIG = "adapter_config.json"
 

@@ -11,11 +11,11 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from v1.errors import ConfigError
-from v1.inference.tiny import build_tiny_model
-from v1.train.config import ModelConfig
-from v1.train.data_only import unpickling_reason
-from v1.train.lora import is_adapter_folder, with_lora
-from v1.train.trainer import shard_with_fsdp2
+from v1.inference import build_tiny_model
+from v1.train._config import ModelConfig
+from v1.train._data_only import unpickling_reason
+from v1.train._lora import is_adapter_folder, with_lora
+from v1.train._trainer import shard_with_fsdp2
 
 
 def resolve_device(name: str) -> torch.device:

@@ -34,7 +34,7 @@ from typing import Any
 
 from v1.env import Executor, LocalExecutor
 from v1.errors import Error
-from v1.train.config import RolloutsConfig
+from v1.train._config import RolloutsConfig
 
 ENV_INTERFACE = ("env_id", "get_dataset", "run_group", "evaluate")
 """The whole of `Env` that training uses: its public worker interface (a test pins it)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from v1.train.batch import Sample
+from v1.train._batch import Sample
 
 
 @dataclass

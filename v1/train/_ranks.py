@@ -26,13 +26,13 @@ import torch
 import torch.distributed as dist
 
 from v1.errors import ConfigError, Error
-from v1.inference.weight_sync import Streamed, WeightReceiver
-from v1.train.batch import Sample
-from v1.train.config import DistributedConfig, TrainConfig
-from v1.train.logprobs import is_sharded
-from v1.train.lora import is_lora
-from v1.train.outputs import checkpoint_dir, write_json
-from v1.train.trainer import PolicyTrainer
+from v1.inference import Streamed, WeightReceiver
+from v1.train._batch import Sample
+from v1.train._config import DistributedConfig, TrainConfig
+from v1.train._logprobs import is_sharded
+from v1.train._lora import is_lora
+from v1.train._outputs import checkpoint_dir, write_json
+from v1.train._trainer import PolicyTrainer
 
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 """The environment ``torchrun`` sets for each process; their presence means a multi-process run."""

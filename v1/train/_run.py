@@ -9,7 +9,7 @@ version. Held-out evaluation runs through `Env.evaluate` on the same server befo
 
 Under ``torchrun`` (``torchrun --nproc-per-node N -m v1.train CONFIG``) the model is sharded
 with FSDP2 across the ranks; rank 0 does all of the above and sends every rank its share
-of each step's samples (`v1.train.ranks`); the others train on their share and wait for
+of each step's samples (`v1.train`); the others train on their share and wait for
 the next command.
 """
 
@@ -41,15 +41,20 @@ from v1._util.lifeline import ParentWatch, exit_now, exit_on_sigterm
 from v1.config import import_ref
 from v1.env import RayExecutor, check_ray_address, load_environment
 from v1.errors import ConfigError
-from v1.inference.sampling import LogitProcessing
-from v1.inference.server import InferenceServer
-from v1.inference.vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
-from v1.inference.weight_sync import InProcessWeightSync, WeightSync
-from v1.train.batch import Sample, StateSamples, samples_from_states
-from v1.train.config import TrainConfig
-from v1.train.lora import inference_copy
-from v1.train.losses import RewardScaling
-from v1.train.model import (
+from v1.inference import (
+    VLLM_CPU_THREADS,
+    InferenceServer,
+    InProcessWeightSync,
+    LogitProcessing,
+    WeightSync,
+    server_sync,
+    vllm_endpoint,
+)
+from v1.train._batch import Sample, StateSamples, samples_from_states
+from v1.train._config import TrainConfig
+from v1.train._lora import inference_copy
+from v1.train._losses import RewardScaling
+from v1.train._model import (
     autocast_dtype,
     copy_weights,
     load_policy,
@@ -57,9 +62,9 @@ from v1.train.model import (
     resolve_device,
     sharded_skeleton,
 )
-from v1.train.orchestrator import Orchestrator, StepBatch
-from v1.train.outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
-from v1.train.ranks import (
+from v1.train._orchestrator import Orchestrator, StepBatch
+from v1.train._outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
+from v1.train._ranks import (
     GatherCommand,
     RankGroup,
     RankWorker,
@@ -71,9 +76,9 @@ from v1.train.ranks import (
     share_samples,
     under_torchrun,
 )
-from v1.train.sft import samples_from_answers, samples_from_results
-from v1.train.trackers import Tracker, open_trackers
-from v1.train.trainer import PolicyTrainer, current_rss_mb
+from v1.train._sft import samples_from_answers, samples_from_results
+from v1.train._trackers import Tracker, open_trackers
+from v1.train._trainer import PolicyTrainer, current_rss_mb
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from v1._util import bounded_json as _bounded_json
 from v1.errors import ConfigError
-from v1.train.batch import Sample, samples_from_states
+from v1.train._batch import Sample, samples_from_states
 
 
 def answer_sample(tokenizer: Any, messages: list[dict[str, Any]], answer: str) -> Sample:

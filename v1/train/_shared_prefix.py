@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from v1.train.batch import Sample, micro_batches
+from v1.train._batch import Sample, micro_batches
 
 MAX_COST = 0.8
 """The layout is used when it runs at most this share of the tokens the padded layout would."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from v1.train.config import TrainConfig
+from v1.train._config import TrainConfig
 
 
 class Tracker(Protocol):

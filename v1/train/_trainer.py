@@ -37,11 +37,11 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from v1.errors import ConfigError, Error
-from v1.inference.sampling import LogitProcessing
-from v1.train.batch import Sample, TensorBatch, collate, micro_batches
-from v1.train.config import OptimConfig, TrainConfig
-from v1.train.data_only import unpickling_reason
-from v1.train.logprobs import (
+from v1.inference import LogitProcessing
+from v1.train._batch import Sample, TensorBatch, collate, micro_batches
+from v1.train._config import OptimConfig, TrainConfig
+from v1.train._data_only import unpickling_reason
+from v1.train._logprobs import (
     activation_checkpointing,
     is_distributed,
     is_sharded,
@@ -49,10 +49,10 @@ from v1.train.logprobs import (
     shared_prefix_logprobs,
     token_logprobs,
 )
-from v1.train.lora import is_lora, merged_state_dict
-from v1.train.losses import LossConfig, LossResult, policy_loss, update_statistics
-from v1.train.packing import PackedRow, pack_by_tokens, packed_row
-from v1.train.shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
+from v1.train._lora import is_lora, merged_state_dict
+from v1.train._losses import LossConfig, LossResult, policy_loss, update_statistics
+from v1.train._packing import PackedRow, pack_by_tokens, packed_row
+from v1.train._shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
 
 def current_rss_mb() -> float:
@@ -162,7 +162,7 @@ class PolicyTrainer:
         micro_batch_tokens: pack samples into rows of at most this many tokens (one row per
             forward/backward, attention within each sample) instead of `micro_batch_size` padded rows.
         share_prefixes: run the tokens that samples of a micro-batch share before their first
-            prediction (a group's prompt) once per micro-batch (`v1.train.shared_prefix`); the
+            prediction (a group's prompt) once per micro-batch (`v1.train`); the
             model's own forward when it cannot (see `shared_prefix_logprobs`). Not with packing.
     """
 
