@@ -199,15 +199,15 @@ def test_nothing_outside_the_classic_layer_imports_it() -> None:
 
 def test_the_classic_import_checker_sees_every_form() -> None:
     forms = {
-        "v1.a": "import v1.classic.rubric\n",
+        "v1.a": "import v1.classic._rubric\n",
         "v1.b": "from v1 import classic\n",
-        "v1.c": "def f():\n    from v1.classic.parsers import Parser\n",
+        "v1.c": "def f():\n    from v1.classic._parsers import Parser\n",
         "v1.d": "from .classic import Environment\n",
-        "v1.x.e": "from ..classic.types import RolloutInput\n",
+        "v1.x.e": "from ..classic._types import RolloutInput\n",
         "v1.f": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from v1.classic import Rubric\n",
-        "v1.g": 'def f(x: "v1.classic.rubric.Rubric") -> None: ...\n',
+        "v1.g": 'def f(x: "v1.classic._rubric.Rubric") -> None: ...\n',
     }
-    known = {"v1", "v1.classic", "v1.classic.rubric", "v1.classic.parsers", "v1.classic.types", *forms}
+    known = {"v1", "v1.classic", "v1.classic._rubric", "v1.classic._parsers", "v1.classic._types", *forms}
     top: dict[str, set[str]] = {module: set() for module in forms}
     inner: dict[str, set[str]] = {module: set() for module in forms}
     for module, source in forms.items():

@@ -271,14 +271,14 @@ __all__ = [
 ]
 
 if _typing.TYPE_CHECKING:
-    from v1.classic.verifiers_alias import install_verifiers_alias
+    from v1.classic import install_verifiers_alias
 
 _LAZY = {
-    "CodeMathEnv": "v1.classic.code_math_env",
-    "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
+    "CodeMathEnv": "v1.classic._code_math_env",
+    "ReasoningGymEnv": "v1.classic._reasoning_gym_env",
     "RendererClient": "v1.clients._renderer",
     "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
-    "install_verifiers_alias": "v1.classic.verifiers_alias",
+    "install_verifiers_alias": "v1.classic._verifiers_alias",
 }
 
 

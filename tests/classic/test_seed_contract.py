@@ -20,7 +20,7 @@ import pytest
 from classic_reverse import reversed_exactly, rows
 
 import v1 as vf
-from v1.classic.verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
+from v1.classic._verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
 from v1.testing import MockModelServer, MockRequest, Reply
 
 

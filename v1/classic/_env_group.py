@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from v1.classic.environment import Environment
+from v1.classic._environment import Environment
 from v1.clients import Client
 from v1.errors import ConfigError
 from v1.harness import Harness

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from v1._util.calling import call_user_code
-from v1.classic.environment import Environment
+from v1.classic._environment import Environment
 from v1.errors import ConfigError, ProgramError
 from v1.rollout import RolloutContext, State, Task, stop, thaw
 from v1.types import Messages, TrajectoryStep

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from v1.classic.multiturn_env import MultiTurnEnv
-from v1.classic.rubric import Rubric
-from v1.classic.sandbox_mixin import SandboxMixin
+from v1.classic._multiturn_env import MultiTurnEnv
+from v1.classic._rubric import Rubric
+from v1.classic._sandbox_mixin import SandboxMixin
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, ProgramError, SandboxError
 from v1.rollout import State, cleanup, reward, teardown

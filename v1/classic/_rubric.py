@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from v1._util.calling import call_user_code
-from v1.classic.messages import typed_messages
-from v1.classic.parsers import MaybeThinkParser, Parser, extract_boxed_answer
-from v1.classic.types import RewardFunc
+from v1.classic._messages import typed_messages
+from v1.classic._parsers import MaybeThinkParser, Parser, extract_boxed_answer
+from v1.classic._types import RewardFunc
 from v1.errors import ConfigError
 from v1.rollout import (
     GROUP_ARGS,

@@ -1,6 +1,6 @@
 """`SandboxEnv` (a `bash` tool in a sandbox per rollout) and `PythonEnv` (a persistent Python REPL in it).
 
-The seed's sandbox fields map onto a `SandboxConfig` (`v1.classic.sandbox_fields`): the
+The seed's sandbox fields map onto a `SandboxConfig` (`v1.classic`): the
 local bubblewrap backend by default, `backend="prime"` for a container image.
 `setup_state` creates the rollout's sandbox and puts its id in
 `state["sandbox_id"]`, which `update_tool_args` passes to the tools (the model
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from v1.classic.sandbox_fields import SEED_IMAGE, SEED_START_COMMAND, clip, seed_sandbox_config
-from v1.classic.sandbox_mixin import SandboxMixin
-from v1.classic.tool_env import StatefulToolEnv
+from v1.classic._sandbox_fields import SEED_IMAGE, SEED_START_COMMAND, clip, seed_sandbox_config
+from v1.classic._sandbox_mixin import SandboxMixin
+from v1.classic._tool_env import StatefulToolEnv
 from v1.errors import ConfigError
 from v1.rollout import State, cleanup, teardown
 from v1.sandbox import PythonRepl

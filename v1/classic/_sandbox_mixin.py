@@ -14,7 +14,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from v1.classic.sandbox_fields import run_shell
+from v1.classic._sandbox_fields import run_shell
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox import ExecResult, Sandbox, SandboxScopes, get_manager

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from v1.classic.multiturn_env import MultiTurnEnv
-from v1.classic.sandbox_mixin import SandboxMixin
+from v1.classic._multiturn_env import MultiTurnEnv
+from v1.classic._sandbox_mixin import SandboxMixin
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, TaskError
 from v1.rollout import State, Task, cleanup, reward, teardown, thaw

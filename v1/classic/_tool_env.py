@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from v1.classic.multiturn_env import MultiTurnEnv
+from v1.classic._multiturn_env import MultiTurnEnv
 from v1.errors import ConfigError
 from v1.rollout import State, stop
 from v1.tools import ToolFunction, Toolset, parse_tool_arguments
