@@ -211,9 +211,16 @@ def test_a_family_checks_a_part_against_its_protocol() -> None:
         async def get_response(self) -> None: ...
 
     CLIENT_TYPES.register("half_client_for_test", HalfClient)
-    with pytest.raises(vf.PluginError, match=r"is a class .*HalfClient, not a class with get_response, stream_response$"):
+    with pytest.raises(
+        vf.PluginError,
+        match=r"is a class .*HalfClient, not a class with get_response, stream_response, upstream_locations, close$",
+    ):
         CLIENT_TYPES.get("half_client_for_test")
     with pytest.raises(vf.PluginError, match=r"not a class or factory with available, create, delete$"):
         SANDBOX_BACKENDS.get("tests.test_registry:ROOT")
-    with pytest.raises(vf.PluginError, match=r"not an object with name, prefix, route, path_pattern$"):
+    with pytest.raises(
+        vf.PluginError,
+        match=r"not an object with name, prefix, route, path_pattern, parse_request, render, render_stream, "
+        r"stream_writer, error_body, before_call, after_call, token_counter$",
+    ):
         DIALECTS.get("tests.test_registry:Spinner")

@@ -15,19 +15,18 @@ from v1.clients._http import is_async_openai
 from v1.clients._openai_chat_completions import OpenAIChatCompletionsClient
 from v1.config import ClientConfig
 from v1.errors import ConfigError
-from v1.registry import CLIENT_TYPES
+from v1.registry import CLIENT_TYPES, ClientPart
 from v1.types import Response, ResponseDelta
 
 
-def client_class(client_type: str) -> type[Client[Any, Any, Any, Any]]:
+def client_class(client_type: str) -> type[ClientPart]:
     """The `Client` class registered as `client_type` in `v1.registry.CLIENT_TYPES`.
 
     Raises:
         UnknownNameError: no client type has that name.
         PluginError: its plugin fails to import or is not a client class.
     """
-    cls: type[Client[Any, Any, Any, Any]] = CLIENT_TYPES.get(client_type)
-    return cls
+    return CLIENT_TYPES.get(client_type)
 
 
 class RoundRobinClient:
@@ -47,7 +46,7 @@ class RoundRobinClient:
         """Every upstream's URL, ``host:port`` and host (redacted from the endpoint's error bodies)."""
         return [location for client in self.clients for location in client.upstream_locations()]
 
-    def next_client(self) -> Client[Any, Any, Any, Any]:
+    def next_client(self) -> ClientPart:
         """The client whose turn it is."""
         return self.clients[next(self._turn)]
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from v1.interception import _chat_completions as chat_completions
 from v1.interception._dialect import Dialect
-from v1.registry import DIALECTS
+from v1.registry import DIALECTS, DialectPart
 
 DEFAULT_DIALECT: Dialect = chat_completions.DIALECT
 
 
-def all_dialects() -> list[Dialect]:
+def all_dialects() -> list[DialectPart]:
     """Every dialect the endpoint speaks: the built-ins, then those registered in code or by plugins."""
     return DIALECTS.values()
 
 
-def dialect_for_path(path: str) -> Dialect:
+def dialect_for_path(path: str) -> DialectPart:
     """The dialect whose route `path` ends with, else the one whose own API root it is under (Gemini's
     ``/v1beta``); Chat Completions (the OpenAI error shape) when none is."""
     dialects = all_dialects()

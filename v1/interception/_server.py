@@ -34,7 +34,7 @@ from v1.interception._connection_gate import (
     connection_limit,
     raise_descriptor_limit,
 )
-from v1.interception._dialect import BadRequest, Dialect, EndpointRequest, EndpointStreamWriter, deltas_of
+from v1.interception._dialect import BadRequest, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception._exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
 from v1.interception._in_process import EndpointApp
 from v1.interception._lookup import DEFAULT_DIALECT, DIALECTS, dialect_for_path
@@ -43,6 +43,7 @@ from v1.interception._routes import Route, RouteTable
 from v1.interception._sdk import EndpointPools
 from v1.interception._session import RolloutSession, StopCheck
 from v1.interception._upstream import upstream
+from v1.registry import DialectPart
 from v1.rollout import EndpointAccess
 from v1.sandbox import PIN_HEADER
 from v1.types import Response, ResponseDelta
@@ -147,7 +148,7 @@ def error_response(
     type_: str = "invalid_request_error",
     code: str | None = None,
     param: str | None = None,
-    dialect: Dialect = DEFAULT_DIALECT,
+    dialect: DialectPart = DEFAULT_DIALECT,
     headers: dict[str, str] | None = None,
 ) -> Answer:
     """An error in the dialect's shape (OpenAI's ``{"error": {"message", "type", "param", "code"}}`` by default)."""
@@ -155,7 +156,7 @@ def error_response(
     return Answer(status, _dumps(body), headers)
 
 
-def _failure_response(failure: Failure, dialect: Dialect) -> Answer:
+def _failure_response(failure: Failure, dialect: DialectPart) -> Answer:
     return error_response(
         failure.status, failure.message, type_=failure.type, code=failure.code, param=failure.param, dialect=dialect
     )
@@ -395,14 +396,14 @@ class EndpointServer:
         pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
         return session is not None and bool(presented) and matches and all(value == rollout for value in pinned)
 
-    def _authorize(self, rollout: str, exchange: Exchange, dialect: Dialect) -> RolloutSession | Answer:
+    def _authorize(self, rollout: str, exchange: Exchange, dialect: DialectPart) -> RolloutSession | Answer:
         session = self.sessions.get(rollout)
         matches = self._key_matches(session, rollout, exchange.headers)  # the same work whether the rollout exists or not
         if session is None or not matches:
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 
-    async def _read_json(self, exchange: Exchange, dialect: Dialect) -> tuple[Any, bytes] | Answer:
+    async def _read_json(self, exchange: Exchange, dialect: DialectPart) -> tuple[Any, bytes] | Answer:
         try:
             raw = await exchange.read()
         except BodyTimedOut:
@@ -430,7 +431,7 @@ class EndpointServer:
             return error_response(400, str(exc), code="invalid_json", dialect=dialect)
         return body, raw
 
-    async def _admit(self, rollout: str, exchange: Exchange, dialect: Dialect) -> tuple[RolloutSession, Any, bytes] | Answer:
+    async def _admit(self, rollout: str, exchange: Exchange, dialect: DialectPart) -> tuple[RolloutSession, Any, bytes] | Answer:
         """A POST for a known rollout with the right key and a JSON body: the session and the body; else the refusal."""
         if exchange.method != "POST":
             return _method_not_allowed(exchange, dialect, "POST")
@@ -442,7 +443,7 @@ class EndpointServer:
             return read
         return session, *read
 
-    async def _handle(self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer | None:
+    async def _handle(self, dialect: DialectPart, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer | None:
         admitted = await self._admit(rollout, exchange, dialect)
         if isinstance(admitted, Answer):
             return admitted
@@ -465,7 +466,7 @@ class EndpointServer:
 
     async def _call(
         self,
-        dialect: Dialect,
+        dialect: DialectPart,
         exchange: Exchange,
         session: RolloutSession,
         body: Any,
@@ -498,7 +499,7 @@ class EndpointServer:
             return _failure_response(describe_failure(session, exc), dialect)
 
     async def _answer(
-        self, exchange: Exchange, session: RolloutSession, dialect: Dialect, parsed: EndpointRequest, key: bytes, retry: bool
+        self, exchange: Exchange, session: RolloutSession, dialect: DialectPart, parsed: EndpointRequest, key: bytes, retry: bool
     ) -> Answer:
         response = await session.complete(
             parsed.messages,
@@ -517,7 +518,7 @@ class EndpointServer:
         self,
         exchange: Exchange,
         session: RolloutSession,
-        dialect: Dialect,
+        dialect: DialectPart,
         parsed: EndpointRequest,
         key: bytes,
         retry: bool,
@@ -576,7 +577,7 @@ class EndpointServer:
         model = session.state.runtime.model or "unknown"
         return Answer(200, _dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "v1"}]}))
 
-    async def _count_tokens_of(self, dialect: Dialect, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer:
+    async def _count_tokens_of(self, dialect: DialectPart, rollout: str, exchange: Exchange, fields: Mapping[str, str]) -> Answer:
         """A dialect's token count of a request (`TokenCounter`): authorized and checked like a call, never sent upstream."""
         assert dialect.token_counter is not None
         admitted = await self._admit(rollout, exchange, dialect)
@@ -625,7 +626,7 @@ class EndpointServer:
         )
 
 
-def step_extras(dialect: Dialect, parsed: EndpointRequest) -> dict[str, Any]:
+def step_extras(dialect: DialectPart, parsed: EndpointRequest) -> dict[str, Any]:
     """What the step records of the request besides its prompt: the program's dialect, streaming, dropped parts."""
     extras: dict[str, Any] = {"dialect": dialect.name, "stream": parsed.stream}
     if parsed.warnings:
@@ -633,7 +634,7 @@ def step_extras(dialect: Dialect, parsed: EndpointRequest) -> dict[str, Any]:
     return extras
 
 
-def _method_not_allowed(exchange: Exchange, dialect: Dialect, allowed: str) -> Answer:
+def _method_not_allowed(exchange: Exchange, dialect: DialectPart, allowed: str) -> Answer:
     return error_response(
         405,
         f"method {exchange.method} is not allowed on {exchange.path}; use {allowed}",

@@ -14,22 +14,59 @@ from v1.registry._registry import Registry, class_with, factory_of, object_with
 
 
 class ClientPart(Protocol):
-    """A client type: a class whose instances answer a request, whole or streamed (`v1.clients.Client`)."""
+    """A client type: a class built from a `ClientConfig` whose instances answer a request, whole or streamed,
+    name the upstreams they reach and close (`v1.clients.Client`)."""
+
+    def __init__(self, config: Any) -> None: ...
 
     def get_response(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any: ...
 
+    def upstream_locations(self) -> list[str]: ...
+
+    def close(self) -> Any: ...
+
 
 class DialectPart(Protocol):
-    """A wire format the endpoint serves (`v1.interception.Dialect`)."""
+    """A wire format the endpoint serves: its name and route, and the parts the endpoint calls to parse, answer and
+    fail a request in it (`v1.interception.Dialect`, whose attributes say what each one takes)."""
 
-    name: str
-    prefix: str
-    route: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def route(self) -> str: ...
 
     @property
     def path_pattern(self) -> Any: ...
+
+    @property
+    def parse_request(self) -> Callable[..., Any]: ...
+
+    @property
+    def render(self) -> Callable[..., Any]: ...
+
+    @property
+    def render_stream(self) -> Callable[..., Any]: ...
+
+    @property
+    def stream_writer(self) -> Callable[..., Any]: ...
+
+    @property
+    def error_body(self) -> Callable[..., Any]: ...
+
+    @property
+    def before_call(self) -> Callable[..., Any]: ...
+
+    @property
+    def after_call(self) -> Callable[..., Any]: ...
+
+    @property
+    def token_counter(self) -> Any: ...
 
 
 class SandboxBackendPart(Protocol):
@@ -54,7 +91,7 @@ class TasksetLoader(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-CLIENT_TYPES: Registry[Any] = Registry(
+CLIENT_TYPES: Registry[type[ClientPart]] = Registry(
     "client type",
     "v1.clients",
     class_with(ClientPart),
@@ -68,10 +105,9 @@ CLIENT_TYPES: Registry[Any] = Registry(
         "nemorl_chat_completions": "v1.clients._nemorl_chat_completions:NeMoRLChatCompletionsClient",
     },
 )
-"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``). Typed `Any` until
-`v1.clients` takes `ClientPart` as its `Client` class's protocol (its callers read `type[Client]`)."""
+"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``)."""
 
-DIALECTS: Registry[Any] = Registry(
+DIALECTS: Registry[DialectPart] = Registry(
     "dialect",
     "v1.dialects",
     object_with(DialectPart),
@@ -83,8 +119,7 @@ DIALECTS: Registry[Any] = Registry(
         "gemini": "v1.interception._gemini:DIALECT",
     },
 )
-"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``). Typed `Any` until
-`v1.interception` reads its dialects as `DialectPart` (its callers read `Dialect`)."""
+"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``)."""
 
 SANDBOX_BACKENDS: Registry[Callable[[], SandboxBackendPart]] = Registry(
     "sandbox backend",
