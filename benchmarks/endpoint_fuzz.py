@@ -35,9 +35,8 @@ import aiohttp
 
 import v1 as vf
 from v1.clients import resolve_client
-from v1.interception import get_endpoint
-from v1.interception.server import MAX_CALLS_IN_FLIGHT
-from v1.interception.upstream import upstream
+from v1.interception import get_endpoint, upstream
+from v1.interception._server import MAX_CALLS_IN_FLIGHT
 from v1.testing import MockModelServer, Reply
 
 STALL_S = 30.0

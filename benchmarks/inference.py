@@ -31,9 +31,7 @@ from typing import Any
 import torch
 
 import v1 as vf
-from v1.inference import build_tiny_model, save_tiny_model, serve_in_thread
-from v1.inference.vllm_env import vllm_python
-from v1.inference.vllm_server import VLLMServer
+from v1.inference import VLLMServer, build_tiny_model, save_tiny_model, serve_in_thread, vllm_python
 
 
 async def run_level(

@@ -16,7 +16,7 @@ counters (requests, distinct prompts prefilled, prefill passes, decode steps); w
 `--profile` the cProfile time by part of the stack (profiling slows everything about 2x: read
 the shares).
 
-`--train-steps N`: a whole v1 training run instead (`v1.train.run.train`, on-policy, at
+`--train-steps N`: a whole v1 training run instead (`v1.train.train`, on-policy, at
 `train_vs_trl.py`'s equal work for `--shape`), its step split into phases by timing the
 functions that do each: generation (waiting for the step's rollouts, less scoring), scoring
 (the harness's `score_group`, summed over groups), forward/backward (the trainer's updates less
@@ -54,10 +54,12 @@ from train_vs_trl import SHAPES, make_checkpoint, recipe_config  # noqa: E402
 
 from v1._util.gc_tuning import frozen_heap  # noqa: E402
 from v1.env import load_environment  # noqa: E402
-from v1.inference.server import InferenceServer  # noqa: E402
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.model import load_policy  # noqa: E402
-from v1.train.run import TOKEN_SAMPLING_ARGS, builtin_batch_size  # noqa: E402
+from v1.inference import InferenceServer  # noqa: E402
+from v1.train import (  # noqa: E402
+    TrainConfig,
+    load_policy,
+)
+from v1.train._run import TOKEN_SAMPLING_ARGS, builtin_batch_size  # noqa: E402
 
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
 PARTS = (
@@ -191,11 +193,10 @@ def profile_training(shape_name: str, steps: int, trainer_threads: int | None) -
     `trainer_threads`: the trainer's torch threads instead of the run's own choice (`trainer_cpu_threads`).
     """
     from v1.harness import Harness
-    from v1.inference.server import InferenceServer
-    from v1.train import run as run_module
-    from v1.train import trainer as trainer_module
-    from v1.train.orchestrator import Orchestrator
-    from v1.train.run import train
+    from v1.inference import InferenceServer
+    from v1.train import Orchestrator, train
+    from v1.train import _run as run_module
+    from v1.train import _trainer as trainer_module
 
     shape = SHAPES[shape_name]
     out = Path(tempfile.mkdtemp(prefix="v1-phases-"))

@@ -49,7 +49,7 @@ from openai import AsyncOpenAI
 
 import v1
 import v1._util.loop_scope
-from v1.clients.http import async_http_client
+from v1.clients._http import async_http_client
 
 # v1's loop runner: uvloop when installed, unless V1_UVLOOP=0 (as `v1 eval` runs).
 run_loop = v1._util.loop_scope.run

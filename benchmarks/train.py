@@ -35,10 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from v1.inference import build_tiny_model  # noqa: E402
-from v1.train.batch import Sample  # noqa: E402
-from v1.train.config import OptimConfig, TrainConfig  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+    Sample,
+    TrainConfig,
+)
 
 SIZES = {
     "tiny (recipe)": {

@@ -26,12 +26,10 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from v1.train.batch import Sample
-from v1.train.config import ModelConfig, OptimConfig
-from v1.train.logprobs import is_distributed
-from v1.train.losses import LossConfig
-from v1.train.model import attention_implementation, autocast_dtype
-from v1.train.trainer import PolicyTrainer, shard_with_fsdp2
+from v1.train import LossConfig, ModelConfig, OptimConfig, Sample
+from v1.train._logprobs import is_distributed
+from v1.train._model import attention_implementation, autocast_dtype
+from v1.train._trainer import PolicyTrainer, shard_with_fsdp2
 
 
 def samples(count: int, prompt: int, completion: int, vocab: int, seed: int) -> list[Sample]:

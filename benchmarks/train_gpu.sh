@@ -66,7 +66,7 @@ else
     # one trainer rank on GPU 0; vLLM on GPU 1 when there is one, else beside it on GPU 0 with 40% of its memory
     python3 - "$GPUS" "$LOGS/vllm.toml" <<'PY' || record "vLLM config" FAIL "could not write $LOGS/vllm.toml"
 import sys
-from v1.train.config import TrainConfig
+from v1.train import TrainConfig
 gpus, out = int(sys.argv[1]), sys.argv[2]
 config = TrainConfig.load("configs/train/tiny_first_letter_vllm.toml")
 share = ["--gpu-memory-utilization", "0.4"] if gpus < 2 else []

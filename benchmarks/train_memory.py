@@ -44,10 +44,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import transformers
 
-    from v1.train.batch import Sample
-    from v1.train.config import OptimConfig
-    from v1.train.losses import LossConfig
-    from v1.train.trainer import PolicyTrainer
+    from v1.train import LossConfig, OptimConfig, PolicyTrainer, Sample
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -76,12 +76,9 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from v1.train.batch import Sample
-    from v1.train.config import DistributedConfig, ModelConfig, OptimConfig
-    from v1.train.losses import LossConfig
-    from v1.train.model import load_policy, load_sharded_policy
-    from v1.train.ranks import RankGroup, share_samples, stream_weights, weights_for_sync
-    from v1.train.trainer import PolicyTrainer
+    from v1.train import DistributedConfig, LossConfig, ModelConfig, OptimConfig, PolicyTrainer, Sample
+    from v1.train._model import load_policy, load_sharded_policy
+    from v1.train._ranks import RankGroup, share_samples, stream_weights, weights_for_sync
 
     imported = rss_mb("VmRSS")
     group = RankGroup.start(DistributedConfig(backend="gloo"))

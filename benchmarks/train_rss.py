@@ -2,7 +2,7 @@
 
     python benchmarks/train_rss.py [--steps 1000] [--every 100]
 
-Runs `v1.train.run.train` on a smaller copy of the tiny recipe (no SFT warm-up, no evals,
+Runs `v1.train.train` on a smaller copy of the tiny recipe (no SFT warm-up, no evals,
 2 examples x 4 rollouts per step, 2 tokens per rollout, zero-variance groups kept so every
 step trains) for `--steps` steps through the built-in inference server and the endpoint, and
 prints the process's RSS every `--every` steps (from each step's `rss_mb`), then the growth
@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from v1.train.config import TrainConfig
-from v1.train.run import train
+from v1.train import TrainConfig, train
 
 RECIPE = Path(__file__).resolve().parent.parent / "configs" / "train" / "tiny_first_letter.toml"
 

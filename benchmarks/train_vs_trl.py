@@ -153,7 +153,7 @@ def recipe_config(
 
     `lr` and `warmup_steps` default to the recipe's.
     """
-    from v1.train.config import TrainConfig
+    from v1.train import TrainConfig
 
     config = TrainConfig.load(RECIPE)
     lr = config.optim.lr if lr is None else lr
@@ -195,13 +195,13 @@ def recipe_config(
 def make_checkpoint(out: Path, shape: Shape) -> Path:
     """The recipe's SFT warm-up, once: ``out/sft/model`` (model and tokenizer); or the shape's random model."""
     if shape.tiny is not None:
-        from v1.inference.tiny import save_tiny_model
+        from v1.inference import save_tiny_model
 
         folder = out / "random_model"
         if not (folder / "config.json").exists():
             save_tiny_model(shape.tiny, folder)
         return folder
-    from v1.train.run import run_sft
+    from v1.train import run_sft
 
     config = recipe_config(out, 0, 1, None)
     run_sft(config)
@@ -216,8 +216,8 @@ def peak_rss_mib() -> float:
 async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
     """v1's held-out eval (the recipe's `[eval]`: every held-out string, greedy) of `model` on the built-in server."""
     from v1.env import load_environment
-    from v1.inference.server import InferenceServer
-    from v1.train.run import evaluate
+    from v1.inference import InferenceServer
+    from v1.train._run import evaluate
 
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     async with InferenceServer(model, tokenizer, model_name=config.inference.model_name) as server:
@@ -225,7 +225,7 @@ async def held_out_reward(model: Any, tokenizer: Any, config: Any) -> float:
 
 
 def run_v1(out: Path, seed: int, steps: int, checkpoint: Path, options: argparse.Namespace) -> dict[str, Any]:
-    from v1.train.run import train
+    from v1.train import train
 
     shape = SHAPES[options.shape]
     config = recipe_config(
@@ -251,7 +251,7 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
     from trl import GRPOConfig, GRPOTrainer
 
     from tasksets.first_letter import first_letter, train_rows
-    from v1.train.trainer import lr_factor
+    from v1.train._trainer import lr_factor
 
     torch.set_num_threads(options.threads)
     shape = SHAPES[options.shape]

@@ -137,7 +137,7 @@ def install_dataset_stand_in() -> None:
 def run_one(environments: Path, name: str, url: str) -> dict[str, Any]:
     """Load and evaluate one environment in this process; the outcome as a row."""
     import v1
-    from v1.classic.verifiers_alias import install_verifiers_alias
+    from v1.classic import install_verifiers_alias
 
     install_verifiers_alias()
     install_dataset_stand_in()

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import Field
 
 import v1 as vf
-from v1.clients.base import Client
+from v1.clients import Client
 from v1.config import HarnessConfig
 from v1.env import RESULTS_FILE
 from v1.types import Messages, Response, SamplingArgs, Tool

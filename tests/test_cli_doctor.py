@@ -27,7 +27,7 @@ def doctor(python: str | Path, path: str | None = None) -> subprocess.CompletedP
 
 def test_the_suspects_are_what_the_managed_vllm_venv_removes() -> None:
     from v1.cli._doctor import FOREIGN_TORCH_BUILDS
-    from v1.inference.vllm_env import BROKEN_EXTRAS
+    from v1.inference._vllm_env import BROKEN_EXTRAS
 
     assert FOREIGN_TORCH_BUILDS == BROKEN_EXTRAS
 

@@ -14,7 +14,7 @@ import pytest
 
 import v1
 from v1.cli._main import build_parser
-from v1.clients.registry import CLIENT_TYPES
+from v1.clients import CLIENT_TYPES
 from v1.config import _config as v1_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ NAMED_ELSEWHERE: dict[str, Callable[[], bool]] = {
     "####": lambda: v1.extract_hash_answer("so #### 42") == "42",
     "torchrun": lambda: importlib.util.find_spec("torch.distributed.run") is not None,
     "openai-agents": lambda: importlib.metadata.distribution("openai-agents") is not None,
-    "generateContent": lambda: "generateContent" in (ROOT / "v1" / "interception" / "gemini.py").read_text(encoding="utf-8"),
+    "generateContent": lambda: "generateContent" in (ROOT / "v1" / "interception" / "_gemini.py").read_text(encoding="utf-8"),
     "[distributed]": lambda: "distributed" in (importlib.metadata.metadata("v1").get_all("Provides-Extra") or []),
 }
 

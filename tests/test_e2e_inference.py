@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import v1 as vf
-from v1.clients.renderer import RendererClient
+from v1.clients import RendererClient
 from v1.inference import InferenceServer, save_tiny_model
 
 TOKEN_CLIENT_TYPES = ["openai_chat_completions_token", "renderer", "nemorl_chat_completions"]

@@ -223,7 +223,7 @@ def test_a_client_type_plugin_that_is_not_a_client_is_refused(tagged_site: Path,
     [line] = error_lines(result.stderr)
     assert line == (
         "v1 eval: error: taskset 'tagged-words': field 'env.harness.client.client_type': client type 'not-a-client' (entry point of "
-        "distribution 'v1-bad-plugins'): 'v1_bad_plugins:NOT_A_BACKEND' is an int, not a class with get_response, stream_response "
+        "distribution 'v1-bad-plugins'): 'v1_bad_plugins:NOT_A_BACKEND' is an int, not a class with get_response, stream_response, upstream_locations, close "
         "(got 'not-a-client')"
     )
 

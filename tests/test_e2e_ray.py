@@ -27,8 +27,8 @@ from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.env._executors import RayExecutor, shippable_clients
 from v1.testing import MockModelServer, MockRequest, Reply
-from v1.train.config import RolloutsConfig
-from v1.train.orchestrator import Orchestrator
+from v1.train import Orchestrator
+from v1.train._config import RolloutsConfig
 
 ray = pytest.importorskip("ray")  # the [distributed] extra, pulled by [test]
 
@@ -265,8 +265,8 @@ def test_actors_spread_over_a_second_node(
 def test_v1_train_runs_its_rollout_groups_on_ray_actors(cluster: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from v1.train.config import RaySection, TrainConfig
-    from v1.train.run import train
+    from v1.train import train
+    from v1.train._config import RaySection, TrainConfig
 
     recipe = TrainConfig.load(ROOT / "configs" / "train" / "tiny_first_letter.toml")
     config = recipe.model_copy(

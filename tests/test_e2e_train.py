@@ -15,10 +15,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
-from v1.inference.weight_sync import save_weights  # noqa: E402
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.logprobs import token_logprobs  # noqa: E402
-from v1.train.run import train  # noqa: E402
+from v1.inference._weight_sync import save_weights  # noqa: E402
+from v1.train import (  # noqa: E402
+    TrainConfig,
+    train,
+)
+from v1.train._logprobs import token_logprobs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"

@@ -17,8 +17,8 @@ pytest.importorskip("transformers")
 
 from tests.test_e2e_train import ROOT, few_steps, model_logprobs, served_logprobs, write_toml  # noqa: E402
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
-from v1.train.config import LoraSection, TrainConfig  # noqa: E402
-from v1.train.run import train  # noqa: E402
+from v1.train import train  # noqa: E402
+from v1.train._config import LoraSection, TrainConfig  # noqa: E402
 
 
 def with_features(config: TrainConfig, **loss: object) -> TrainConfig:

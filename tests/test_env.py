@@ -76,7 +76,7 @@ async def test_a_failing_rollout_records_its_error_and_the_rest_finish(
 async def test_client_level_retries_are_counted_by_type_in_outputs_and_metadata(
     mock: MockModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("v1.clients.base.RETRY_WAIT_INITIAL", 0.001)
+    monkeypatch.setattr("v1.clients._base.RETRY_WAIT_INITIAL", 0.001)
     mock.responder = reverser
     mock.script(Reply.fail(503, "overloaded"), Reply.fail(429, "slow down", retry_after=0.01), Reply.failing("malformed_json"))
     env = make_env()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.interception.upstream import upstream
+from v1.interception import upstream
 from v1.testing import MockModelServer, MockRequest, Reply
 
 

@@ -26,7 +26,7 @@ from tests.tools.import_graph import (
     type_level_cycles,
 )
 
-UPSTREAM = "v1.interception.upstream"
+UPSTREAM = "v1.interception._upstream"
 CONCEPT_PACKAGES = (
     "config",
     "env",
@@ -129,7 +129,7 @@ OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")
 
 def test_programs_and_the_state_cannot_reach_the_upstream() -> None:
     """The rule "programs cannot reach the upstream" as a package boundary: nothing a program's code
-    imports, at any level and however indirectly, leads to `v1.interception.upstream`."""
+    imports, at any level and however indirectly, leads to `v1.interception._upstream`."""
     edges = everything()
     starts = [module for module in edges if module.startswith("v1.programs") or module == "v1.rollout._state"]
     reached, stack = set(starts), list(starts)
@@ -140,7 +140,10 @@ def test_programs_and_the_state_cannot_reach_the_upstream() -> None:
     assert UPSTREAM in edges and UPSTREAM not in reached, sorted(reached)
     for folder in OUTSIDE_V1:
         for path in (PACKAGE.parent / folder).rglob("*.py"):
-            assert "interception.upstream" not in path.read_text(encoding="utf-8"), path
+            text = path.read_text(encoding="utf-8")
+            assert "interception._upstream" not in text and not re.search(
+                r"from v1\.interception import[^\n]*\bupstream\b", text
+            ), path
 
 
 def test_the_checker_sees_a_cycle() -> None:
@@ -196,15 +199,15 @@ def test_nothing_outside_the_classic_layer_imports_it() -> None:
 
 def test_the_classic_import_checker_sees_every_form() -> None:
     forms = {
-        "v1.a": "import v1.classic.rubric\n",
+        "v1.a": "import v1.classic._rubric\n",
         "v1.b": "from v1 import classic\n",
-        "v1.c": "def f():\n    from v1.classic.parsers import Parser\n",
+        "v1.c": "def f():\n    from v1.classic._parsers import Parser\n",
         "v1.d": "from .classic import Environment\n",
-        "v1.x.e": "from ..classic.types import RolloutInput\n",
+        "v1.x.e": "from ..classic._types import RolloutInput\n",
         "v1.f": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from v1.classic import Rubric\n",
-        "v1.g": 'def f(x: "v1.classic.rubric.Rubric") -> None: ...\n',
+        "v1.g": 'def f(x: "v1.classic._rubric.Rubric") -> None: ...\n',
     }
-    known = {"v1", "v1.classic", "v1.classic.rubric", "v1.classic.parsers", "v1.classic.types", *forms}
+    known = {"v1", "v1.classic", "v1.classic._rubric", "v1.classic._parsers", "v1.classic._types", *forms}
     top: dict[str, set[str]] = {module: set() for module in forms}
     inner: dict[str, set[str]] = {module: set() for module in forms}
     for module, source in forms.items():

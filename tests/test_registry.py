@@ -12,9 +12,9 @@ import pytest
 
 import v1 as vf
 from harnesses import CodexHarness
-from v1.clients.registry import client_class
+from v1.clients._resolve import client_class
 from v1.env._loading import loader_of
-from v1.interception.dialects import all_dialects, dialect_for_path
+from v1.interception._lookup import all_dialects, dialect_for_path
 from v1.registry import CLIENT_TYPES, DIALECTS, HARNESSES, SANDBOX_BACKENDS, TASKSETS, Registry, factory_of, object_with
 from v1.sandbox import LocalBackend, PrimeBackend, get_backend, register_backend
 
@@ -156,7 +156,7 @@ def test_a_module_object_reference_works_wherever_a_name_does() -> None:
     assert vf.SandboxConfig(backend=ref).backend == ref
     assert isinstance(get_backend(ref), LocalBackend) and SANDBOX_BACKENDS.origin(ref) == "a module:object reference"
     assert ref not in SANDBOX_BACKENDS.names()
-    assert client_class("v1.clients.openai_responses:OpenAIResponsesClient").__name__ == "OpenAIResponsesClient"
+    assert client_class("v1.clients._openai_responses:OpenAIResponsesClient").__name__ == "OpenAIResponsesClient"
 
 
 @pytest.mark.parametrize(
@@ -211,9 +211,16 @@ def test_a_family_checks_a_part_against_its_protocol() -> None:
         async def get_response(self) -> None: ...
 
     CLIENT_TYPES.register("half_client_for_test", HalfClient)
-    with pytest.raises(vf.PluginError, match=r"is a class .*HalfClient, not a class with get_response, stream_response$"):
+    with pytest.raises(
+        vf.PluginError,
+        match=r"is a class .*HalfClient, not a class with get_response, stream_response, upstream_locations, close$",
+    ):
         CLIENT_TYPES.get("half_client_for_test")
     with pytest.raises(vf.PluginError, match=r"not a class or factory with available, create, delete$"):
         SANDBOX_BACKENDS.get("tests.test_registry:ROOT")
-    with pytest.raises(vf.PluginError, match=r"not an object with name, prefix, route, path_pattern$"):
+    with pytest.raises(
+        vf.PluginError,
+        match=r"not an object with name, prefix, route, path_pattern, parse_request, render, render_stream, "
+        r"stream_writer, error_body, before_call, after_call, token_counter$",
+    ):
         DIALECTS.get("tests.test_registry:Spinner")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import v1
-from v1.interception.upstream import upstream
+from v1.interception import upstream
 from v1.rollout._state import (
     MANAGED_FIELDS,
     EndpointAccess,

@@ -48,12 +48,13 @@ from v1.classic import (
 from v1.clients import (
     AnthropicMessagesClient,
     Client,
+    Endpoint,
+    Endpoints,
     OpenAIChatCompletionsClient,
     OpenAIChatCompletionsTokenClient,
     OpenAICompletionsClient,
     OpenAIResponsesClient,
 )
-from v1.clients.endpoints import Endpoint, Endpoints
 from v1.config import (
     ClientConfig,
     Config,
@@ -270,14 +271,14 @@ __all__ = [
 ]
 
 if _typing.TYPE_CHECKING:
-    from v1.classic.verifiers_alias import install_verifiers_alias
+    from v1.classic import install_verifiers_alias
 
 _LAZY = {
-    "CodeMathEnv": "v1.classic.code_math_env",
-    "ReasoningGymEnv": "v1.classic.reasoning_gym_env",
-    "RendererClient": "v1.clients.renderer",
-    "NeMoRLChatCompletionsClient": "v1.clients.nemorl_chat_completions",
-    "install_verifiers_alias": "v1.classic.verifiers_alias",
+    "CodeMathEnv": "v1.classic._code_math_env",
+    "ReasoningGymEnv": "v1.classic._reasoning_gym_env",
+    "RendererClient": "v1.clients._renderer",
+    "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
+    "install_verifiers_alias": "v1.classic._verifiers_alias",
 }
 
 

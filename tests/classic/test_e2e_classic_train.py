@@ -10,8 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.run import train  # noqa: E402
+from v1.train import (  # noqa: E402
+    TrainConfig,
+    train,
+)
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 

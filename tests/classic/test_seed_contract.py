@@ -20,7 +20,7 @@ import pytest
 from classic_reverse import reversed_exactly, rows
 
 import v1 as vf
-from v1.classic.verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
+from v1.classic._verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
 from v1.testing import MockModelServer, MockRequest, Reply
 
 
@@ -179,7 +179,7 @@ def test_init_state_and_get_model_response_outside_an_eval(client: vf.ClientConf
 
 
 def test_a_directly_driven_rollout_closes_its_endpoint(client: vf.ClientConfig) -> None:
-    from v1.interception.server import get_endpoint
+    from v1.interception import get_endpoint
 
     env = single()
 
@@ -202,7 +202,7 @@ def test_a_directly_driven_rollout_closes_its_endpoint(client: vf.ClientConfig) 
 
 
 def test_an_env_group_drives_a_rollout_on_its_rows_environment(client: vf.ClientConfig) -> None:
-    from v1.interception.server import get_endpoint
+    from v1.interception import get_endpoint
 
     first, second = single(), single()
     group = vf.EnvGroup([first, second], env_names=["a", "b"])

@@ -7,11 +7,10 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.clients.nemorl_chat_completions import lift_token_fields, with_token_fields
-from v1.clients.registry import resolve_client
-from v1.clients.renderer import BridgeStats, RendererClient, bridge_prompt_ids, encode, prompt_ids_for, render_text
-from v1.clients.token_history import previous_turn, same_messages
-from v1.clients.tool_call_text import parse_tool_calls
+from v1.clients import parse_tool_calls, resolve_client
+from v1.clients._nemorl_chat_completions import lift_token_fields, with_token_fields
+from v1.clients._renderer import BridgeStats, RendererClient, bridge_prompt_ids, encode, prompt_ids_for, render_text
+from v1.clients._token_history import previous_turn, same_messages
 from v1.inference import build_tiny_tokenizer
 from v1.testing import MockModelServer
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 import v1 as vf
-from v1.clients.base import RETRY_AFTER_MAX, backoff_seconds
-from v1.clients.registry import resolve_client
+from v1.clients import resolve_client
+from v1.clients._base import RETRY_AFTER_MAX, backoff_seconds
 from v1.testing import MockModelServer, Reply
 from v1.types import Response
 
@@ -32,7 +32,7 @@ PROMPT: Any = [{"role": "user", "content": "say something"}]
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("v1.clients.base.RETRY_WAIT_INITIAL", 0.001)
+    monkeypatch.setattr("v1.clients._base.RETRY_WAIT_INITIAL", 0.001)
 
 
 def prompt_for(client_type: str) -> Any:

@@ -1,4 +1,4 @@
-"""One in-process carrier (`v1.clients.in_process`): every v1 caller sends through it, and it answers as loopback HTTP does.
+"""One in-process carrier (`v1.clients`): every v1 caller sends through it, and it answers as loopback HTTP does.
 
 A second way into a server of this process (a branch in a client that hands it the body, a
 helper that calls the handler) would skip the recorder registered in front of that server
@@ -17,8 +17,8 @@ import openai
 import pytest
 
 import v1 as vf
-from v1.clients.in_process import serve_in_process, served_in_process, stop_serving
-from v1.clients.openai_wire import OpenAIWire
+from v1.clients._in_process import serve_in_process, served_in_process, stop_serving
+from v1.clients._openai_wire import OpenAIWire
 from v1.programs import call_model
 from v1.testing import MockModelServer, Reply
 

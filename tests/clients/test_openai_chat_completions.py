@@ -439,7 +439,7 @@ async def test_minimal_valid_response(raw_server: tuple[str, list[Any]]) -> None
 
 
 def test_nested_extra_body_in_sampling_args_is_merged() -> None:
-    from v1.clients.openai_chat_completions import split_sampling_args
+    from v1.clients._openai_chat_completions import split_sampling_args
 
     known, extra = split_sampling_args({"temperature": 0.5, "top_k": 20, "extra_body": {"min_p": 0.1, "top_k": 5}})
     assert known == {"temperature": 0.5}

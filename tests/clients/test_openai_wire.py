@@ -1,4 +1,4 @@
-"""The OpenAI wire (`v1.clients.openai_wire`): what reaches the upstream, and every way an answer can go wrong.
+"""The OpenAI wire (`v1.clients`): what reaches the upstream, and every way an answer can go wrong.
 
 A config-built Chat Completions client posts over the wire; these tests check it sends what the
 official SDK would send and fails the way the SDK fails, against real aiohttp servers on loopback.
@@ -16,7 +16,7 @@ from aiohttp import web
 
 import v1 as vf
 from v1.clients import resolve_client
-from v1.clients.openai_wire import OpenAIWire, _server_sent_events, proxied, status_error
+from v1.clients._openai_wire import OpenAIWire, _server_sent_events, proxied, status_error
 from v1.testing import MockModelServer
 
 PROMPT = [{"role": "user", "content": "hi"}]

@@ -9,7 +9,7 @@ import torch
 
 from tests.tools.patience import HANG_S
 from v1.inference import build_tiny_model
-from v1.inference.engine import PREFILL_TOKEN_BUDGET, Engine, GenerationRequest, SamplingParams, TokenEvent, _prefill_chunks
+from v1.inference._engine import PREFILL_TOKEN_BUDGET, Engine, GenerationRequest, SamplingParams, TokenEvent, _prefill_chunks
 
 
 def forward_logprobs(model: torch.nn.Module, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:

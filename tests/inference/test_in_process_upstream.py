@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 import v1
-from v1.clients import resolve_client
-from v1.clients.http import http_library
-from v1.clients.in_process import serve_in_process, served_in_process
+from v1.clients import http_library, resolve_client
+from v1.clients._in_process import serve_in_process, served_in_process
 from v1.inference import InferenceServer, build_tiny_model
 
 STREAMED = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": true}'

@@ -234,7 +234,7 @@ async def test_bad_input_gets_a_4xx_in_openai_error_shape(
 
 async def test_overlong_prompt_is_an_overlong_prompt_error_for_v1_clients(server: InferenceServer) -> None:
     import v1 as vf
-    from v1.clients.registry import resolve_client
+    from v1.clients import resolve_client
 
     client = await resolve_client(vf.ClientConfig(api_base_url=server.url, max_retries=0))
     with pytest.raises(vf.OverlongPromptError):

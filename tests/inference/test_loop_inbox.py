@@ -10,7 +10,7 @@ import pytest
 
 from tests.tools.patience import HANG_S
 from v1.inference import InferenceServer, build_tiny_model
-from v1.inference.loop_inbox import LoopInbox
+from v1.inference._loop_inbox import LoopInbox
 
 
 async def test_items_wait_for_the_flush_then_arrive_in_order_with_one_drain() -> None:
@@ -67,7 +67,7 @@ async def test_the_server_wakes_its_loop_about_once_per_engine_step() -> None:
 
 
 def test_a_failed_prefill_ends_its_requests_then_calls_on_step_end() -> None:
-    from v1.inference.engine import Engine, GenerationRequest, SamplingParams
+    from v1.inference._engine import Engine, GenerationRequest, SamplingParams
 
     model, tokenizer = build_tiny_model({"seed": 1, "max_position_embeddings": 64})
     ended = threading.Event()

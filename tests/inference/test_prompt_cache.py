@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from v1.inference import InferenceServer, build_tiny_model
-from v1.inference.prompt_cache import PromptCache
-from v1.inference.protocol import RequestError
+from v1.inference._prompt_cache import PromptCache
+from v1.inference._protocol import RequestError
 
 
 def counting(

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from v1.inference.sampling import sample_from_logprobs
+from v1.inference._sampling import sample_from_logprobs
 
 
 def test_evenly_spread_uniforms_land_on_each_token_in_proportion_to_its_probability() -> None:

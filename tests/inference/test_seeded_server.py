@@ -73,8 +73,8 @@ def test_a_seed_out_of_range_is_refused() -> None:
 
 
 def test_request_seeds_count_per_prompt_restart_per_version_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from v1.inference import request_seeds
-    from v1.inference.request_seeds import MAX_SEED, RequestSeeds
+    from v1.inference import _request_seeds as request_seeds
+    from v1.inference._request_seeds import MAX_SEED, RequestSeeds
 
     seeds = RequestSeeds(5)
     first = [seeds.next([1, 2, 3], 1, 0) for _ in range(4)]

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.inference import build_tiny_model, build_tiny_tokenizer, save_tiny_model
-from v1.inference.tiny import SPECIAL_TOKENS
+from v1.inference._tiny import SPECIAL_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -29,10 +29,10 @@ import v1 as vf
 from v1.cli import main
 from v1.clients import resolve_client
 from v1.inference import save_tiny_model
-from v1.inference.vllm_env import VLLM_CPU_PINS, vllm_python
-from v1.inference.vllm_server import VLLM_VERSION, free_port, session_members
-from v1.inference.weight_sync import VLLMWeightSync
-from v1.train.config import InferenceConfig
+from v1.inference._vllm_env import VLLM_CPU_PINS, vllm_python
+from v1.inference._vllm_server import VLLM_VERSION, free_port, session_members
+from v1.inference._weight_sync import VLLMWeightSync
+from v1.train._config import InferenceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {

@@ -11,8 +11,7 @@ import pytest
 
 import v1 as vf
 from v1.clients import resolve_client
-from v1.interception import RolloutSession, get_endpoint
-from v1.interception.upstream import upstream
+from v1.interception import RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hang"}]}
@@ -116,7 +115,7 @@ async def test_a_slow_but_healthy_upstream_past_the_timeout_is_still_a_timeout(m
 async def test_calls_past_the_in_flight_cap_get_a_429_in_the_dialects_shape(
     mock: MockModelServer, route: str, body: dict[str, Any], shape: str
 ) -> None:
-    from v1.interception.server import MAX_CALLS_IN_FLIGHT
+    from v1.interception._server import MAX_CALLS_IN_FLIGHT
 
     mock.responder = lambda request: Reply.hang(30)
     state, session = await open_rollout(mock)

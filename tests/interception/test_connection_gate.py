@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.patience import HANG_S
-from v1.interception.connection_gate import MAX_CONNECTIONS, connection_limit, raise_descriptor_limit
+from v1.interception._connection_gate import MAX_CONNECTIONS, connection_limit, raise_descriptor_limit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,7 +171,7 @@ async def test_a_connection_being_answered_is_never_evicted_an_idle_one_is() -> 
 
     from aiohttp import web
 
-    from v1.interception.connection_gate import ConnectionGate
+    from v1.interception._connection_gate import ConnectionGate
 
     release, begun = asyncio.Event(), asyncio.Event()
     gate: ConnectionGate

@@ -14,8 +14,7 @@ import pytest
 
 import v1 as vf
 from v1.clients import resolve_client
-from v1.interception import EndpointServer, RolloutSession, get_endpoint
-from v1.interception.upstream import upstream
+from v1.interception import EndpointServer, RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply, mock_token_ids
 
 USER = [{"role": "user", "content": "hello"}]
@@ -346,7 +345,7 @@ async def test_every_dialect_streams_incrementally_and_records_before_the_end(
 async def test_keepalives_while_the_upstream_is_silent(
     mock: MockModelServer, monkeypatch: pytest.MonkeyPatch, route: str, keepalive: str
 ) -> None:
-    from v1.interception import server
+    from v1.interception import _server as server
 
     monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
     mock.script(Reply.text("late answer", delay=0.5))
@@ -373,7 +372,7 @@ def _relaying_streams() -> list[asyncio.Task[Any]]:
 async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call(
     mock: MockModelServer, monkeypatch: pytest.MonkeyPatch, carrier: str
 ) -> None:
-    from v1.interception import server
+    from v1.interception import _server as server
 
     monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
     mock.script(Reply.hang(60))

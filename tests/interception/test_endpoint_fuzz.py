@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
 import endpoint_fuzz
 
-from v1.interception.server import MAX_CALLS_IN_FLIGHT
+from v1.interception._server import MAX_CALLS_IN_FLIGHT
 
 
 def test_fuzz_concurrency_and_flood_get_no_5xx_and_no_stall(tmp_path: Path) -> None:

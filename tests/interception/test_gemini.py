@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 import v1 as vf
-from v1.interception import gemini
-from v1.interception.dialect import BadRequest
+from v1.interception import BadRequest
+from v1.interception import _gemini as gemini
 from v1.testing import MockModelServer, MockRequest, Reply
 from v1.types import Response, ResponseMessage, ToolCall, Usage
 

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 import v1 as vf
-from v1.clients.base import Client
+from v1.clients import Client
 from v1.interception import EndpointServer, RolloutSession
 from v1.testing import MockModelServer, Reply
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import v1 as vf
-from v1.clients.in_process import InProcessTransport, served_in_process
+from v1.clients._in_process import InProcessTransport, served_in_process
 from v1.programs import call_model
 from v1.testing import MockModelServer, Reply
 

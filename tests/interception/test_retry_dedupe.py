@@ -14,8 +14,7 @@ import pytest
 
 import v1 as vf
 from v1.clients import resolve_client
-from v1.interception import RolloutSession, get_endpoint
-from v1.interception.upstream import upstream
+from v1.interception import RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})

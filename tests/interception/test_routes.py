@@ -19,13 +19,9 @@ import httpx
 import pytest
 
 import v1 as vf
-from v1.clients import resolve_client
-from v1.clients.http import http_library
-from v1.clients.in_process import InProcessTransport
-from v1.interception import get_endpoint
-from v1.interception.dialects import DIALECTS
-from v1.interception.server import EndpointServer
-from v1.interception.upstream import upstream
+from v1.clients import InProcessTransport, http_library, resolve_client
+from v1.interception import EndpointServer, get_endpoint, upstream
+from v1.interception._lookup import DIALECTS
 from v1.testing import MockModelServer
 
 USER = [{"role": "user", "content": "hello"}]

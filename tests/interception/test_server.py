@@ -21,9 +21,8 @@ from aiohttp import web
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
-from v1.interception import EndpointServer, RolloutSession, get_endpoint
-from v1.interception.server import MAX_BODY_ENV
-from v1.interception.upstream import upstream
+from v1.interception import EndpointServer, RolloutSession, get_endpoint, upstream
+from v1.interception._server import MAX_BODY_ENV
 from v1.testing import MockModelServer, Reply, mock_token_ids
 
 USER = [{"role": "user", "content": "hello"}]

@@ -8,11 +8,11 @@ import typing
 import pytest
 
 import v1
-from v1.clients.base import Client
-from v1.interception import session as session_module
-from v1.interception import upstream as upstream_module
-from v1.interception.session import RolloutSession
-from v1.interception.upstream import UpstreamHandles, upstream
+from v1.clients import Client
+from v1.interception import RolloutSession
+from v1.interception import _session as session_module
+from v1.interception import _upstream as upstream_module
+from v1.interception._upstream import UpstreamHandles, upstream
 
 
 def test_upstream_handles_annotations_resolve() -> None:
@@ -43,7 +43,11 @@ def test_a_borrowed_client_is_copied_once_and_the_link_dropped() -> None:
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    [("v1.rollout._state", "upstream"), ("v1.rollout._state", "UpstreamHandles"), ("v1.interception.session", "stop_at_timeout")],
+    [
+        ("v1.rollout._state", "upstream"),
+        ("v1.rollout._state", "UpstreamHandles"),
+        ("v1.interception._session", "stop_at_timeout"),
+    ],
 )
 def test_moved_names_live_only_in_the_upstream_module(module: str, name: str) -> None:
     """The deprecation aliases are gone (issue 37): the state never leads to the upstream, not even lazily."""
@@ -51,7 +55,7 @@ def test_moved_names_live_only_in_the_upstream_module(module: str, name: str) ->
         exec(f"from {module} import {name}", {})
 
 
-@pytest.mark.parametrize("module", ["v1.rollout._state", "v1.interception.session"])
+@pytest.mark.parametrize("module", ["v1.rollout._state", "v1.interception._session"])
 def test_other_missing_names_are_still_attribute_errors(module: str) -> None:
     assert not hasattr(importlib.import_module(module), "nope")
     with pytest.raises(ImportError):
@@ -59,6 +63,6 @@ def test_other_missing_names_are_still_attribute_errors(module: str) -> None:
 
 
 def test_the_module_names_its_public_surface() -> None:
-    # `UpstreamHandles` is importable here too, but its one public home is `v1.interception.session`.
+    # `UpstreamHandles` is importable here too, but its one public home is `v1.interception`.
     assert sorted(upstream_module.__all__) == ["stop_at_timeout", "upstream"]
     assert upstream_module.UpstreamHandles is session_module.UpstreamHandles

@@ -24,9 +24,11 @@ from safetensors.torch import load_file  # noqa: E402
 
 from tests.train.test_trainer import on_policy_samples, tiny_model  # noqa: E402
 from v1.inference import save_tiny_model  # noqa: E402
-from v1.train.config import OptimConfig  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -207,7 +209,7 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_exit_3_and_checkpoin
 
 
 def test_a_non_finite_loss_stops_the_step_before_the_optimizer_moves_a_weight() -> None:
-    from v1.train.trainer import TrainingDiverged
+    from v1.train._trainer import TrainingDiverged
 
     model = tiny_model()
     trainer = PolicyTrainer(model, LossConfig(), OptimConfig(lr=1e-2), max_steps=4)

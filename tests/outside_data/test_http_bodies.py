@@ -18,8 +18,8 @@ import pytest
 
 import v1 as vf
 from v1.cli import main
-from v1.interception import connection_gate
-from v1.interception import server as endpoint_server
+from v1.interception import _connection_gate as connection_gate
+from v1.interception import _server as endpoint_server
 from v1.testing import MockModelServer, MockRequest, Reply, reverser
 
 ROOT = Path(__file__).resolve().parents[2]

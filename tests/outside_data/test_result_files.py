@@ -102,8 +102,8 @@ def test_resume_reports_the_bad_line_in_one_line_and_loads_the_rest(runs: tuple[
 def test_training_reads_saved_lines_bounded_in_one_line(tmp_path: Path) -> None:
     """`sft.data` (a saved `results.jsonl`) and a run folder's `metrics.jsonl` go through the bounded reader too."""
     from v1.errors import ConfigError, Error
-    from v1.train.outputs import read_metrics
-    from v1.train.sft import samples_from_results
+    from v1.train._outputs import read_metrics
+    from v1.train._sft import samples_from_results
 
     results = tmp_path / "results.jsonl"
     for line, expected in ((DEEP_LINE, "line 2: nested more than 128 levels deep"), ("[1]\n", "line 2: not a JSON object")):

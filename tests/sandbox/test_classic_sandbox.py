@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
-from v1.classic.sandbox_fields import SEED_IMAGE, run_shell, seed_sandbox_config
+from v1.classic._sandbox_fields import SEED_IMAGE, run_shell, seed_sandbox_config
 from v1.sandbox import PythonRepl, Sandbox, get_manager
 from v1.sandbox._prime import PrimeSandbox, create_request_fields
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.classic.openenv_env import parse_action
+from v1.classic._openenv_env import parse_action
 from v1.sandbox import list_sandboxes
 from v1.testing import MockModelServer, Reply
 

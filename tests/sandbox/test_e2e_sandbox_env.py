@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.classic.sandbox_env import PythonEnv, SandboxEnv
+from v1.classic import PythonEnv, SandboxEnv
 from v1.cli import main
 from v1.sandbox import PrimeBackend, list_sandboxes, register_backend
 from v1.testing import MockModelServer, Reply

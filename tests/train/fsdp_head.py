@@ -25,13 +25,12 @@ import torch
 import torch.distributed as dist
 
 from v1.inference import build_tiny_model
-from v1.train.batch import Sample, collate
-from v1.train.config import OptimConfig
-from v1.train.logprobs import shared_prefix_logprobs, token_logprobs
-from v1.train.losses import LossConfig
-from v1.train.ranks import share_samples
-from v1.train.shared_prefix import shared_prefix_batch
-from v1.train.trainer import PolicyTrainer, shard_with_fsdp2
+from v1.train import LossConfig, OptimConfig
+from v1.train._batch import Sample, collate
+from v1.train._logprobs import shared_prefix_logprobs, token_logprobs
+from v1.train._ranks import share_samples
+from v1.train._shared_prefix import shared_prefix_batch
+from v1.train._trainer import PolicyTrainer, shard_with_fsdp2
 
 SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
 

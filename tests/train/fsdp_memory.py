@@ -26,11 +26,11 @@ import torch
 import torch.distributed as dist
 from fsdp_steps import SHAPE, batch, held_bytes, new_trainer  # this script's folder is on sys.path
 
-from v1.inference.server import InferenceServer
-from v1.inference.weight_sync import InProcessWeightSync, Streamed, WeightCopy, WeightReceiver
-from v1.train.config import DistributedConfig, TrainConfig
-from v1.train.model import load_sharded_policy
-from v1.train.ranks import RankGroup, RankWorker, free_large_tensors_promptly, share_samples, weights_out
+from v1.inference import InferenceServer
+from v1.inference._weight_sync import InProcessWeightSync, Streamed, WeightCopy, WeightReceiver
+from v1.train import DistributedConfig, TrainConfig
+from v1.train._model import load_sharded_policy
+from v1.train._ranks import RankGroup, RankWorker, free_large_tensors_promptly, share_samples, weights_out
 
 
 def step_and_count(trainer: Any) -> dict[str, int]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import v1 as vf
 from v1.testing import MockModelServer, Reply, mock_token_ids
-from v1.train.batch import collate, micro_batches, samples_from_state, samples_from_states
+from v1.train._batch import collate, micro_batches, samples_from_state, samples_from_states
 
 
 def ids(text: str) -> list[int]:

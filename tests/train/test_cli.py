@@ -69,7 +69,7 @@ def test_sft_on_reference_answers_writes_a_model(tmp_path: Path) -> None:
 
 
 def test_import_v1_does_not_import_torch(tmp_path: Path) -> None:
-    code = "import sys, v1, v1.cli, v1.train.config; assert 'torch' not in sys.modules, 'import v1 imported torch'"
+    code = "import sys, v1, v1.cli, v1.train; v1.train.TrainConfig; assert 'torch' not in sys.modules, 'import v1 imported torch'"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import tomllib
 
-from v1.train.config import TrainConfig
+from v1.train import TrainConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 HOSTILE = 'a "quoted" \\ back\\slash\nnew line\ttab \x7f del \x00 nul é 😀 ] } = #'

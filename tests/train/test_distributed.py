@@ -19,8 +19,8 @@ pytest.importorskip("transformers")
 
 from v1.errors import ConfigError  # noqa: E402
 from v1.inference import build_tiny_model  # noqa: E402
-from v1.train.config import DistributedConfig, TrainConfig  # noqa: E402
-from v1.train.ranks import RankGroup, backend_for, share_samples  # noqa: E402
+from v1.train import DistributedConfig, TrainConfig  # noqa: E402
+from v1.train._ranks import RankGroup, backend_for, share_samples  # noqa: E402
 
 from . import fsdp_head  # noqa: E402
 from .fsdp_steps import MICRO_BATCH_SIZE, SHAPE, batch, new_trainer  # noqa: E402
@@ -267,7 +267,7 @@ class Launch:
 
 def resume_one_step_further(config: Path) -> int:
     """Resume the killed run in one process for one more step than its latest checkpoint; the step it reached."""
-    from v1.train.outputs import latest_checkpoint
+    from v1.train._outputs import latest_checkpoint
 
     checkpoint = latest_checkpoint(Path(TrainConfig.load(config).output_dir))
     assert checkpoint is not None, "the killed run left no complete checkpoint"
@@ -324,7 +324,7 @@ def test_killing_one_rank_ends_the_other_with_one_line(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def vllm_ready() -> Path:
-    from v1.inference.vllm_env import vllm_python
+    from v1.inference import vllm_python
 
     return vllm_python()
 
@@ -350,7 +350,7 @@ def engine_session(launch: Launch) -> int:
 
 
 def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vllm_ready: Path) -> None:
-    from v1.inference.vllm_server import session_members
+    from v1.inference._vllm_server import session_members
 
     config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=2)
     launch = Launch(config)
@@ -370,8 +370,8 @@ def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vll
 
 @pytest.mark.parametrize("victim", ["engine", "rank 0", "launcher"])
 def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path, victim: str) -> None:
-    from v1.inference.vllm_server import session_members
-    from v1.train.outputs import latest_checkpoint
+    from v1.inference._vllm_server import session_members
+    from v1.train._outputs import latest_checkpoint
 
     config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=200)
     launch = Launch(config)
@@ -396,8 +396,8 @@ def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_p
 
 
 def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
-    from v1.inference.vllm_engine import vllm_gpus
-    from v1.train.run import trainer_cpu_threads
+    from v1.inference._vllm_engine import vllm_gpus
+    from v1.train._run import trainer_cpu_threads
 
     config = TrainConfig.load(VLLM_RECIPE)
     assert vllm_gpus(config, trainer_gpus=2, visible=None, gpu_count=4) == ["2"], "the first GPU after the trainer's"

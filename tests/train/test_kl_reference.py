@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from v1.errors import ConfigError  # noqa: E402
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.ranks import sft_batches  # noqa: E402
-from v1.train.run import build_sft_samples, prepare, train  # noqa: E402
+from v1.train import TrainConfig  # noqa: E402
+from v1.train._ranks import sft_batches  # noqa: E402
+from v1.train._run import build_sft_samples, prepare, train  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 

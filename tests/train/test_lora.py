@@ -10,12 +10,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from v1.train.batch import Sample, collate  # noqa: E402
-from v1.train.config import LoraSection, OptimConfig  # noqa: E402
-from v1.train.logprobs import token_logprobs  # noqa: E402
-from v1.train.lora import merged_state_dict, with_lora  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    PolicyTrainer,
+)
+from v1.train._batch import Sample, collate  # noqa: E402
+from v1.train._config import LoraSection, OptimConfig  # noqa: E402
+from v1.train._logprobs import token_logprobs  # noqa: E402
+from v1.train._lora import merged_state_dict, with_lora  # noqa: E402
 
 R, ALPHA = 4, 8
 

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from v1.train.losses import LossConfig, policy_loss  # noqa: E402
+from v1.train import LossConfig, policy_loss  # noqa: E402
 
 
 def tensors(*rows):

@@ -13,8 +13,8 @@ import pytest
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
-from v1.train.config import RolloutsConfig
-from v1.train.orchestrator import ENV_INTERFACE, Orchestrator, RolloutsFailedError, ZeroVarianceError
+from v1.train._config import RolloutsConfig
+from v1.train._orchestrator import ENV_INTERFACE, Orchestrator, RolloutsFailedError, ZeroVarianceError
 
 
 @vf.reward

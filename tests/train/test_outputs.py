@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from v1.train.outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
+from v1.train._outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
 
 
 def test_resume_cuts_the_metrics_log_back_to_the_checkpoint(tmp_path: Path) -> None:

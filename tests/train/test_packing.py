@@ -10,12 +10,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from v1.errors import ConfigError  # noqa: E402
-from v1.train.batch import Sample, collate  # noqa: E402
-from v1.train.config import OptimConfig, TrainConfig  # noqa: E402
-from v1.train.logprobs import token_logprobs  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.packing import pack_by_tokens, packed_row  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+    TrainConfig,
+)
+from v1.train._batch import Sample, collate  # noqa: E402
+from v1.train._logprobs import token_logprobs  # noqa: E402
+from v1.train._packing import pack_by_tokens, packed_row  # noqa: E402
 
 
 def qwen2(seed: int = 0) -> torch.nn.Module:

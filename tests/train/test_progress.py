@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from v1.train.run import Progress
+from v1.train._run import Progress
 
 
 def metrics(step: int) -> dict[str, Any]:

@@ -13,10 +13,13 @@ pytest.importorskip("transformers")
 
 from tests.train.test_trainer import on_policy_samples, tiny_model  # noqa: E402
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
-from v1.train.config import OptimConfig, TrainConfig  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.run import train  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+    TrainConfig,
+    train,
+)
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 

@@ -11,11 +11,14 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("transformers")
 
 from v1.errors import ConfigError  # noqa: E402
-from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
-from v1.inference.sampling import LogitProcessing  # noqa: E402
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.logprobs import token_logprobs  # noqa: E402
-from v1.train.run import rollout_processing  # noqa: E402
+from v1.inference import (  # noqa: E402
+    InferenceServer,
+    LogitProcessing,
+    build_tiny_model,
+)
+from v1.train import TrainConfig  # noqa: E402
+from v1.train._logprobs import token_logprobs  # noqa: E402
+from v1.train._run import rollout_processing  # noqa: E402
 
 TINY = {"architecture": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "seed": 0}  # fmt: skip

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch")
 
 from v1.errors import ConfigError
-from v1.train.config import TrainConfig
-from v1.train.orchestrator import RolloutGroup, StepBatch, StepCounts
-from v1.train.run import batch_samples
+from v1.train import TrainConfig
+from v1.train._orchestrator import RolloutGroup, StepBatch, StepCounts
+from v1.train._run import batch_samples
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 

@@ -9,19 +9,21 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from v1.inference.sampling import LogitProcessing  # noqa: E402
-from v1.train.batch import Sample, collate  # noqa: E402
-from v1.train.config import OptimConfig  # noqa: E402
-from v1.train.logprobs import activation_checkpointing, shared_prefix_logprobs, token_logprobs  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.shared_prefix import (  # noqa: E402
+from v1.inference import LogitProcessing  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+)
+from v1.train._batch import Sample, collate  # noqa: E402
+from v1.train._logprobs import activation_checkpointing, shared_prefix_logprobs, token_logprobs  # noqa: E402
+from v1.train._shared_prefix import (  # noqa: E402
     micro_batches_by_prefix,
     plan_micro_batches,
     positions_run,
     shared_prefix_batch,
     shared_prefix_length,
 )
-from v1.train.trainer import PolicyTrainer  # noqa: E402
 
 
 def qwen2(seed: int = 0, **overrides: object) -> torch.nn.Module:

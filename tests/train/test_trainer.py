@@ -10,11 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from v1.train.batch import Sample, collate  # noqa: E402
-from v1.train.config import OptimConfig  # noqa: E402
-from v1.train.logprobs import token_logprobs  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.trainer import PolicyTrainer, lr_factor  # noqa: E402
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+)
+from v1.train._batch import Sample, collate  # noqa: E402
+from v1.train._logprobs import token_logprobs  # noqa: E402
+from v1.train._trainer import PolicyTrainer, lr_factor  # noqa: E402
 
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from v1.train.config import TrainConfig  # noqa: E402
-from v1.train.run import builtin_batch_size, call_with_torch_threads, trainer_cpu_threads  # noqa: E402
+from v1.train import TrainConfig  # noqa: E402
+from v1.train._run import builtin_batch_size, call_with_torch_threads, trainer_cpu_threads  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first_letter.toml"
 

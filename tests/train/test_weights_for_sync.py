@@ -8,13 +8,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from v1.inference import build_tiny_model  # noqa: E402
-from v1.inference.server import InferenceServer  # noqa: E402
-from v1.train.batch import Sample  # noqa: E402
-from v1.train.config import OptimConfig  # noqa: E402
-from v1.train.losses import LossConfig  # noqa: E402
-from v1.train.ranks import weights_for_sync  # noqa: E402
-from v1.train.trainer import PolicyTrainer  # noqa: E402
+from v1.inference import (  # noqa: E402
+    InferenceServer,
+    build_tiny_model,
+)
+from v1.train import (  # noqa: E402
+    LossConfig,
+    OptimConfig,
+    PolicyTrainer,
+    Sample,
+)
+from v1.train._ranks import weights_for_sync  # noqa: E402
 
 
 def test_the_sync_gets_the_trainers_tensors_uncopied_and_the_engine_serves_the_trained_weights() -> None:

@@ -23,7 +23,7 @@ IMPORT_TIMEOUT = 900.0
 TRANSFORMERS_PROBE = "from transformers import PreTrainedModel"
 """What `v1 train` and the built-in inference server need from transformers (and what a foreign torchvision breaks)."""
 FOREIGN_TORCH_BUILDS = ("torchvision", "torchaudio", "torchcodec")
-"""What a vLLM wheel brings, built for another torch (`v1.inference.vllm_env.BROKEN_EXTRAS`, which this command
+"""What a vLLM wheel brings, built for another torch (`v1.inference._vllm_env.BROKEN_EXTRAS`, which this command
 cannot import: `v1.inference` imports transformers, the very import that may be broken)."""
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 

@@ -46,7 +46,7 @@ from v1._util.logs import LEVEL_VARIABLE, setup_logging
 from v1.cli._eval_view import LiveView, summary_table
 from v1.cli._preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli._standalone import run_command
-from v1.clients.endpoints import client_config_for, load_endpoints
+from v1.clients import client_config_for, load_endpoints
 from v1.config import OPENAI_BASE_URL_VAR, ClientConfig, read_toml
 from v1.env import (
     DEFAULT_MAX_CONCURRENT,

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from v1.clients.credentials import resolve_api_key
+from v1.clients import resolve_api_key
 from v1.config import ClientConfig
 from v1.errors import Error
 

@@ -92,7 +92,7 @@ def load_model_source(source: str) -> tuple[Any, Any, str]:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{source}: cannot load the model: {exc}") from None
         return model, tokenizer, str(path)
-    from v1.inference.tiny import build_tiny_model
+    from v1.inference import build_tiny_model
 
     model, tokenizer = build_tiny_model(tiny_config_from_file(path))
     return model, tokenizer, "tiny"
@@ -104,7 +104,7 @@ def tiny_config_from_file(path: Path) -> Any:
     Raises:
         ConfigError: another suffix, invalid TOML/JSON, or invalid fields.
     """
-    from v1.inference.tiny import TinyModelConfig
+    from v1.inference import TinyModelConfig
 
     source = str(path)
     if path.suffix == ".toml":
@@ -153,8 +153,7 @@ def vllm_model_dir(source: str) -> tuple[Path, str]:
     path = checked_model_path(source)
     if path.is_dir():
         return path.resolve(), str(path)
-    from v1.inference.tiny import save_tiny_model
-    from v1.inference.vllm_env import cache_root
+    from v1.inference import cache_root, save_tiny_model
 
     config = tiny_config_from_file(path)
     digest = hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:16]
@@ -166,8 +165,7 @@ def vllm_model_dir(source: str) -> tuple[Path, str]:
 
 def serve_vllm(args: argparse.Namespace) -> None:
     """Start vLLM, print its URL once it answers, and stop its process tree on Ctrl-C or SIGTERM."""
-    from v1.inference.vllm_env import vllm_python
-    from v1.inference.vllm_server import VLLMServer, port_is_free, startup_error
+    from v1.inference import VLLMServer, port_is_free, startup_error, vllm_python
 
     folder, name = vllm_model_dir(args.model)
     if args.port and not port_is_free(args.host, args.port):

@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
 
 
 def load_config(args: argparse.Namespace) -> Any:
-    from v1.train.config import TrainConfig
+    from v1.train import TrainConfig
 
     if not str(args.config).endswith(".toml"):
         raise ConfigError(f"{args.config}: expected a .toml training config")
@@ -92,7 +92,7 @@ def run_train(args: argparse.Namespace) -> int:
         if args.nproc < 1:
             raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
         if args.nproc > 1:
-            from v1.train.ranks import under_torchrun
+            from v1.train import under_torchrun
 
             if under_torchrun():
                 raise ConfigError("--nproc starts the ranks itself: not under torchrun (which already started them)")
@@ -100,7 +100,7 @@ def run_train(args: argparse.Namespace) -> int:
             return launch_ranks(args, errors)
         from transformers.utils import logging as transformers_logging
 
-        from v1.train.run import train
+        from v1.train import train
 
         transformers_logging.disable_progress_bar()  # one "Writing model shards" bar per checkpoint is noise here
 
@@ -130,7 +130,7 @@ def run_sft(args: argparse.Namespace) -> int:
     console, errors = Console(), Console(stderr=True)
     try:
         config = load_config(args)
-        from v1.train.run import run_sft as sft
+        from v1.train import run_sft as sft
 
         result = sft(config)
     except KeyboardInterrupt:

@@ -23,14 +23,13 @@ from v1._util import loop_scope as loop_scope
 from v1._util.calling import resize_pool
 from v1._util.gc_tuning import batch_gc
 from v1._util.provenance import version_info
-from v1.clients.base import Client
-from v1.clients.registry import resolve_client
+from v1.clients import Client, resolve_client
 from v1.config import ClientConfig, EnvConfig
 from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
 from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
 from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
-from v1.interception.upstream import upstream
+from v1.interception import upstream
 from v1.programs import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.rollout import Handler, State, Task, thaw
 from v1.taskset import Taskset, rows_to_dataset

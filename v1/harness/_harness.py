@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1._util.entropy import uuid4_hex
-from v1.clients.base import Client, ClientLike
-from v1.clients.registry import resolve_client
+from v1.clients import Client, ClientLike, resolve_client
 from v1.config import (
     ArtifactConfig,
     ClientConfig,
@@ -31,8 +30,7 @@ from v1.config import (
     SystemPromptStrategy,
 )
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
-from v1.interception.server import get_endpoint
-from v1.interception.upstream import stop_at_timeout, upstream
+from v1.interception import get_endpoint, stop_at_timeout, upstream
 from v1.programs import Program, check_row_data, narrow_program, narrow_sandbox, program_sandbox, resolve_program
 from v1.rollout import (
     Handler,

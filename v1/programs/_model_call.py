@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from v1.clients.http import http_library
-from v1.clients.in_process import post_request, read_body
-from v1.clients.openai_wire import encode_json, status_error, transport_error
+from v1.clients import encode_json, http_library, post_request, read_body, status_error, transport_error
 from v1.errors import EndpointError
 
 if TYPE_CHECKING:

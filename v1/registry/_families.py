@@ -1,7 +1,7 @@
 """The families of parts by name, one Protocol each: what the registry checks a part against, and what a lookup returns.
 
 The Protocols say what the framework calls on a part (the full types live with each family: `v1.clients.Client`,
-`v1.interception.dialect.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
+`v1.interception.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
 against its family's Protocol when first looked up, so a wrong plugin fails with one line naming it.
 """
 
@@ -14,22 +14,59 @@ from v1.registry._registry import Registry, class_with, factory_of, object_with
 
 
 class ClientPart(Protocol):
-    """A client type: a class whose instances answer a request, whole or streamed (`v1.clients.Client`)."""
+    """A client type: a class built from a `ClientConfig` whose instances answer a request, whole or streamed,
+    name the upstreams they reach and close (`v1.clients.Client`)."""
+
+    def __init__(self, config: Any) -> None: ...
 
     def get_response(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any: ...
 
+    def upstream_locations(self) -> list[str]: ...
+
+    def close(self) -> Any: ...
+
 
 class DialectPart(Protocol):
-    """A wire format the endpoint serves (`v1.interception.dialect.Dialect`)."""
+    """A wire format the endpoint serves: its name and route, and the parts the endpoint calls to parse, answer and
+    fail a request in it (`v1.interception.Dialect`, whose attributes say what each one takes)."""
 
-    name: str
-    prefix: str
-    route: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def route(self) -> str: ...
 
     @property
     def path_pattern(self) -> Any: ...
+
+    @property
+    def parse_request(self) -> Callable[..., Any]: ...
+
+    @property
+    def render(self) -> Callable[..., Any]: ...
+
+    @property
+    def render_stream(self) -> Callable[..., Any]: ...
+
+    @property
+    def stream_writer(self) -> Callable[..., Any]: ...
+
+    @property
+    def error_body(self) -> Callable[..., Any]: ...
+
+    @property
+    def before_call(self) -> Callable[..., Any]: ...
+
+    @property
+    def after_call(self) -> Callable[..., Any]: ...
+
+    @property
+    def token_counter(self) -> Any: ...
 
 
 class SandboxBackendPart(Protocol):
@@ -54,37 +91,35 @@ class TasksetLoader(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-CLIENT_TYPES: Registry[Any] = Registry(
+CLIENT_TYPES: Registry[type[ClientPart]] = Registry(
     "client type",
     "v1.clients",
     class_with(ClientPart),
     {
-        "openai_chat_completions": "v1.clients.openai_chat_completions:OpenAIChatCompletionsClient",
-        "openai_chat_completions_token": "v1.clients.openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
-        "openai_completions": "v1.clients.openai_completions:OpenAICompletionsClient",
-        "openai_responses": "v1.clients.openai_responses:OpenAIResponsesClient",
-        "anthropic_messages": "v1.clients.anthropic_messages:AnthropicMessagesClient",
-        "renderer": "v1.clients.renderer:RendererClient",
-        "nemorl_chat_completions": "v1.clients.nemorl_chat_completions:NeMoRLChatCompletionsClient",
+        "openai_chat_completions": "v1.clients._openai_chat_completions:OpenAIChatCompletionsClient",
+        "openai_chat_completions_token": "v1.clients._openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
+        "openai_completions": "v1.clients._openai_completions:OpenAICompletionsClient",
+        "openai_responses": "v1.clients._openai_responses:OpenAIResponsesClient",
+        "anthropic_messages": "v1.clients._anthropic_messages:AnthropicMessagesClient",
+        "renderer": "v1.clients._renderer:RendererClient",
+        "nemorl_chat_completions": "v1.clients._nemorl_chat_completions:NeMoRLChatCompletionsClient",
     },
 )
-"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``). Typed `Any` until
-`v1.clients` takes `ClientPart` as its `Client` class's protocol (its callers read `type[Client]`)."""
+"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``)."""
 
-DIALECTS: Registry[Any] = Registry(
+DIALECTS: Registry[DialectPart] = Registry(
     "dialect",
     "v1.dialects",
     object_with(DialectPart),
     {
-        "chat_completions": "v1.interception.chat_completions:DIALECT",
-        "completions": "v1.interception.completions:DIALECT",
-        "responses": "v1.interception.responses:DIALECT",
-        "messages": "v1.interception.messages:DIALECT",
-        "gemini": "v1.interception.gemini:DIALECT",
+        "chat_completions": "v1.interception._chat_completions:DIALECT",
+        "completions": "v1.interception._completions:DIALECT",
+        "responses": "v1.interception._responses:DIALECT",
+        "messages": "v1.interception._anthropic_messages:DIALECT",
+        "gemini": "v1.interception._gemini:DIALECT",
     },
 )
-"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``). Typed `Any` until
-`v1.interception` reads its dialects as `DialectPart` (its callers read `Dialect`)."""
+"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``)."""
 
 SANDBOX_BACKENDS: Registry[Callable[[], SandboxBackendPart]] = Registry(
     "sandbox backend",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from v1._util.message_text import last_assistant_text
-from v1.clients.registry import resolve_client
+from v1.clients import resolve_client
 from v1.config import ClientConfig
 from v1.rollout._state import State
 from v1.rollout._task import Task

@@ -7,7 +7,7 @@ only change through `stop()`, raising a `v1.Error`, or the framework's own sette
 
 What a program must not reach (the upstream `Client` with its API key, the
 harness's sampling args and limits, the endpoint session) is not an attribute of
-the state at all: it lives in the interception layer (`v1.interception.upstream`),
+the state at all: it lives in the interception layer (`v1.interception`),
 keyed weakly by the state's runtime, so nothing reachable from the state, its
 runtime or the SDK clients it hands out leads to the upstream.
 
@@ -74,7 +74,7 @@ class SDKClientFactory(Protocol):
 
     @property
     def transport(self) -> Any:
-        """The HTTP transport to the endpoint: the in-process carrier (`v1.clients.in_process.InProcessTransport`)."""
+        """The HTTP transport to the endpoint: the in-process carrier (`v1.clients.InProcessTransport`)."""
 
     def sdk_client(self, api: str, base_url: str, api_key: str, *, sync: bool = False) -> Any: ...
 

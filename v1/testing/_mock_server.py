@@ -32,9 +32,8 @@ from typing import Any, Literal, Union
 
 from aiohttp import web
 
-from v1.interception import chat_completions as chat_dialect
-from v1.interception import completions, messages, responses
-from v1.interception.dialect import BadRequest
+from v1.interception import BadRequest
+from v1.registry import DIALECTS
 from v1.types import Response, ResponseMessage, ResponseTokens, ToolCall, Usage
 
 Fault = Literal["reset", "malformed_json", "truncated_stream", "not_sse"]
@@ -324,7 +323,7 @@ class MockModelServer:
         received = MockRequest(path=request.path, body=body, headers=dict(request.headers), query=request.query_string)
         reply = await self._record_and_take_reply(received)
         if reply.error is not None or reply.status != 200:
-            return self._error(reply, chat_dialect)
+            return self._error(reply, DIALECTS.get("chat_completions"))
         completion = self._completion(received, reply)
         failed = await self._fault(request, reply, completion, bool(body.get("stream")))
         if failed is not None:
@@ -355,7 +354,8 @@ class MockModelServer:
         return None
 
     async def _other_dialect(self, request: web.Request) -> web.StreamResponse:
-        dialect = {"completions": completions, "responses": responses, "messages": messages}[request.path.rsplit("/", 1)[-1]]
+        name = request.path.rsplit("/", 1)[-1]
+        dialect = DIALECTS.get(name)
         try:
             body = await request.json()
             parsed = dialect.parse_request(body)
@@ -380,8 +380,8 @@ class MockModelServer:
         reply = await self._record_and_take_reply(received)
         if reply.error is not None or reply.status != 200:
             return self._error(reply, dialect)
-        response = self._response(received, reply, want_tokens=dialect is completions)
-        if dialect is responses:
+        response = self._response(received, reply, want_tokens=name == "completions")
+        if name == "responses":
             parsed.extra["response_id"] = f"resp_mock_{next(self._ids)}"
         model = body.get("model") or self.model
         failed = await self._fault(request, reply, dialect.render(response, model, parsed), parsed.stream)

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from v1._util.calling import call_user_code
 from v1.errors import ConfigError, NotSupportedError, RolloutStopped
-from v1.interception.server import get_endpoint
-from v1.interception.upstream import upstream
+from v1.interception import get_endpoint, upstream
 from v1.rollout import BindingContext, NamedToolset, State
 from v1.tools._scopes import Scope, ScopedOwner
 from v1.tools._tool_function import ToolFunction, default_error_formatter, parse_tool_arguments, render_tool_result

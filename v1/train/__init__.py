@@ -1,6 +1,50 @@
 """The trainer: RL (GRPO-family losses) and SFT on the token trajectories that rollouts record.
 
-Importing `v1` never imports this package (it needs the ``[train]`` extra: torch, transformers).
+Importing `v1` never imports this package (it needs the ``[train]`` extra: torch, transformers). Importing
+this package does not import torch either: `TrainConfig` and its sections are plain configs, and every other
+name loads its module (and torch) on first use.
 """
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING
+
+from v1._util.lazy import lazy_attributes
+from v1.train._config import DistributedConfig, ModelConfig, OptimConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from v1.train._batch import Sample, samples_from_state
+    from v1.train._losses import LossConfig, policy_loss
+    from v1.train._model import load_policy
+    from v1.train._orchestrator import Orchestrator
+    from v1.train._ranks import under_torchrun
+    from v1.train._run import run_sft, train
+    from v1.train._trainer import PolicyTrainer
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(["Sample", "samples_from_state"], "v1.train._batch"),
+        **dict.fromkeys(["LossConfig", "policy_loss"], "v1.train._losses"),
+        "load_policy": "v1.train._model",
+        "Orchestrator": "v1.train._orchestrator",
+        "under_torchrun": "v1.train._ranks",
+        **dict.fromkeys(["run_sft", "train"], "v1.train._run"),
+        "PolicyTrainer": "v1.train._trainer",
+    },
+)
+
+__all__ = [
+    "DistributedConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "Orchestrator",
+    "PolicyTrainer",
+    "Sample",
+    "TrainConfig",
+    "load_policy",
+    "policy_loss",
+    "run_sft",
+    "samples_from_state",
+    "train",
+    "under_torchrun",
+]

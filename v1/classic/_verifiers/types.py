@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
-from v1.classic.classic_state import State
-from v1.classic.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from v1.classic.types import *  # noqa: F403
+from v1.classic._classic_state import State
+from v1.classic._messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from v1.classic._types import *  # noqa: F403
 from v1.types import *  # noqa: F403
 
 Handler: TypeAlias = Callable[..., object]

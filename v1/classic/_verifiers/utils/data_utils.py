@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from v1.classic.parsers import extract_boxed_answer, extract_hash_answer
+from v1.classic._parsers import extract_boxed_answer, extract_hash_answer
 from v1.env import load_example_dataset as load_bundled_example_dataset
 
 if TYPE_CHECKING:

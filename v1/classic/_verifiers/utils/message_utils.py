@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from v1.classic.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from v1.classic._messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 
 _BY_ROLE = {"system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage, "tool": ToolMessage}
 

@@ -1,0 +1,143 @@
+"""The seed's classic `State`: a free dict whose `INPUT_FIELDS` live on the nested ``input``.
+
+Classic environment code, rubrics and tests write any key (``trajectory``, ``is_completed``,
+``error``, ``reward``, ...). Reads and writes of ``prompt``, ``answer``, ``info`` and
+``example_id`` go to ``state["input"]`` when the state has one, so a write reaches the input the
+rubric reads and the row is never held twice. The guarded core `v1.State` is what the trainer,
+results and viewer see; a classic rollout translates between the two at one boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from v1 import errors
+from v1.interception import upstream
+from v1.rollout import State as CoreState
+from v1.types import Response
+
+
+class State(dict):  # type: ignore[type-arg]
+    """A dict that tracks one rollout; keys in `INPUT_FIELDS` forward to the nested ``input``."""
+
+    INPUT_FIELDS: ClassVar[list[str]] = ["prompt", "answer", "info", "example_id"]
+
+    def _forwards(self, key: object) -> bool:
+        return key in self.INPUT_FIELDS and isinstance(dict.get(self, "input"), Mapping) and not dict.__contains__(self, key)
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._forwards(key):
+            return dict.__getitem__(self, "input")[key]
+        return dict.__getitem__(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self._forwards(key):
+            dict.__getitem__(self, "input")[key] = value
+        else:
+            dict.__setitem__(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or (self._forwards(key) and key in dict.__getitem__(self, "input"))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """`state[key]`, or `default` when neither the state nor its input has it."""
+        return self[key] if key in self else default
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        """`state[key]`, set to `default` first when missing (forwarded like `__setitem__`)."""
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return dict.__iter__(self)
+
+    @classmethod
+    def for_task(cls, task: Mapping[str, Any], **kwargs: Any) -> CoreState:
+        """A fresh rollout's core `State` for `task` (`v1.State.for_task`), as a `Taskset.init_group` returns."""
+        return CoreState.for_task(task, **kwargs)  # type: ignore[no-any-return]
+
+
+class RolloutState(CoreState):
+    """The core `State` of a classic rollout, with the seed's reads: a guarded, typed record for the core,
+    and for classic code ``state["answer"]``, ``state["info"]``, ``state["input"]``, ``state["model"]``, ...
+
+    `INPUT_FIELDS` read from the task unless the rollout wrote its own value (one copy: the task's, or
+    the written one, which the classic rubric then reads too).
+    """
+
+    INPUT_FIELDS: ClassVar[list[str]] = State.INPUT_FIELDS
+
+    def _seed_field(self, key: Any) -> Any:
+        if key in self.INPUT_FIELDS and key in self.task:
+            return self.task[key]
+        if key == "input":
+            return self.task
+        if key == "model":
+            return self.runtime.model
+        if key == "client":
+            return upstream(self).client
+        if key == "sampling_args":
+            return upstream(self).sampling_args
+        if key == "timing":
+            return self.runtime.timing  # the live record (the core saves its JSON when the rollout ends)
+        if key == "tool_defs":
+            return None  # no tools resolved yet: the harness sets them when the rollout opens
+        raise KeyError(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self._seed_field(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """`state[key]` (seed fields included), or `default`."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self.get(key, _MISSING) is not _MISSING
+
+
+_MISSING = object()
+
+_ERROR_OF_PART = {"tool": errors.ToolError, "model": errors.ModelError, "sandbox": errors.SandboxError}
+
+
+def error_instance(record: Mapping[str, Any] | None) -> errors.Error | None:
+    """The `vf.Error` a core error record (`{"type", "message", "where"}`) stands for.
+
+    A v1 error keeps its class; any other exception becomes the error of the part that failed
+    (`ToolError` for a tool, `ModelError` for the model, ...) or `vf.Error`.
+    """
+    if record is None:
+        return None
+    named = getattr(errors, str(record.get("type")), None)
+    part = str(record.get("where") or "").split(":")[0]
+    kind = named if isinstance(named, type) and issubclass(named, errors.Error) else _ERROR_OF_PART.get(part, errors.Error)
+    error = kind(str(record.get("message", "")))
+    error.record = dict(record)  # type: ignore[attr-defined]
+    return error
+
+
+def classic_view(state: CoreState) -> State:
+    """A finished rollout as the seed's classic `State`: its own dict, with ``input`` the task's row and the
+    records typed (``timing`` a `RolloutTiming`, ``error`` a `vf.Error`, each step's ``response`` a `vf.Response`).
+
+    The core state is left as it is (the JSON record results, the trainer and the viewer read).
+    """
+    view = State(dict.items(state))
+    view["input"] = dict(state.task)
+    view["timing"] = state.runtime.timing  # finalize keeps the typed record beside its JSON
+    view["error"] = error_instance(dict.get(state, "error"))
+    view["trajectory"] = [
+        {**step, "response": Response.model_validate(step["response"])} if step.get("response") is not None else dict(step)
+        for step in dict.get(state, "trajectory") or []
+    ]
+    return view
+
+
+__all__ = ["RolloutState", "State", "classic_view", "error_instance"]

@@ -1,0 +1,145 @@
+"""The in-process carrier: one HTTP transport that hands requests for a server of this process to it, without a socket.
+
+A server of this process (the interception endpoint, the built-in inference server) serves its
+origin in process when it starts (`serve_in_process`) with an *app*: an object with the transport
+method ``handle_async_request(request)`` of the SDK's HTTP library (`v1.clients.http_library`)
+that answers a `Response`, or None to decline (the request then goes over the network). Every
+v1 client sends through an `InProcessTransport`, as httpx clients send to an ASGI app through
+`ASGITransport`: a request for an origin served on the running loop goes to its app; any other
+request, one with a compressed body and one its app declines go to the transport's `fallback`
+(the network). Callers see HTTP either way (a status, headers, a body or a stream), so no caller
+has a second path for servers of this process. The registry holds apps by origin, so a transport
+holds no server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
+from urllib.parse import urlsplit
+
+from v1.clients._http import http_library
+
+
+class InProcessApp(Protocol):
+    """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out."""
+
+    async def handle_async_request(self, request: Any) -> Any | None: ...
+
+
+class _Served(NamedTuple):
+    app: InProcessApp
+    loop: asyncio.AbstractEventLoop
+
+
+Origin = tuple[str, str, int | None]
+_SERVED: dict[Origin, _Served] = {}
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(url: str) -> Origin:
+    """``(scheme, host, port)`` as the HTTP library's `URL` spells them (a scheme's default port as None)."""
+    parts = urlsplit(url)
+    port = None if parts.port == _DEFAULT_PORTS.get(parts.scheme) else parts.port
+    return parts.scheme, parts.hostname or "", port
+
+
+def serve_in_process(url: str, app: InProcessApp) -> None:
+    """Serve requests for `url`'s origin made on the running loop with `app` (a server, when it starts)."""
+    _SERVED[_origin_of(url)] = _Served(app, asyncio.get_running_loop())
+
+
+def stop_serving(url: str, app: InProcessApp) -> None:
+    """Send requests for `url`'s origin over the network again (a server, when it closes; only if `app` still serves it)."""
+    origin = _origin_of(url)
+    served = _SERVED.get(origin)
+    if served is not None and served.app is app:
+        del _SERVED[origin]
+
+
+def _app_for(scheme: str, host: str, port: int | None) -> InProcessApp | None:
+    served = _SERVED.get((scheme, host, port))
+    if served is None or served.loop is not asyncio.get_running_loop():
+        return None
+    return served.app
+
+
+def served_in_process(url: str) -> InProcessApp | None:
+    """The app serving `url`'s origin to the running loop, else None (called from a coroutine)."""
+    return _app_for(*_origin_of(url))
+
+
+class InProcessTransport:
+    """Carries requests for an origin served in process to its app; every other request to `fallback`.
+
+    An `AsyncBaseTransport` of the SDK's HTTP library by its methods (the library is imported only
+    when used). Closing it closes `fallback`.
+    """
+
+    def __init__(self, fallback: Any) -> None:
+        self._fallback = fallback
+
+    async def handle_async_request(self, request: Any) -> Any:
+        url = request.url
+        app = _app_for(url.scheme, url.host, url.port)
+        if app is not None and "content-encoding" not in request.headers:
+            response = await app.handle_async_request(request)
+            if response is not None:
+                return response
+        return await self._fallback.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._fallback.aclose()
+
+    async def __aenter__(self) -> InProcessTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_url(url: str) -> Any:
+    return http_library().URL(url)
+
+
+def post_request(url: str, headers: Mapping[str, str], body: bytes) -> Any:
+    """A POST of `body` to `url` as the HTTP library's `Request`, built cheaply for v1's own callers.
+
+    The URL is parsed once per address (parsing is most of a request's cost) and the body is a
+    ready stream: the library adds no headers of its own, so a caller whose request may leave
+    through a transport that frames by header passes its `Content-Length` (aiohttp sets its own).
+    `headers` may be the library's `Headers`, which is copied without being parsed again.
+    """
+    httpx = http_library()
+    return httpx.Request("POST", _parsed_url(url), headers=headers, stream=httpx.ByteStream(body))
+
+
+def whole_response(status: int, headers: Mapping[str, str], body: bytes) -> Any:
+    """A whole answer as the HTTP library's `Response` (its body a ready stream: the library reads nothing twice)."""
+    httpx = http_library()
+    return httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
+
+
+async def read_body(response: Any) -> bytes:
+    """A `Response`'s body as it arrived (not decoded again: aiohttp decompresses already), then the response closed."""
+    try:
+        return b"".join([chunk async for chunk in response.stream])
+    finally:
+        await response.aclose()
+
+
+__all__ = [
+    "InProcessApp",
+    "InProcessTransport",
+    "post_request",
+    "read_body",
+    "serve_in_process",
+    "served_in_process",
+    "stop_serving",
+    "whole_response",
+]

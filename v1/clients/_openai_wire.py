@@ -1,0 +1,338 @@
+"""The OpenAI wire: JSON posted to an OpenAI-compatible upstream over one aiohttp pool, answers read as JSON.
+
+The upstream clients v1 builds from a `ClientConfig` send their requests through an
+`OpenAIWire` instead of the official SDK's request machinery: the request is JSON
+already (v1 builds it from canonical messages) and the answer is translated from JSON,
+so the SDK's request building and response parsing would be pure cost (about 40% of a
+rollout's CPU before the wire; the profile in benchmarks/README.md shows them gone). What reaches the upstream is
+what the SDK would send: its default headers (read from the SDK client's public
+`default_headers`), the bearer key, the configured timeouts and connection limit,
+proxies from the environment, no redirects. Failures are raised as the SDK's own
+public exception classes (`status_error`, `APIConnectionError`, `APITimeoutError`,
+`APIError` for an error event in a stream), so retry decisions and the errors that
+are recorded do not depend on which path carried the call. Every request goes through the one
+in-process carrier (`v1.clients.InProcessTransport`): a server of this process that
+serves the upstream's origin on this loop (the built-in inference server) answers it without a
+socket, and everything else goes over the aiohttp pool; the wire reads HTTP either way. Answers
+are parsed with the bounded reader (`v1._util.bounded_json`, depth only: logprobs may be ``-Infinity``):
+an upstream's body is outside data.
+
+aiohttp and openai are imported on first use: `import v1` stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from v1._util import bounded_json as _bounded_json
+from v1.clients._http import http_library
+from v1.clients._in_process import InProcessTransport, post_request, read_body
+from v1.errors import InvalidModelResponseError
+
+if TYPE_CHECKING:
+    import aiohttp
+    import openai
+
+JSON_SEPARATORS = (",", ":")
+
+
+def encode_json(body: Any) -> bytes:
+    """A request body as compact UTF-8 JSON (NaN and infinities refused, as JSON has none)."""
+    return json.dumps(body, ensure_ascii=False, separators=JSON_SEPARATORS, allow_nan=False).encode()
+
+
+def status_error(status: int, headers: Mapping[str, str], content: bytes, url: str) -> openai.APIStatusError:
+    """The openai SDK's exception for a non-2xx answer, worded and classed as the SDK words and classes it.
+
+    The message is ``Error code: N`` plus the body's `error.message` when it has one; `body`
+    is the decoded `error` object (or the whole body, or its text when it is not JSON).
+    """
+    import openai
+
+    response = http_library().Response(status, headers=dict(headers), content=content, request=_request(url))
+    text = content.decode("utf-8", "replace").strip()
+    message = f"Error code: {status}"
+    body: Any = text or None
+    try:
+        body = _bounded_json.loads(text, "the error body", finite=False)
+    except ValueError:
+        pass
+    detail = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(detail, dict) and isinstance(detail.get("message"), str) and detail["message"]:
+        message += f" - {detail['message']}"
+    error_class = STATUS_ERRORS.get(status)
+    if error_class is None:
+        error_class = "InternalServerError" if status >= 500 else "APIStatusError"
+    return getattr(openai, error_class)(message, response=response, body=detail)  # type: ignore[no-any-return]
+
+
+STATUS_ERRORS = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
+"""HTTP status -> the openai SDK's public exception class for it (others: `InternalServerError` for 5xx, else `APIStatusError`)."""
+
+
+def _request(url: str) -> Any:
+    httpx = http_library()
+    return httpx.Request("POST", url)
+
+
+def transport_error(error: BaseException, url: str) -> openai.APIError:
+    """A timeout or connection failure as the SDK's `APITimeoutError` / `APIConnectionError` (raise it `from` the cause)."""
+    import openai
+
+    if isinstance(error, TimeoutError | http_library().TimeoutException):
+        return openai.APITimeoutError(request=_request(url))
+    return openai.APIConnectionError(message=f"Connection error: {type(error).__name__}: {error}", request=_request(url))
+
+
+class OpenAIWire:
+    """One upstream's base URL, headers and aiohttp pool; `post` for whole answers, `stream` for SSE ones.
+
+    The pool is made on first use, on the running loop (a `Client` belongs to one loop).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,
+        connect_timeout: float,
+        max_connections: int,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._headers: Any = None
+        self.transport = InProcessTransport(AiohttpTransport(self))
+        """What carries every request: a server of this process serving the upstream, else the aiohttp pool."""
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.timeout),
+                # proxies from the environment, as the SDK's default client; aiohttp looks them up in a
+                # thread on every request, so only when the environment names one for this URL
+                trust_env=proxied(self.base_url),
+            )
+        return self._session
+
+    def url(self, path: str) -> str:
+        return self.base_url + path if path.startswith("/") else f"{self.base_url}/{path}"
+
+    async def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
+        """POST `body` as JSON; the decoded answer. Raises the SDK's exceptions (see the module doc)."""
+        url = self.url(path)
+        try:
+            answer = await self._send(url, body, headers)
+            content = await read_body(answer)
+        except _transport_errors() as exc:
+            raise transport_error(exc, url) from exc
+        if not 200 <= answer.status_code < 300:
+            raise status_error(answer.status_code, answer.headers, content, url)
+        try:
+            return _bounded_json.loads(content, f"the answer of {url}", finite=False)
+        except _bounded_json.UnsafeJSONError as exc:
+            raise InvalidModelResponseError(str(exc)) from None
+
+    async def stream(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> SSEStream:
+        """POST `body` as JSON and open its server-sent events (each event's `data` as JSON)."""
+        url = self.url(path)
+        try:
+            answer = await self._send(url, body, headers)
+            if not 200 <= answer.status_code < 300:
+                raise status_error(answer.status_code, answer.headers, await read_body(answer), url)
+        except _transport_errors() as exc:
+            raise transport_error(exc, url) from exc
+        return SSEStream(answer, url)
+
+    async def _send(self, url: str, body: Any, headers: Mapping[str, str] | None) -> Any:
+        """POST `body` to `url` through the transport; the answer, its body not read yet."""
+        sent = {**self.headers, **headers} if headers else self._parsed_headers()
+        return await self.transport.handle_async_request(post_request(url, sent, encode_json(body)))
+
+    def _parsed_headers(self) -> Any:
+        """`headers` as the HTTP library's `Headers`, parsed once (each request copies them)."""
+        if self._headers is None:
+            self._headers = http_library().Headers(self.headers)
+        return self._headers
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+@functools.cache
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a transport raises when a request fails on the way: aiohttp's and the HTTP library's errors, timeouts."""
+    import aiohttp
+
+    return aiohttp.ClientError, http_library().TransportError, TimeoutError
+
+
+class AiohttpTransport:
+    """The network under an `OpenAIWire`: requests of the HTTP library sent over the wire's aiohttp pool, no redirects.
+
+    An `AsyncBaseTransport` of the HTTP library by its methods; the answer's body streams from the
+    connection (`aiohttp` errors and timeouts are raised as they are: the wire words them as the SDK does).
+    """
+
+    def __init__(self, wire: OpenAIWire) -> None:
+        self._wire = wire
+
+    async def handle_async_request(self, request: Any) -> Any:
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
+        answer = await self._wire.session().request(
+            request.method, str(request.url), data=await request.aread(), headers=headers, allow_redirects=False
+        )
+        return http_library().Response(answer.status, headers=list(answer.raw_headers), stream=_body_class()(answer))
+
+    async def aclose(self) -> None:
+        await self._wire.close()
+
+
+@functools.cache
+def _body_class() -> type[Any]:
+    """The stream class of aiohttp answers: an `AsyncByteStream` of the HTTP library, built on first use."""
+
+    class AiohttpBody(http_library().AsyncByteStream):  # type: ignore[misc,name-defined]
+        """One aiohttp answer's body, chunk by chunk; closing gives the connection back when it was read to its end."""
+
+        def __init__(self, answer: aiohttp.ClientResponse) -> None:
+            self._answer = answer
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self._answer.content.iter_any():
+                yield chunk
+
+        async def aclose(self) -> None:
+            if self._answer.content.at_eof():
+                self._answer.release()
+            else:
+                self._answer.close()
+
+    return AiohttpBody
+
+
+class SSEStream:
+    """The `data` of each server-sent event of one answer, as JSON, until ``[DONE]`` or the end of the body.
+
+    An event whose data carries an `error` raises the SDK's `APIError` (as the SDK's own
+    stream does); data that is not JSON is an unusable answer (`InvalidModelResponseError`).
+    """
+
+    def __init__(self, answer: Any, url: str) -> None:
+        self.answer = answer
+        """The `Response` of the HTTP library, its body not read yet."""
+        self.url = url
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Any]:
+        try:
+            async for _event, data in _server_sent_events(self.answer.stream):
+                if data.startswith("[DONE]"):
+                    return
+                yield self._decode(data)
+        except _transport_errors() as exc:
+            raise transport_error(exc, self.url) from exc
+
+    def _decode(self, data: str) -> Any:
+        import openai
+
+        try:
+            decoded = _bounded_json.loads(data, "a streamed event's data", finite=False)
+        except _bounded_json.UnsafeJSONError as exc:
+            raise InvalidModelResponseError(f"{exc}: {data[:200]!r}") from None
+        if isinstance(decoded, dict) and decoded.get("error"):
+            error = decoded["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            raise openai.APIError(
+                message if isinstance(message, str) and message else "An error occurred during streaming",
+                request=_request(self.url),
+                body=error,
+            )
+        return decoded
+
+    async def close(self) -> None:
+        """Give the connection back to the pool when the body was read to its end, else drop it."""
+        await self.answer.aclose()
+
+
+async def _server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
+    """``(event, data)`` for each event of an SSE body (multi-line data joined by newlines, comments skipped)."""
+    pending = b""
+    event, data = "", list[str]()
+    async for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", "replace")
+            if not line:
+                if data:
+                    yield event, "\n".join(data)
+                event, data = "", list[str]()
+            elif line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+    if pending.strip():
+        line = pending.rstrip(b"\r").decode("utf-8", "replace")
+        if line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+    if data:
+        yield event, "\n".join(data)
+
+
+def proxied(url: str) -> bool:
+    """Whether the environment's proxy settings (`HTTPS_PROXY`, `NO_PROXY`, ...) send requests for `url` through a proxy."""
+    import urllib.request  # 0.1 s of imports: only when a pool is made
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if parts.scheme not in proxies and "all" not in proxies:
+        return False
+    return not urllib.request.proxy_bypass(parts.netloc)
+
+
+def sdk_headers(client: Any, api_key: str) -> dict[str, str]:
+    """The headers the openai SDK client `client` sends with every request (its public `default_headers`) plus the bearer key."""
+    headers = {name: value for name, value in client.default_headers.items() if isinstance(value, str)}
+    headers["Authorization"] = f"Bearer {api_key}"
+    for header, attribute in (("OpenAI-Organization", "organization"), ("OpenAI-Project", "project")):
+        value = getattr(client, attribute, None)
+        if isinstance(value, str) and value:
+            headers[header] = value
+    return headers
+
+
+__all__ = [
+    "STATUS_ERRORS",
+    "AiohttpTransport",
+    "OpenAIWire",
+    "SSEStream",
+    "encode_json",
+    "proxied",
+    "sdk_headers",
+    "status_error",
+    "transport_error",
+]

@@ -1,0 +1,73 @@
+"""One request to the endpoint as its handler sees it, whatever carried it.
+
+The endpoint's handler (`EndpointServer.dispatch`) reads a request through an
+`Exchange` and answers with an `Answer` (a whole JSON body) or by streaming
+through the exchange. Two carriers implement it: aiohttp for programs that reach
+the endpoint over HTTP (commands, sandboxes, any HTTP client), and the
+in-process transport (`v1.interception`) behind the SDK clients that
+`state.get_client()` returns, so both go through the same handler, recording and errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the endpoint's limit."""
+
+
+class BodyTimedOut(Exception):
+    """The request body did not arrive in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A whole answer: status, JSON text, extra headers (the content type is always JSON)."""
+
+    status: int
+    text: str
+    headers: Mapping[str, str] | None = None
+
+
+class Exchange(Protocol):
+    """The request side (method, path, headers, body) and the streaming side of one call."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Case-insensitive request headers."""
+        ...
+
+    @property
+    def gone(self) -> bool:
+        """True once the program stopped waiting for the answer (closed its connection)."""
+        ...
+
+    async def read(self) -> bytes:
+        """The whole body. Raises: BodyTooLarge over the limit; any other exception when it cannot be read."""
+        ...
+
+    async def open_stream(self, headers: Mapping[str, str]) -> None:
+        """Start a 200 streaming answer with these headers."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Send one chunk of the stream. Raises: ConnectionError once the program went away."""
+        ...
+
+    async def write_eof(self) -> None:
+        """End the stream."""
+        ...
+
+
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+
+__all__ = ["JSON_CONTENT_TYPE", "Answer", "BodyTimedOut", "BodyTooLarge", "Exchange"]

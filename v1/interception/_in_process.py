@@ -1,0 +1,146 @@
+"""The endpoint served in process: SDK calls and model calls of in-process programs enter its handler without a socket.
+
+`EndpointApp` is the endpoint's app for the one in-process carrier (`v1.clients`):
+the endpoint serves its origin with it when it starts, and requests that programs of this
+process send through an `InProcessTransport` (the SDK clients `state.get_client()` returns,
+the base loop's model calls) enter `EndpointServer.dispatch`, the handler the aiohttp server
+runs: the same authorization, parsing, recording, errors and streaming, minus the loopback
+socket, aiohttp's request parsing and the program-side connection pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import Any
+
+from v1.clients import http_library, whole_response
+from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
+
+Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
+_HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
+_END = object()
+_SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
+
+
+def _start(
+    endpoint: EndpointApp, method: str, path: str, headers: Any, body: bytes
+) -> tuple[_InProcessExchange, asyncio.Task[Any]]:
+    """Start the handler on one request, as a task of its own, as under a server: a program that
+    stops waiting (a timeout, a closed stream) does not cancel the call the endpoint is answering."""
+    loop = asyncio.get_running_loop()
+    exchange = _InProcessExchange(method, path, headers, body, endpoint.max_body_bytes, loop.create_future())
+    handler: asyncio.Task[Answer | None] = loop.create_task(endpoint.dispatch(exchange))
+    _HANDLERS.add(handler)
+    handler.add_done_callback(lambda task: _finished(task, exchange))
+    return exchange, handler
+
+
+def _finished(task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
+    _HANDLERS.discard(task)
+    if not exchange.ready.done():
+        exchange.ready.set_result(None)
+    elif exchange.stream_headers is not None:
+        exchange.chunks.put_nowait(_END)  # after a failure mid-stream; a second end is never read
+    if not task.cancelled():
+        task.exception()  # retrieved: reported as a 500 or a broken stream
+
+
+def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of a handler that answered without streaming (a 500 if it failed)."""
+    if handler.cancelled() or handler.exception() is not None:
+        return 500, {"content-type": "text/plain; charset=utf-8"}, _SERVER_ERROR
+    answer = handler.result()
+    assert answer is not None, "a handler that did not stream answers"
+    return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
+
+
+class _InProcessExchange:
+    """One request carried in process; implements `v1.interception._exchange.Exchange`."""
+
+    __slots__ = ("_body", "_max_body_bytes", "chunks", "gone", "headers", "method", "path", "ready", "stream_headers")
+
+    def __init__(self, method: str, path: str, headers: Any, body: bytes, max_body_bytes: int, ready: asyncio.Future[None]):
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self._body = body
+        self._max_body_bytes = max_body_bytes
+        self.ready = ready
+        self.stream_headers: Mapping[str, str] | None = None
+        self.chunks: asyncio.Queue[Any] = asyncio.Queue()
+        self.gone = False
+
+    async def read(self) -> bytes:
+        if len(self._body) > self._max_body_bytes:
+            raise BodyTooLarge
+        return self._body
+
+    async def open_stream(self, headers: Mapping[str, str]) -> None:
+        self.stream_headers = headers
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+    async def write(self, data: bytes) -> None:
+        if self.gone:
+            raise ConnectionResetError("the program closed the stream")
+        self.chunks.put_nowait(data)
+
+    async def write_eof(self) -> None:
+        self.chunks.put_nowait(_END)
+
+
+@functools.cache
+def _chunks_class() -> type[Any]:
+    """The stream class of streamed answers: an `AsyncByteStream` of the SDK's HTTP library, built on first use."""
+
+    class Chunks(http_library().AsyncByteStream):  # type: ignore[misc,name-defined]
+        """The body of a streamed answer, chunk by chunk as the handler writes them."""
+
+        def __init__(self, exchange: _InProcessExchange, handler: asyncio.Task[Any]) -> None:
+            self._exchange = exchange
+            self._handler = handler
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            chunks = self._exchange.chunks
+            while True:
+                chunk = await chunks.get()
+                if chunk is _END:
+                    if self._handler.done() and not self._handler.cancelled() and self._handler.exception() is not None:
+                        raise http_library().RemoteProtocolError("the endpoint failed mid-stream")
+                    return
+                yield chunk
+
+        async def aclose(self) -> None:
+            self._exchange.gone = True
+
+    return Chunks
+
+
+class EndpointApp:
+    """The endpoint's handler as an in-process app: an HTTP library `Request` in, its `Response` out (a stream when it streams).
+
+    Args:
+        dispatch: the handler the endpoint's HTTP server runs (`EndpointServer.dispatch`).
+        max_body_bytes: the largest body the handler reads (a larger one is refused as over HTTP).
+    """
+
+    def __init__(self, dispatch: Dispatch, max_body_bytes: int) -> None:
+        self.dispatch = dispatch
+        self.max_body_bytes = max_body_bytes
+
+    async def handle_async_request(self, request: Any) -> Any:
+        body = await request.aread()
+        exchange, handler = _start(self, request.method, request.url.path, request.headers, body)
+        try:
+            await exchange.ready
+        except BaseException:  # the caller stopped waiting (its timeout): the answer will not be delivered
+            exchange.gone = True
+            raise
+        if exchange.stream_headers is not None:
+            return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))
+        return whole_response(*_whole_answer(handler))
+
+
+__all__ = ["EndpointApp"]

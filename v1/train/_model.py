@@ -1,0 +1,180 @@
+"""Loading the policy: a local transformers folder or a tiny model built from a config; device, dtype, attention."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from v1.errors import ConfigError
+from v1.inference import build_tiny_model
+from v1.train._config import ModelConfig
+from v1.train._data_only import unpickling_reason
+from v1.train._lora import is_adapter_folder, with_lora
+from v1.train._trainer import shard_with_fsdp2
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: the local rank's GPU when CUDA is available, else the CPU."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def attention_implementation(config: ModelConfig, device: torch.device) -> str:
+    """``flash_attention_2`` on a GPU with flash-attn installed, else ``sdpa`` (``auto``); or the configured one."""
+    if config.attn_implementation != "auto":
+        return config.attn_implementation
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def autocast_dtype(config: ModelConfig, device: torch.device) -> torch.dtype | None:
+    """The mixed-precision dtype of forward passes: bf16 on GPUs that support it (``auto``), else none (fp32)."""
+    if config.dtype == "float32" or device.type != "cuda":
+        return None
+    if config.dtype == "float16":
+        return torch.float16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+
+
+def build_policy(config: ModelConfig, source: str | None, device: torch.device) -> tuple[Any, Any]:
+    """The model (fp32, on the current default device: the CPU, or ``meta`` for a skeleton) and its tokenizer.
+
+    With ``meta`` as the default device (``with torch.device("meta")``), a folder's config is read
+    and the model built without weights.
+
+    Raises:
+        ConfigError: when neither `source` nor a tiny config is given, or the folder can't be loaded.
+    """
+    if source is not None:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        attention = attention_implementation(config, device)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            if torch.get_default_device().type == "meta":
+                model_config = AutoConfig.from_pretrained(source)
+                return AutoModelForCausalLM.from_config(
+                    model_config, dtype=torch.float32, attn_implementation=attention
+                ), tokenizer
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, attn_implementation=attention)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"model.path {source}: cannot load a model and tokenizer: {exc}") from None
+        except pickle.UnpicklingError as exc:  # a pickled .bin holding more than tensors: transformers loads weights_only
+            raise ConfigError(
+                f"model.path {source}: refused: {unpickling_reason(exc)}; weights are loaded as data only"
+            ) from None
+        return model, tokenizer
+    if config.tiny is not None:
+        return build_tiny_model(config.tiny)
+    raise ConfigError("[model]: set path (a save_pretrained folder) or tiny (a tiny-model config)")
+
+
+def enable_checkpointing(model: Any, config: ModelConfig) -> None:
+    """Recompute activations in backward when `config.gradient_checkpointing` says so."""
+    if config.gradient_checkpointing:
+        # transformers >= 5.23 names it activation checkpointing (the old name warns there)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+        model.config.use_cache = False
+
+
+def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any, torch.device]:
+    """The model (fp32 master weights, on its device), its tokenizer and the device.
+
+    Args:
+        config: the `[model]` section.
+        path: load this folder instead of `config.path` / `config.tiny` (a checkpoint to resume from;
+            with `config.lora`, a saved adapter loads onto the configured base model).
+
+    Raises:
+        ConfigError: when neither a path nor a tiny config is given, or the folder can't be loaded.
+    """
+    device = resolve_device(config.device)
+    adapter = path if config.lora is not None and path is not None and is_adapter_folder(path) else None
+    model, tokenizer = build_policy(config, config.path if adapter is not None else path or config.path, device)
+    model.to(device)
+    enable_checkpointing(model, config)
+    if config.lora is not None:
+        model = with_lora(model, config.lora, adapter)
+    return model, tokenizer, device
+
+
+def sharded_skeleton(config: ModelConfig, path: str | None, bf16: bool, device: torch.device) -> tuple[Any, Any]:
+    """The model built on the meta device, sharded with FSDP2, its local shards allocated (uninitialised) on `device`."""
+    with torch.device("meta"):
+        model, tokenizer = build_policy(config, path or config.path, device)
+    enable_checkpointing(model, config)
+    model = shard_with_fsdp2(model, bf16=bf16)
+    model.to_empty(device=device)
+    return model, tokenizer
+
+
+def broadcast_weights(model: torch.nn.Module, full: torch.nn.Module | None) -> None:
+    """Fill a sharded skeleton from rank 0's whole model `full` (None on the other ranks): each rank keeps its shards.
+
+    Buffers (rotary frequencies, persistent or not) are not sharded: rank 0 sends them whole.
+    """
+    state = full.state_dict() if full is not None else {}
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, state, options=options)
+    buffers = dict(full.named_buffers()) if full is not None else {}
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if full is not None:
+                buffer.copy_(buffers[name])
+            dist.broadcast(buffer, src=0)
+
+
+def copy_weights(target: torch.nn.Module, source: torch.nn.Module) -> None:
+    """Copy `source`'s parameters and buffers into `target` (sharded alike: each rank copies its own shards)."""
+    with torch.no_grad():
+        for parameter, given in zip(target.parameters(), source.parameters(), strict=True):
+            parameter.copy_(given)
+        for buffer, given_buffer in zip(target.buffers(), source.buffers(), strict=True):
+            buffer.copy_(given_buffer)
+
+
+def load_sharded_policy(
+    config: ModelConfig, path: str | None, *, bf16: bool, keep_whole: bool
+) -> tuple[Any, Any, torch.device, Any]:
+    """The model sharded with FSDP2 across the default process group, loaded without a whole copy on any device.
+
+    Every rank builds the model on the meta device and allocates only its shards; rank 0 alone
+    loads the weights (on the CPU) and sends each rank its shards. Returns the sharded model, the
+    tokenizer, the device and, on rank 0 with `keep_whole`, the whole CPU model (the built-in
+    engine's copy; else None).
+
+    Args:
+        config: the `[model]` section (no LoRA: refused under torchrun).
+        path: load this folder instead of `config.path` / `config.tiny` (a checkpoint to resume from).
+        bf16: FSDP2's forward passes in bf16 (fp32 master weights and reductions).
+        keep_whole: keep rank 0's whole model instead of freeing it.
+    """
+    device = resolve_device(config.device)
+    model, tokenizer = sharded_skeleton(config, path, bf16, device)
+    whole = build_policy(config, path or config.path, device)[0] if dist.get_rank() == 0 else None
+    broadcast_weights(model, whole)
+    return model, tokenizer, device, whole if keep_whole else None
+
+
+__all__ = [
+    "attention_implementation",
+    "autocast_dtype",
+    "broadcast_weights",
+    "build_policy",
+    "copy_weights",
+    "enable_checkpointing",
+    "load_policy",
+    "load_sharded_policy",
+    "resolve_device",
+    "sharded_skeleton",
+]
