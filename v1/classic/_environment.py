@@ -114,7 +114,7 @@ class Environment(Env, metaclass=ABCMeta):
             max_seq_len=max_seq_len,
             **self.harness_options(),
         )
-        self.attach(taskset, harness, env_id=name, env_args=env_args or {}, pass_threshold=pass_threshold)
+        self.bind_pair(taskset, harness, env_id=name, env_args=env_args or {}, pass_threshold=pass_threshold)
         self.set_score_rollouts(score_rollouts)
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ConfigError(f"{type(self).__name__}: max_workers must be a positive integer, got {max_workers!r}")

@@ -103,7 +103,7 @@ def state_to_output(
     return output
 
 
-class _RunRecord:
+class _GenerateRecorder:
     """What one `generate` call produces: outputs streamed to the writer, the summary, the progress
     callback and (optionally) a kept list; metadata rewritten at most once a second while it runs."""
 
@@ -200,7 +200,7 @@ class Env:
         env_args: Mapping[str, Any] | None = None,
         pass_threshold: float = 0.5,
     ) -> None:
-        self.attach(
+        self.bind_pair(
             taskset,
             harness if harness is not None else Harness(),
             env_id=env_id,
@@ -213,7 +213,7 @@ class Env:
         """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
         return self.harness.handlers.of("reward") + self.harness.handlers.of("metric")
 
-    def attach(
+    def bind_pair(
         self, taskset: Taskset, harness: Harness, *, env_id: str | None, env_args: Mapping[str, Any] | None, pass_threshold: float
     ) -> None:
         """Bind the taskset/harness pair this environment runs (every constructor ends here)."""
@@ -558,7 +558,7 @@ class Env:
         clients = await self.resolve_clients(None if client is None else client)
         model_name = self._model(model)
         merged_args = self._sampling_args(sampling_args)
-        record = _RunRecord(self.pass_threshold, results, keep_outputs, on_progress)
+        record = _GenerateRecorder(self.pass_threshold, results, keep_outputs, on_progress)
         done = await asyncio.to_thread(results.load, plan.keys(), record.summary) if results is not None else set()
         record.metadata.update(
             {
