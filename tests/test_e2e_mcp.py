@@ -181,6 +181,19 @@ async def test_concurrent_calls_of_many_rollouts_are_in_flight_together(
     await harness.teardown()
 
 
+async def test_a_server_that_dies_at_start_names_what_it_printed(
+    mock: MockModelServer, make_harness: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`Connection closed` alone says nothing: the error carries the end of the server's stderr, which still reaches ours."""
+    code = "import sys; print('ModuleNotFoundError: No module named mcp.server.fastmcp', file=sys.stderr); sys.exit(1)"
+    harness = make_harness(toolsets=[vf.Toolset([vf.MCPTool(sys.executable, ["-c", code])], name="old")])
+    (state,) = await harness.run_group([vf.Task({"prompt": "a"})])
+    assert state["error"]["type"] == "ToolError" and "failed to start" in state["error"]["message"]
+    assert "its stderr ends: ModuleNotFoundError: No module named mcp.server.fastmcp" in state["error"]["message"]
+    assert "No module named mcp.server.fastmcp" in capfd.readouterr().err
+    await harness.teardown()
+
+
 async def test_a_server_that_fails_to_start_is_recorded_and_other_rollouts_finish(
     mock: MockModelServer, make_harness: Any, marker: str
 ) -> None:

@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,11 @@ class MCPConnection:
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._stop: asyncio.Event | None = None
+        self._stderr: _StderrTail | None = None
 
     def _transport(self, http_client: Any) -> Any:
         from mcp import StdioServerParameters
-        from mcp.client.stdio import get_default_environment
+        from mcp.client.stdio import get_default_environment, stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
         config = self.source.config
@@ -121,7 +123,8 @@ class MCPConnection:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(config.env)
         parameters = StdioServerParameters(command=config.command or "", args=list(config.args), env=env, cwd=config.cwd)
-        return parameters
+        self._stderr = _StderrTail()
+        return stdio_client(parameters, errlog=self._stderr.file)
 
     async def start(self) -> list[Tool]:
         """Start the server and list its tools.
@@ -166,11 +169,15 @@ class MCPConnection:
                 await self._stop.wait()
         except BaseException as exc:
             if not self._ready.done():
-                self._ready.set_exception(ToolError(f"{self.source!r} failed to start: {_describe(exc)}"))
+                said = await asyncio.to_thread(self._stderr.close, 2.0) if self._stderr is not None else ""
+                ends = f"; its stderr ends: {said[-500:]}" if said else ""
+                self._ready.set_exception(ToolError(f"{self.source!r} failed to start: {_describe(exc)}{ends}"))
             if not isinstance(exc, Exception):
                 raise
         finally:
             self._client = None
+            if self._stderr is not None:
+                self._stderr.close()
             if http_client is not None:
                 await http_client.aclose()
 
@@ -202,6 +209,33 @@ class MCPConnection:
             await asyncio.gather(task, return_exceptions=True)
         except Exception:
             pass
+
+
+class _StderrTail:
+    """A stdio server's stderr: copied to ours as it arrives, its last `KEEP` bytes kept for a failed start's message."""
+
+    KEEP = 2000
+
+    def __init__(self) -> None:
+        read_end, write_end = os.pipe()
+        self.file = os.fdopen(write_end, "w")
+        self._reader = os.fdopen(read_end, "rb", buffering=0)
+        self._kept = b""
+        self._pump = threading.Thread(target=self._copy, name="mcp-stderr", daemon=True)
+        self._pump.start()
+
+    def _copy(self) -> None:
+        with self._reader:
+            while chunk := self._reader.read(65536):
+                self._kept = (self._kept + chunk)[-self.KEEP :]
+                sys.stderr.write(chunk.decode(errors="replace"))
+
+    def close(self, wait: float = 0.0) -> str:
+        """Close our end; wait up to `wait` s for what the server wrote; the kept text, last line last."""
+        if not self.file.closed:
+            self.file.close()
+        self._pump.join(wait)
+        return self._kept.decode(errors="replace").strip()
 
 
 def _describe(error: BaseException) -> str:
