@@ -270,6 +270,8 @@ __all__ = [
     "update",
 ]
 
+from v1._util.lazy import lazy_attributes as _lazy_attributes
+
 if _typing.TYPE_CHECKING:
     from v1.classic import install_verifiers_alias
 
@@ -282,10 +284,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Clients whose modules are slow to import load on first use."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'v1' has no attribute {name!r}")
+__getattr__ = _lazy_attributes("v1", _LAZY)  # modules slow to import load on first use
