@@ -11,25 +11,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from v1._util.byte_tail import ByteTail
 from v1.sandbox._backend import ExecResult, OutputCallback
 
 MAX_OUTPUT_BYTES = 1_000_000
 REAP_SECONDS = 5.0
 CHILDREN_GRACE_SECONDS = 1.0
-
-
-class _Tail:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > 2 * self.limit:
-            del self.data[: len(self.data) - self.limit]
-
-    def text(self) -> str:
-        return bytes(self.data[-self.limit :]).decode("utf-8", "replace")
 
 
 def kill_group(pgid: int) -> None:
@@ -121,7 +108,7 @@ async def run_process(
         return ExecResult(exit_code=127, stderr=f"cannot run {argv[0]!r}: {exc}")
     if running is not None:
         running.add(process)
-    tails = {"stdout": _Tail(MAX_OUTPUT_BYTES), "stderr": _Tail(MAX_OUTPUT_BYTES)}
+    tails = {"stdout": ByteTail(MAX_OUTPUT_BYTES), "stderr": ByteTail(MAX_OUTPUT_BYTES)}
 
     async def read(name: str, stream: asyncio.StreamReader | None) -> None:
         assert stream is not None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from v1._util.byte_tail import ByteTail
 from v1.config import MCPToolConfig
 from v1.errors import ToolError
 from v1.types import Tool, ToolContent
@@ -220,14 +221,14 @@ class _StderrTail:
         read_end, write_end = os.pipe()
         self.file = os.fdopen(write_end, "w")
         self._reader = os.fdopen(read_end, "rb", buffering=0)
-        self._kept = b""
+        self._kept = ByteTail(self.KEEP)
         self._pump = threading.Thread(target=self._copy, name="mcp-stderr", daemon=True)
         self._pump.start()
 
     def _copy(self) -> None:
         with self._reader:
             while chunk := self._reader.read(65536):
-                self._kept = (self._kept + chunk)[-self.KEEP :]
+                self._kept.add(chunk)
                 sys.stderr.write(chunk.decode(errors="replace"))
 
     def close(self, wait: float = 0.0) -> str:
@@ -235,7 +236,7 @@ class _StderrTail:
         if not self.file.closed:
             self.file.close()
         self._pump.join(wait)
-        return self._kept.decode(errors="replace").strip()
+        return self._kept.text().strip()
 
 
 def _describe(error: BaseException) -> str:
