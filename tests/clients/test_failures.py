@@ -141,11 +141,12 @@ async def test_a_request_refused_upstream_is_a_model_request_error_and_not_retri
 async def test_the_configured_timeout_is_the_read_timeout(mock: MockModelServer, client_type: str) -> None:
     # The SDK sends its own per-request timeout with every call; given a pool whose timeout equals httpx's
     # default (5 s everywhere, as ClientConfig(timeout=5) makes it), the openai SDK used its 600 s default.
+    # The mock is on loopback, so the connect wait is at least 60 s (see test_config's loopback test).
     five = await make_client(mock, client_type, timeout=5.0, max_retries=0)
-    assert (five.client.timeout.read, five.client.timeout.connect) == (5.0, 5.0)
+    assert (five.client.timeout.read, five.client.timeout.connect) == (5.0, 60.0)
     mock.script(Reply.hang(3))
-    client = await make_client(mock, client_type, timeout=0.5, connect_timeout=2.5, max_retries=0)
-    assert (client.client.timeout.read, client.client.timeout.connect) == (0.5, 2.5)
+    client = await make_client(mock, client_type, timeout=0.5, connect_timeout=90.0, max_retries=0)
+    assert (client.client.timeout.read, client.client.timeout.connect) == (0.5, 90.0)
     started = time.monotonic()
     with pytest.raises(vf.ModelError, match=r"(?i)time"):
         await asyncio.wait_for(client.get_response(prompt_for(client_type), "m", {}), timeout=15)

@@ -164,6 +164,30 @@ async def test_connection_error_is_model_error() -> None:
         await client.get_response(PROMPT, "m", {})
 
 
+@pytest.mark.parametrize(
+    ("url", "connect_timeout", "wait"),
+    [
+        ("http://127.0.0.1:8000/v1", 5.0, 60.0),
+        ("http://127.9.9.9:8000/v1", 5.0, 60.0),
+        ("http://localhost:8000/v1", 5.0, 60.0),
+        ("http://[::1]:8000/v1", 5.0, 60.0),
+        ("http://127.0.0.1:8000/v1", 90.0, 90.0),
+        ("https://api.example.com/v1", 5.0, 5.0),
+        ("http://10.0.0.7:8000/v1", 2.0, 2.0),
+        ("http://localhost.example.com/v1", 5.0, 5.0),
+    ],
+)
+async def test_a_loopback_upstream_waits_at_least_a_minute_to_connect_and_a_remote_one_its_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch, url: str, connect_timeout: float, wait: float
+) -> None:
+    # A loopback connect is answered by the kernel at once; a wait there means this process is starved
+    # (a loaded machine), and a 5 s limit failed calls to a healthy local server. A remote host keeps its limit.
+    monkeypatch.setenv("PRIME_API_KEY", "k")
+    built = await resolve_client(config(url, connect_timeout=connect_timeout))
+    assert built.config.connect_wait == wait
+    assert built.client.timeout.connect == wait
+
+
 # -- tokens, sampling args, headers ----------------------------------------------------------------
 
 

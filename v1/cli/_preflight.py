@@ -40,7 +40,7 @@ def _models_request(config: ClientConfig, base_url: str) -> tuple[str, dict[str,
 
 def _get(config: ClientConfig, base_url: str) -> httpx.Response:
     url, headers = _models_request(config, base_url)
-    timeout = httpx.Timeout(PROBE_READ_TIMEOUT, connect=config.connect_timeout)
+    timeout = httpx.Timeout(PROBE_READ_TIMEOUT, connect=config.connect_wait)
     return httpx.get(url, headers=headers, timeout=timeout, follow_redirects=False)
 
 

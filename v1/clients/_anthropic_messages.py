@@ -223,7 +223,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
             timeout=sdk_timeout(config),
             default_headers=config.extra_headers or None,
             http_client=anthropic_async_client_class()(
-                timeout=http_library().Timeout(config.timeout, connect=config.connect_timeout),
+                timeout=http_library().Timeout(config.timeout, connect=config.connect_wait),
                 limits=http_library().Limits(
                     max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
                 ),

@@ -67,8 +67,8 @@ def async_client_class() -> type[Any]:
 
 
 def sdk_timeout(config: Any) -> Any:
-    """A `ClientConfig`'s `timeout` (read, write, pool) and `connect_timeout` as the SDK's `Timeout`."""
-    return http_library().Timeout(config.timeout, connect=config.connect_timeout)
+    """A `ClientConfig`'s `timeout` (read, write, pool) and connect wait (`ClientConfig.connect_wait`) as the SDK's `Timeout`."""
+    return http_library().Timeout(config.timeout, connect=config.connect_wait)
 
 
 def async_http_client(

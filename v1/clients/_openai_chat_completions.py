@@ -261,7 +261,7 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
             default_headers=config.extra_headers or None,
             http_client=async_http_client(
                 timeout=config.timeout,
-                connect_timeout=config.connect_timeout,
+                connect_timeout=config.connect_wait,
                 max_connections=config.max_connections,
                 max_keepalive_connections=config.max_keepalive_connections,
             ),
@@ -270,7 +270,7 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
             str(client.base_url),
             sdk_headers(client, client.api_key),
             timeout=config.timeout,
-            connect_timeout=config.connect_timeout,
+            connect_timeout=config.connect_wait,
             max_connections=config.max_connections,
         )
         return client

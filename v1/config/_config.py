@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from v1._util.loopback import connect_wait
 from v1.errors import ConfigError, MissingKeyError
 from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
@@ -473,6 +474,16 @@ class ClientConfig(Config):
         except ConfigError as exc:
             raise PydanticCustomError("unknown_name", str(exc)) from None
         return name
+
+    @property
+    def connect_wait(self) -> float:
+        """The connect timeout in force: `connect_timeout`, at least 60 s when `api_base_url` is on loopback.
+
+        A loopback connect crosses no network (the kernel accepts or refuses at once), so a wait there
+        means only that this process is starved of CPU; on a loaded machine a 5 s limit would fail calls
+        to a healthy local server, and a refusal stays immediate.
+        """
+        return connect_wait(self.api_base_url, self.connect_timeout)
 
     def endpoint_variants(self) -> list[ClientConfig]:
         """One config per entry of `endpoint_configs` (just this one when there are none).

@@ -6,13 +6,19 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
+from v1._util.loopback import LOOPBACK_CONNECT_S
 from v1.clients import anthropic_async_client_class, async_client_class, http_library, sync_http_client
 
 if TYPE_CHECKING:
     import anthropic
     from openai import AsyncOpenAI, OpenAI
 
-POOL: dict[str, Any] = {"timeout": 3600.0, "connect_timeout": 10.0, "max_connections": 4096, "max_keepalive_connections": 1024}
+POOL: dict[str, Any] = {
+    "timeout": 3600.0,
+    "connect_timeout": LOOPBACK_CONNECT_S,
+    "max_connections": 4096,
+    "max_keepalive_connections": 1024,
+}
 
 
 def _shared(cls: type[Any], close_name: str) -> type[Any]:
