@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from v1.config import TinyModelConfig
 from v1.errors import ConfigError, ModelError
 
 if sys.version_info >= (3, 11):
@@ -98,14 +99,12 @@ def load_model_source(source: str) -> tuple[Any, Any, str]:
     return model, tokenizer, "tiny"
 
 
-def tiny_config_from_file(path: Path) -> Any:
+def tiny_config_from_file(path: Path) -> TinyModelConfig:
     """The `TinyModelConfig` in a `.toml` or `.json` file.
 
     Raises:
         ConfigError: another suffix, invalid TOML/JSON, or invalid fields.
     """
-    from v1.inference import TinyModelConfig
-
     source = str(path)
     if path.suffix == ".toml":
         try:

@@ -56,7 +56,9 @@ def load_config(args: argparse.Namespace) -> Any:
         updates["max_steps"] = args.max_steps
     if args.output_dir is not None:
         updates["output_dir"] = args.output_dir
-    return config.model_copy(update=updates) if updates else config
+    config = config.model_copy(update=updates) if updates else config
+    config.make_output_dir()  # a file in its place is one line before torch is imported
+    return config
 
 
 def rank_arguments(args: argparse.Namespace) -> list[str]:

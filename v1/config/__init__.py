@@ -1,5 +1,6 @@
 """Configs: strict pydantic models for every TOML table (`EnvConfig`, `HarnessConfig`, ...), and
-the argument unions constructors accept."""
+the argument unions constructors accept, and the tiny model's shape (`TinyModelConfig`, built by
+`v1.inference`)."""
 
 from v1.config._config import (
     OPENAI_BASE_URL_VAR,
@@ -32,6 +33,7 @@ from v1.config._config import (
     read_toml,
     resolve_callable,
 )
+from v1.config._tiny_model import TinyModelConfig
 
 __all__ = [
     "ArtifactConfig",
@@ -55,6 +57,7 @@ __all__ = [
     "SystemPromptLike",
     "SystemPromptStrategy",
     "TasksetConfig",
+    "TinyModelConfig",
     "ToolScope",
     "ToolsetConfig",
     "UserConfig",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from v1._util.lazy import lazy_attributes
 from v1.inference._engine import Engine, EngineStats, SamplingParams
 from v1.inference._server import InferenceServer, serve_in_thread
-from v1.inference._tiny import TinyModelConfig, build_tiny_model, build_tiny_tokenizer, save_tiny_model
+from v1.inference._tiny import build_tiny_model, build_tiny_tokenizer, save_tiny_model
 from v1.inference._weights import load_state_dict
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ __all__ = [
     "LogitProcessing",
     "SamplingParams",
     "Streamed",
-    "TinyModelConfig",
     "VLLMServer",
     "WeightReceiver",
     "WeightSync",

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from v1.config import ClientConfig, Config
+from v1.config import ClientConfig, Config, TinyModelConfig
+from v1.errors import ConfigError
 from v1.train._losses import LossConfig
 from v1.types import ClientType
 
@@ -61,8 +62,6 @@ class ModelConfig(Config):
     def _tiny_within_bounds(cls, tiny: dict[str, Any] | None) -> dict[str, Any] | None:
         """The tiny model's shape is checked with the config, before anything is built."""
         if tiny is not None:
-            from v1.inference import TinyModelConfig  # torch and transformers: only once a tiny model is asked for
-
             try:
                 TinyModelConfig.model_validate(tiny)
             except ValidationError as exc:
@@ -339,6 +338,21 @@ class TrainConfig(Config):
         return self.model_copy(
             update={"loss": LossConfig(kind="sft"), "optim": self.sft.optim(self.optim), "max_steps": self.sft.steps}
         )
+
+    def make_output_dir(self) -> Path:
+        """`output_dir`, created if missing (torch-free, so ``v1 train`` checks it before importing torch).
+
+        Raises:
+            ConfigError: one line when it can't be a folder (a file is there, no permission).
+        """
+        output_dir = Path(self.output_dir)
+        if output_dir.exists() and not output_dir.is_dir():
+            raise ConfigError(f"output_dir {output_dir}: is a file, not a folder; name a folder (it is created if missing)")
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"output_dir {output_dir}: cannot create the folder: {exc.strerror or exc}") from None
+        return output_dir
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:

@@ -426,22 +426,6 @@ def unsharded_class_name(model: Any) -> str:
     return own[0].__name__ if isinstance(model, FSDPModule) and own else type(model).__name__
 
 
-def make_output_dir(config: TrainConfig) -> Path:
-    """`config.output_dir`, created if missing.
-
-    Raises:
-        ConfigError: one line when it can't be a folder (a file is there, no permission).
-    """
-    output_dir = Path(config.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ConfigError(f"output_dir {output_dir}: is a file, not a folder; name a folder (it is created if missing)")
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"output_dir {output_dir}: cannot create the folder: {exc.strerror or exc}") from None
-    return output_dir
-
-
 RUN_STATE_COUNTS = ("step", "cursor", "metrics_lines", "sft_steps")
 
 
@@ -503,7 +487,7 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
             "loss.kind = 'sft' is the objective v1 sft and the [sft] warm-up choose themselves; RL trains with grpo, dapo or cispo"
         )
     processing = rollout_processing(config)
-    output_dir = make_output_dir(config)
+    output_dir = config.make_output_dir()
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness) if group.is_leader else None
     checkpoint = latest_checkpoint(output_dir) if resume else None
@@ -876,7 +860,7 @@ def run_sft(config: TrainConfig) -> TrainResult:
     if under_torchrun():
         raise ConfigError("v1 sft runs in one process; torchrun is for v1 train")
     started = time.time()
-    output_dir = make_output_dir(config)
+    output_dir = config.make_output_dir()
     torch.manual_seed(config.seed)
     env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     model, tokenizer, device = load_policy(config.model)
@@ -900,7 +884,6 @@ __all__ = [
     "evaluate",
     "finish_outputs",
     "inference_endpoint",
-    "make_output_dir",
     "prepare",
     "read_run_state",
     "resume_note",
