@@ -211,6 +211,8 @@ class MockModelServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._lock = threading.Lock()
+        self._long_pauses: set[asyncio.Task[Any]] = set()
+        """Handlers waiting out a `delay` that ends past `STOP_GRACE_S`: `stop()` cancels them instead of waiting."""
 
     @property
     def url(self) -> str:
@@ -275,9 +277,16 @@ class MockModelServer:
     def stop(self) -> None:
         if self._thread is None or self._loop is None:
             return
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop.call_soon_threadsafe(self._stop_serving)
         self._thread.join(timeout=10)
         self._thread = None
+
+    def _stop_serving(self) -> None:
+        # a reply scripted to hang past the grace would only be cut when the grace ran out: cut it now
+        for task in self._long_pauses:
+            task.cancel()
+        assert self._loop is not None
+        self._loop.stop()
 
     def __enter__(self) -> MockModelServer:
         return self.start()
@@ -305,8 +314,19 @@ class MockModelServer:
                 source = await source
         reply = Reply.text(source) if isinstance(source, str) else source
         if reply.delay:
-            await asyncio.sleep(reply.delay)
+            await self._pause(reply.delay)
         return reply
+
+    async def _pause(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        if task is None or seconds <= STOP_GRACE_S:
+            await asyncio.sleep(seconds)
+            return
+        self._long_pauses.add(task)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._long_pauses.discard(task)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
