@@ -368,31 +368,44 @@ def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vll
     assert session_members(session) == []
 
 
-@pytest.mark.parametrize("victim", ["engine", "rank 0", "launcher"])
-def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path, victim: str) -> None:
+def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
+    """SIGKILL `victim` of `launch` (mid-run: a step trained) and check every process ends, with the line that says why."""
     from v1.inference._vllm_server import session_members
+
+    wait_for(lambda: launch.trained(1), f"{victim} run: the first step")
+    ranks, session = launch.ranks(), engine_session(launch)
+    target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
+    os.kill(target, signal.SIGKILL)
+    every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
+    wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", GONE_WITHIN_S)
+    stderr = launch.stderr()
+    expected = {
+        "engine": (f"vLLM (pid {session}) exited -9 mid-run",),
+        "rank 0": ("rank 1: stopped by SIGTERM", "rank 1: another rank's connection closed mid-collective"),
+        "launcher": ("rank 0: the launcher (torchrun)",),
+    }[victim]
+    # rank 1 ends by torchrun's SIGTERM, or first by its collective failing when rank 0's socket closes
+    assert any(line in stderr for line in expected), f"{victim}: {stderr[-3000:]}"
+
+
+def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path) -> None:
     from v1.train._outputs import latest_checkpoint
 
-    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=200)
-    launch = Launch(config)
+    # The three runs start together: each is mostly vLLM's start-up, which one after another cost the suite
+    # two minutes more. Each victim is killed as soon as its run has trained a step.
+    victims = ("engine", "rank 0", "launcher")
+    folders = {victim: tmp_path / victim.replace(" ", "_") for victim in victims}
+    launches: dict[str, Launch] = {}
     try:
-        wait_for(lambda: launch.trained(1), "the first step")
-        ranks, session = launch.ranks(), engine_session(launch)
-        target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
-        os.kill(target, signal.SIGKILL)
-        every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
-        wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", GONE_WITHIN_S)
-        stderr = launch.stderr()
-        expected = {
-            "engine": f"vLLM (pid {session}) exited -9 mid-run",
-            "rank 0": ("rank 1: stopped by SIGTERM", "rank 1: another rank's connection closed mid-collective"),
-            "launcher": "rank 0: the launcher (torchrun)",
-        }[victim]
-        # rank 1 ends by torchrun's SIGTERM, or first by its collective failing when rank 0's socket closes
-        assert any(line in stderr for line in ((expected,) if isinstance(expected, str) else expected)), stderr[-3000:]
+        for victim in victims:
+            launches[victim] = Launch(short_recipe(VLLM_RECIPE, folders[victim], max_steps=200))
+        for victim in victims:
+            kill_and_check_the_vllm_run_ends_whole(launches[victim], victim)
     finally:
-        launch.close()
-    assert latest_checkpoint(tmp_path / "out") is not None
+        for launch in launches.values():
+            launch.close()
+    for victim in victims:
+        assert latest_checkpoint(folders[victim] / "out") is not None, victim
 
 
 def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
