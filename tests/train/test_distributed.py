@@ -349,25 +349,6 @@ def engine_session(launch: Launch) -> int:
     return session
 
 
-def test_two_ranks_train_the_vllm_recipe_and_leave_no_engine(tmp_path: Path, vllm_ready: Path) -> None:
-    from v1.inference._vllm_server import session_members
-
-    config = short_recipe(VLLM_RECIPE, tmp_path, max_steps=2)
-    launch = Launch(config)
-    try:
-        wait_for(lambda: started_engine(launch) is not None, "vLLM started")
-        session = engine_session(launch)
-        assert launch.process.wait(timeout=DEADLINE_S) == 0, launch.stderr()[-3000:]
-    finally:
-        launch.close()
-    assert [line["step"] for line in metrics(config)] == [1, 2]
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["inference"]["engine"] == "vllm"
-    model_dir = tmp_path / "out" / "checkpoints" / "step_2" / "model"
-    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
-    assert session_members(session) == []
-
-
 def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
     """SIGKILL `victim` of `launch` (mid-run: a step trained) and check every process ends, with the line that says why."""
     from v1.inference._vllm_server import session_members
@@ -388,24 +369,37 @@ def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
     assert any(line in stderr for line in expected), f"{victim}: {stderr[-3000:]}"
 
 
-def test_killing_the_engine_rank_0_or_the_launcher_ends_the_vllm_run_whole(tmp_path: Path, vllm_ready: Path) -> None:
+def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes_or_loses_a_part(
+    tmp_path: Path, vllm_ready: Path
+) -> None:
+    from v1.inference._vllm_server import session_members
     from v1.train._outputs import latest_checkpoint
 
-    # The three runs start together: each is mostly vLLM's start-up, which one after another cost the suite
-    # two minutes more. Each victim is killed as soon as its run has trained a step.
+    # Four runs start together: one trains 2 steps and exits; in each of the others the engine, rank 0 or the
+    # launcher is SIGKILLed as soon as a step has trained. Each run is mostly vLLM's start-up, mostly one busy
+    # process: one after another they cost the suite minutes with a core idle.
     victims = ("engine", "rank 0", "launcher")
-    folders = {victim: tmp_path / victim.replace(" ", "_") for victim in victims}
-    launches: dict[str, Launch] = {}
+    finishing = Launch(short_recipe(VLLM_RECIPE, tmp_path / "finishing", max_steps=2))
+    launches = {"finishing": finishing}
     try:
         for victim in victims:
-            launches[victim] = Launch(short_recipe(VLLM_RECIPE, folders[victim], max_steps=200))
+            launches[victim] = Launch(short_recipe(VLLM_RECIPE, tmp_path / victim.replace(" ", "_"), max_steps=200))
+        wait_for(lambda: started_engine(finishing) is not None, "vLLM started")
+        session = engine_session(finishing)
         for victim in victims:
             kill_and_check_the_vllm_run_ends_whole(launches[victim], victim)
+        assert finishing.process.wait(timeout=DEADLINE_S) == 0, finishing.stderr()[-3000:]
     finally:
         for launch in launches.values():
             launch.close()
+    assert [line["step"] for line in metrics(finishing.config)] == [1, 2]
+    out = tmp_path / "finishing" / "out"
+    assert json.loads((out / "summary.json").read_text())["inference"]["engine"] == "vllm"
+    config = json.loads((out / "checkpoints" / "step_2" / "model" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]
+    assert session_members(session) == []
     for victim in victims:
-        assert latest_checkpoint(folders[victim] / "out") is not None, victim
+        assert latest_checkpoint(launches[victim].folder / "out") is not None, victim
 
 
 def test_vllm_gets_gpus_of_its_own_and_the_ranks_share_the_cores_it_leaves() -> None:
