@@ -173,18 +173,31 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
     # as a user's own torchrun starts them: the kill tests below launch those); rank 0 alone reports.
     two = short_recipe(RECIPE, tmp_path / "two", max_steps=3, sft_steps=3, kl_coef=0.1)
     one = short_recipe(RECIPE, tmp_path / "one", max_steps=3, sft_steps=3, kl_coef=0.1)
-    done = subprocess.run(
-        [sys.executable, "-m", "v1.cli", "train", str(two), "--nproc", "2", "--no-progress"],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "v1 train: 3 steps" in done.stdout
-    assert done.stdout.count("v1 train:") == 1, "rank 0 alone reports"
-    single = subprocess.run(
-        [sys.executable, "-m", "v1.train", str(one), "--no-progress"], cwd=ROOT, env=child_env(),
-        capture_output=True, text=True, timeout=DEADLINE_S, check=False,
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr[-3000:]
+    # Both runs at once: their start-ups (imports, the environment, the model) are mostly one busy process each.
+    logs = {name: [(tmp_path / f"{name}.{stream}").open("w") for stream in ("out", "err")] for name in ("two", "one")}
+    commands = {
+        "two": [sys.executable, "-m", "v1.cli", "train", str(two), "--nproc", "2", "--no-progress"],
+        "one": [sys.executable, "-m", "v1.train", str(one), "--no-progress"],
+    }
+    runs = {
+        name: subprocess.Popen(
+            command, cwd=ROOT, env=child_env(), stdout=logs[name][0], stderr=logs[name][1], text=True, start_new_session=True
+        )
+        for name, command in commands.items()
+    }
+    try:
+        codes = {name: run.wait(timeout=DEADLINE_S) for name, run in runs.items()}
+    finally:
+        for name, run in runs.items():
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+            for log in logs[name]:
+                log.close()
+    out, err = ((tmp_path / f"two.{stream}").read_text() for stream in ("out", "err"))
+    assert codes["two"] == 0, err[-3000:]
+    assert "v1 train: 3 steps" in out
+    assert out.count("v1 train:") == 1, "rank 0 alone reports"
+    assert codes["one"] == 0, (tmp_path / "one.err").read_text()[-3000:]
     sharded, whole = metrics(two), metrics(one)
     assert len(sharded) == len(whole) == 3
     for step_two, step_one in zip(sharded, whole, strict=True):
