@@ -21,7 +21,9 @@ from v1.sandbox._backend import ExecResult, Sandbox
 
 SERVER = Path(__file__).with_name("_repl_server.py")
 SERVER_PATH = ".v1/repl_server.py"
-START_TIMEOUT = 30.0
+START_TIMEOUT = 300.0
+"""How long a started interpreter may live without connecting. One that exits is seen at once, so this bounds only
+a hung one: on a loaded machine a healthy Python in a sandbox can take over 30 s to get to its first line."""
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
 
