@@ -12,6 +12,7 @@ import openai
 import pytest
 import torch
 
+from tests.tools.patience import arrives
 from v1.inference import InferenceServer, build_tiny_model, save_tiny_model
 
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 8}
@@ -246,9 +247,6 @@ async def test_a_client_that_goes_away_stops_its_generation(server: InferenceSer
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{server.url}/completions", json=body) as response:
             await response.content.readline()
-    for _ in range(200):
-        if server.stats["cancelled"]:
-            break
-        await asyncio.sleep(0.02)
+    await arrives(lambda: server.stats["cancelled"], "the server to notice the client left")
     assert server.stats["cancelled"] == 1
     assert server.stats["decoded_tokens"] < 199, "generation stopped before max_tokens"
