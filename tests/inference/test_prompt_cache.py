@@ -109,7 +109,7 @@ async def chat(session: aiohttp.ClientSession, server: InferenceServer, **fields
 
 async def test_a_group_of_identical_requests_renders_its_prompt_once(server: InferenceServer) -> None:
     messages = [{"role": "user", "content": "fgc"}]
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
         answers = await asyncio.gather(*(chat(session, server, messages=messages) for _ in range(8)))
         assert server.stats["prompt_cache_misses"] == 1 and server.stats["prompt_cache_hits"] == 7
         prompt_ids = answers[0]["prompt_token_ids"]

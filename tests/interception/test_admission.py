@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 import v1 as vf
-from tests.tools.patience import arrives, growing_limits
+from tests.tools.patience import HANG_S, arrives, growing_limits
 from v1.clients import resolve_client
 from v1.interception import RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply
@@ -28,7 +28,7 @@ async def open_rollout(mock: MockModelServer) -> tuple[vf.State, RolloutSession]
 
 async def post(url: str, key: str, content: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     body = {"model": "m", "messages": [{"role": "user", "content": content}]}
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as http:
         request = http.post(f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}", **(headers or {})})
         async with request as answer:
             return answer.status, json.loads(await answer.text())
@@ -66,7 +66,7 @@ async def test_the_programs_key_dies_with_its_program_phase(mock: MockModelServe
 async def test_hostile_keys_after_the_program_phase_are_one_401(mock: MockModelServer, key: str) -> None:
     _, session = await open_rollout(mock)
     session.end_program_phase()
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as http:
         headers = {"Authorization": f"Bearer {key}".encode("utf-8", "replace").decode("latin-1")}
         async with http.post(f"{session.base_url}/chat/completions", data=b"{}", headers=headers) as answer:
             assert answer.status == 401
@@ -126,7 +126,9 @@ async def test_calls_past_the_in_flight_cap_get_a_429_in_the_dialects_shape(
     state, session = await open_rollout(mock)
     state.runtime.max_turns = 10 * MAX_CALLS_IN_FLIGHT
     headers = {"Authorization": f"Bearer {session.api_key}", "x-api-key": session.api_key}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=HANG_S)
+    ) as http:
         hanging = [
             asyncio.create_task(http.post(f"{session.base_url}/chat/completions", json=BODY, headers=headers))
             for _ in range(MAX_CALLS_IN_FLIGHT)
