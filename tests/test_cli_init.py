@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -17,7 +18,7 @@ V1 = [sys.executable, "-P", "-m", "v1.cli"]  # -P: like the installed `v1` scrip
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=180)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_init_scaffolds_a_package_whose_test_passes_and_that_v1_eval_runs(tmp_path: Path) -> None:

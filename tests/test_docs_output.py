@@ -59,7 +59,7 @@ def test_readme_demo_output_is_what_v1_demo_prints(tmp_path: Path) -> None:
         env={**cli_env(), "COLUMNS": "90"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert result.returncode == 0, result.stderr
     assert normalise(result.stdout) == normalise(shown)
@@ -89,7 +89,7 @@ def test_readme_eval_output_is_what_v1_eval_prints(tmp_path: Path) -> None:
             env={**cli_env(), "COLUMNS": "100"},
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_S,
         )
     finally:
         server.terminate()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.cli._eval import plan_run
 from v1.cli._main import build_parser, main
 from v1.env import EnvSource
@@ -176,19 +177,19 @@ def test_vf_eval_standalone_verbose_and_debug_log_plain_lines(mock: MockModelSer
     command = [sys.executable, "-m", "v1.cli._eval", CONFIG, "-m", "mock", "-b", mock.url, "-n", "2", "-r", "1", "--no-save"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("VF_LOG_LEVEL", None)
-    result = subprocess.run([*command, "-v", "-d"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    result = subprocess.run([*command, "-v", "-d"], capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert " - DEBUG - " in result.stderr and "2/2 rollouts, reward 1.000" in result.stderr
     assert "━" not in result.stderr  # -d: no progress bar
     assert "v1 eval: reverse_text x mock: 2 rollouts" in result.stdout
-    plain = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path, env=env)
     assert plain.returncode == 0 and " - DEBUG - " not in plain.stderr and "rollouts, reward" not in plain.stderr
     bad = subprocess.run(
-        [*command, "--bogus"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**env, "VF_LOG_LEVEL": "chatty"}
+        [*command, "--bogus"], capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path, env={**env, "VF_LOG_LEVEL": "chatty"}
     )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
     level = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**env, "VF_LOG_LEVEL": "chatty"}
+        command, capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path, env={**env, "VF_LOG_LEVEL": "chatty"}
     )
     assert level.returncode == 2 and "environment variable VF_LOG_LEVEL: unknown log level 'chatty'" in level.stderr
     assert level.stderr.strip().count("\n") == 0
@@ -216,7 +217,7 @@ def test_extra_env_kwargs_reach_ray_actors(mock: MockModelServer, tmp_path: Path
     ]
     ray = ["--ray", "--ray-actors", "1", "-x", '{"score_rollouts": false}']
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([*command, *ray], capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    result = subprocess.run([*command, *ray], capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [json.loads(line) for line in (only_run(out) / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(row["reward"] is None and not row.get("metrics") for row in rows), rows

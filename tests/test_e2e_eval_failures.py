@@ -166,7 +166,7 @@ def provider_answering(status: int) -> Iterator[str]:
         yield f"http://127.0.0.1:{state['port']}/v1"
     finally:
         state["loop"].call_soon_threadsafe(state["loop"].stop)
-        thread.join(10)
+        thread.join(HANG_S)
 
 
 def test_a_refused_key_fails_before_the_run(tmp_path: Path) -> None:

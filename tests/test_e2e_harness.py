@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 
 
@@ -161,7 +162,7 @@ async def test_sdk_and_raw_httpx_programs_record_the_same_trajectory(mock: MockM
 
     async def with_httpx(task: vf.Task, state: vf.State) -> None:
         config = state.get_endpoint_config()
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             reply = await http.post(
                 f"{config['base_url']}/chat/completions",
                 headers={"Authorization": f"Bearer {config['api_key']}"},
@@ -354,7 +355,7 @@ def test_demo_command_runs_offline() -> None:
         [sys.executable, "-m", "v1.cli", "demo", "--json", "-n", "3", "-r", "2"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert result.returncode == 0, result.stderr
     states = [json.loads(line) for line in result.stdout.splitlines()]

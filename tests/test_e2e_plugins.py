@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.registry import SANDBOX_BACKENDS, Registry
 from v1.sandbox import LocalBackend, get_backend
 from v1.testing import MockModelServer
@@ -60,7 +61,7 @@ def pip_install(package: str, target: Path, work: Path) -> None:
     source = work / package
     shutil.copytree(PLUGINS / package, source)
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-    subprocess.run([*command, "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run([*command, "--target", str(target), str(source)], check=True, capture_output=True, timeout=HANG_S)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def v1_eval(*args: str, sites: list[Path], cwd: Path) -> subprocess.CompletedPro
     path = os.pathsep.join([*map(str, sites), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "V1_SANDBOX_ROOT": str(cwd / "sandboxes")}
     command = [sys.executable, "-m", "v1.cli", "eval", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S)
 
 
 def error_lines(stderr: str) -> list[str]:

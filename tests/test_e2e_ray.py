@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from tests.tools.patience import HANG_S
+from tests.tools.patience import HANG_S, arrives
 from v1.cli import main
 from v1.env._executors import RayExecutor, shippable_clients
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -139,8 +139,10 @@ def test_resume_on_ray_runs_only_the_missing_groups_and_matches(
 def test_a_killed_actor_has_its_groups_rerun_on_the_other(
     cluster: str, upstream: vf.ClientConfig, server: MockModelServer, tmp_path: Path
 ) -> None:
-    def slow_first_row(request: MockRequest) -> Reply:
-        return Reply.text(request.last_user_text[::-1], delay=1.5 if request.last_user_text == SLOW_TEXT else 0.05)
+    async def slow_first_row(request: MockRequest) -> Reply:
+        if request.last_user_text == SLOW_TEXT:  # held until its actor is killed, however long the others take
+            await arrives(lambda: killed, "the first actor to be killed")
+        return Reply.text(request.last_user_text[::-1], delay=0.05)
 
     server.responder = slow_first_row
     env = vf.load_environment(CONFIG)
@@ -215,7 +217,7 @@ def test_v1_eval_ray_against_a_cluster_address(cluster: str, upstream: vf.Client
     """
     command = [sys.executable, "-m", "v1.cli", "eval", CONFIG, "-b", upstream.api_base_url, "-m", "m"]
     command += ["-n", "4", "-r", "2", "--output-dir", str(tmp_path), "--ray", cluster, "--ray-actors", "1"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr
     (folder,) = tmp_path.iterdir()
     assert saved_keys(folder) == [(e, i) for e in range(4) for i in range(2)]

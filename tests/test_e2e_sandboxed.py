@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.programs._sandboxed import find_package
 from v1.sandbox import list_sandboxes
 from v1.testing import MockModelServer, Reply
@@ -112,7 +113,7 @@ def test_package_discovery_follows_the_seed(tmp_path: Path, monkeypatch: pytest.
 
 async def bash(command: str, sandbox: Any) -> str:
     """Run a shell command in the sandbox."""
-    result = await sandbox.exec(["sh", "-c", command], timeout=30)
+    result = await sandbox.exec(["sh", "-c", command], timeout=HANG_S)
     return result.stdout + result.stderr
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer
 
 PYPROJECT = """
@@ -182,7 +183,7 @@ def call(url, key):
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
     request = urllib.request.Request(url + "/chat/completions", body, {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=HANG_S) as answer:
             return answer.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -194,8 +195,8 @@ else:
     while not os.path.exists("leak.json"):
         time.sleep(0.05)
     leak = json.load(open("leak.json"))
-    statuses = []
-    while len(statuses) < 100 and (not statuses or statuses[-1] != 401):
+    statuses, deadline = [], time.monotonic() + HANG_S  # the follower's phase ends when it ends: no count of tries
+    while time.monotonic() < deadline and (not statuses or statuses[-1] != 401):
         statuses.append(call(leak["url"], leak["key"]))
         time.sleep(0.02)
     open("statuses.json", "w").write(json.dumps(statuses))
@@ -207,7 +208,7 @@ async def test_a_leaked_key_dies_with_its_rollouts_program_phase(mock: MockModel
     follower's program phase are refused, so every upstream call is a recorded turn."""
     program = {
         "command": ["python", "agent.py"],
-        "files": {"agent.py": SHARED_SANDBOX_AGENT},
+        "files": {"agent.py": f"HANG_S = {HANG_S}\n{SHARED_SANDBOX_AGENT}"},
         "bindings": {"env.ROLE": "task.role"},
         "artifacts": [{"path": "statuses.json", "format": "json", "optional": True}],
     }

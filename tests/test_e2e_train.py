@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.tools.patience import HANG_S  # noqa: E402
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
 from v1.inference._weight_sync import save_weights  # noqa: E402
 from v1.train import (  # noqa: E402
@@ -49,7 +50,7 @@ async def served_logprobs(server: InferenceServer) -> tuple[list[int], list[floa
     import httpx
 
     body = {"model": "tiny", "messages": PROMPT, "max_tokens": 3, "temperature": 0.0, "logprobs": True, "return_token_ids": True}
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=HANG_S) as client:
         answer = (await client.post(server.url + "/chat/completions", json=body)).json()
     choice = answer["choices"][0]
     return answer["prompt_token_ids"] + choice["token_ids"], [item["logprob"] for item in choice["logprobs"]["content"]]
@@ -122,7 +123,7 @@ async def test_torchrun_two_ranks_train_with_fsdp2_and_the_server_serves_the_gat
             cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
         try:
-            out, err = await asyncio.wait_for(process.communicate(), timeout=600)
+            out, err = await asyncio.wait_for(process.communicate(), timeout=HANG_S)
         except TimeoutError:
             os.killpg(process.pid, signal.SIGKILL)  # torchrun and its workers
             raise

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.test_e2e_train import ROOT, few_steps, model_logprobs, served_logprobs, write_toml  # noqa: E402
+from tests.tools.patience import HANG_S  # noqa: E402
 from v1.inference import InferenceServer, build_tiny_model  # noqa: E402
 from v1.train import train  # noqa: E402
 from v1.train._config import LoraSection, TrainConfig  # noqa: E402
@@ -83,7 +84,7 @@ async def test_the_main_job_runs_with_transformers_deprecations_as_errors(tmp_pa
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout=600)
+        out, err = await asyncio.wait_for(process.communicate(), timeout=HANG_S)
     except TimeoutError:
         os.killpg(process.pid, signal.SIGKILL)
         raise

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import v1
+from tests.tools.patience import HANG_S
 
 EXPECTED = {
     "install_verifiers_alias",
@@ -282,7 +283,7 @@ def is_private(module: str) -> bool:
 def surface() -> dict[str, dict[str, Any]]:
     """Every public module of v1 (no `_` part in its dotted path) and what it exports."""
     root = Path(v1.__file__).parent.parent
-    done = subprocess.run([sys.executable, "-c", SURFACE_REPORT], capture_output=True, text=True, cwd=root, timeout=300)
+    done = subprocess.run([sys.executable, "-c", SURFACE_REPORT], capture_output=True, text=True, cwd=root, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     report: dict[str, dict[str, Any]] = json.loads(done.stdout)
     return {name: entry for name, entry in report.items() if not is_private(name)}
@@ -386,7 +387,7 @@ def test_importing_v1_warns_about_nothing_of_its_own() -> None:
         "print([str(w.message) for w in caught if 'is deprecated and will be removed' in str(w.message)])\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", check], capture_output=True, text=True, timeout=120, cwd=Path(v1.__file__).parent.parent
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=HANG_S, cwd=Path(v1.__file__).parent.parent
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1._util.gc_tuning import OLDER_THRESHOLD, YOUNG_THRESHOLD
 from v1.testing import MockModelServer
 
@@ -39,15 +40,15 @@ def test_nested_and_overlapping_uses_restore_once_the_last_one_leaves() -> None:
     def other_thread() -> None:
         with vf.batch_gc():
             inside.set()
-            release.wait(5)
+            release.wait(HANG_S)
 
     worker = threading.Thread(target=other_thread)
     worker.start()
-    inside.wait(5)
+    assert inside.wait(HANG_S)
     outer.__exit__(None, None, None)
     assert gc.get_threshold()[0] == YOUNG_THRESHOLD, "a thread's batch still runs"
     release.set()
-    worker.join(5)
+    worker.join(HANG_S)
     assert gc.get_threshold() == (700, 10, 10)
 
 

@@ -15,6 +15,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from tests.tools.patience import HANG_S
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "getting-started.md"
 
@@ -32,7 +34,7 @@ def test_the_page_installs_with_the_ci_command() -> None:
 def test_getting_started_commands_run_in_a_fresh_clone(tmp_path: Path) -> None:
     assert shutil.which("v1"), "the v1 script is missing: install with the page's command first"
     clone = tmp_path / "v1"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=HANG_S)
     script = "set -euo pipefail\n" + "\n".join(bash_blocks())
     env = {**os.environ, "PYTHONPATH": str(clone), "V1_SANDBOX_ROOT": str(tmp_path / "sandboxes")}
     # its own process group, so the mock server it starts in the background goes too if a step fails
@@ -46,7 +48,7 @@ def test_getting_started_commands_run_in_a_fresh_clone(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        stdout, stderr = process.communicate(timeout=300)
+        stdout, stderr = process.communicate(timeout=HANG_S)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

@@ -353,7 +353,7 @@ async def test_sync_handler_does_not_block_the_loop():
 
     def blocking(state):
         loop.call_soon_threadsafe(started.set)
-        release.wait(5)
+        release.wait(HANG_S)
         return 1.0
 
     call = asyncio.create_task(Handler.build(blocking, "reward").call(rollout_arguments(task, state)))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1._util.logs import LOGGER_NAME
 
 
@@ -76,7 +77,11 @@ def test_records_reach_stderr_at_the_set_level_in_a_fresh_process() -> None:
         "with vf.quiet_verifiers():\n    log.info('hidden-info')\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, "VF_LOG_LEVEL": "WARNING"}
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        env={**os.environ, "VF_LOG_LEVEL": "WARNING"},
     )
     assert result.returncode == 0, result.stderr
     assert "v1.demo - WARNING - shown-warning" in result.stderr and "shown-debug" in result.stderr

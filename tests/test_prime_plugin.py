@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.config._config import read_toml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ def test_plugin_contract_fields_and_defaults() -> None:
 def test_each_named_module_runs_with_help(module: str) -> None:
     command = vf.get_plugin().build_module_command(module, ["--help"])
     assert command == [sys.executable, "-m", module, "--help"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: ")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.testing import MockModelServer
 
@@ -25,7 +26,7 @@ CONFIG = '[env.taskset]\nsource = "{0}:rows"\nrewards = ["{0}:same"]\n[env.harne
 def run_eval(cwd: Path, target: str, url: str) -> subprocess.CompletedProcess[str]:
     # -P: the current directory is not put on sys.path by Python itself (as with the installed `v1` script).
     command = [sys.executable, "-P", "-m", "v1.cli", "eval", target, "-m", "mock", "-b", url, "-n", "1", "-r", "1"]
-    return subprocess.run([*command, "--output-dir", "out"], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*command, "--output-dir", "out"], cwd=cwd, capture_output=True, text=True, timeout=HANG_S)
 
 
 def avg_reward(cwd: Path) -> float:

@@ -12,6 +12,7 @@ import pytest
 
 import v1 as vf
 from harnesses import CodexHarness
+from tests.tools.patience import HANG_S
 from v1.clients._resolve import client_class
 from v1.env._loading import loader_of
 from v1.interception._lookup import all_dialects, dialect_for_path
@@ -137,7 +138,7 @@ except v1.ConfigError:
 print(read)
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "['v1.sandbox_backends']"]
 

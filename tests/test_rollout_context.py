@@ -6,6 +6,7 @@ import dataclasses
 import typing
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.config import ArtifactConfig
 from v1.rollout import Handlers, RolloutContext, UserSimulator
 from v1.testing import MockModelServer
@@ -26,7 +27,7 @@ async def test_the_tasksets_and_toolsets_artifacts_reach_a_command_program(mock:
     toolset = vf.Toolset(config={"artifacts": [{"path": "tools.txt"}]})
     program = {"command": ["sh", "-c", WRITE_FILES], "artifacts": [{"path": "mine.txt"}]}
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
-    harness = vf.Harness(client=client, model="m", program=program, toolsets=[toolset], timeout_seconds=30)
+    harness = vf.Harness(client=client, model="m", program=program, toolsets=[toolset], timeout_seconds=HANG_S)
     [state] = await vf.Env(taskset, harness).run_group([{"prompt": "p"}])
     assert state["error"] is None, state["error"]
     assert {name: text.strip() for name, text in state["artifacts"].items()} == {

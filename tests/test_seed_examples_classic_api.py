@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -151,7 +152,7 @@ def test_seed_002_vf_eval_commands_run(registry_dir: Path, mock: MockModelServer
         [sys.executable, "-m", "v1.cli._eval", *args, "--no-save"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         cwd=registry_dir,
         env=env,
     )

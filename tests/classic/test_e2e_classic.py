@@ -123,7 +123,7 @@ def test_v1_view_serves_a_classic_run(mock: MockModelServer, kind_modules: Path,
         url = process.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0].rstrip("/")
 
         def get(path: str) -> Any:
-            with urllib.request.urlopen(url + path, timeout=30) as response:
+            with urllib.request.urlopen(url + path, timeout=HANG_S) as response:
                 return json.loads(response.read())
 
         (listed,) = get("/api/runs")["runs"]

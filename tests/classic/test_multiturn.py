@@ -9,6 +9,7 @@ import pytest
 from classic_reverse import TwiceEnv, back_to_question, responder, reverse_text, rows
 
 import v1 as vf
+from tests.tools.patience import growing_limits
 from v1.testing import MockModelServer, Reply
 
 
@@ -83,10 +84,15 @@ async def test_built_in_stop_conditions(client: vf.ClientConfig, settings: dict[
 
 
 async def test_timeout_reached(mock: MockModelServer, client: vf.ClientConfig) -> None:
-    # The first turn has 3 s (ample under load); only the second reply hangs past the rollout's timeout.
-    mock.script(Reply.text("cba"), Reply.text("slow", delay=60))
-    env = TwiceEnv(dataset=rows(), timeout_seconds=3)
-    state = await env.rollout(ROW, client, "m")
+    # Only the second reply hangs past the rollout's timeout; the first must come within it, so a loaded
+    # machine tries a longer timeout.
+    for limit in growing_limits(3):
+        mock.reset()
+        mock.script(Reply.text("cba"), Reply.hang())
+        env = TwiceEnv(dataset=rows(), timeout_seconds=limit)
+        state = await env.rollout(ROW, client, "m")
+        if state["trajectory"]:
+            break
     assert state["stop_condition"] == "timeout_reached" and len(state["trajectory"]) == 1
 
 

@@ -20,6 +20,7 @@ import pytest
 from classic_reverse import reversed_exactly, rows
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.classic._verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -447,9 +448,11 @@ def test_v1_eval_compat_verifiers_runs_an_unedited_verifiers_module(mock: MockMo
         "-d",
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    without = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    without = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env, cwd=tmp_path)
     assert without.returncode != 0 and "No module named 'verifiers'" in without.stderr
-    done = subprocess.run([*command, "--compat", "verifiers"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [*command, "--compat", "verifiers"], capture_output=True, text=True, timeout=HANG_S, env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1.000" in done.stdout
 

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients._in_process import serve_in_process, served_in_process, stop_serving
 from v1.clients._openai_wire import OpenAIWire
 from v1.programs import call_model
@@ -104,9 +105,11 @@ async def test_the_same_requests_answer_alike_in_process_and_over_loopback(mock:
         assert served_in_process(config["base_url"]) is not None and served_in_process(loopback) is None
         for name, url in (("in_process", config["base_url"]), ("loopback", loopback)):
             wire = OpenAIWire(
-                url, {"Authorization": f"Bearer {config['api_key']}"}, timeout=60, connect_timeout=10, max_connections=4
+                url, {"Authorization": f"Bearer {config['api_key']}"}, timeout=HANG_S, connect_timeout=HANG_S, max_connections=4
             )
-            wrong_key = OpenAIWire(url, {"Authorization": "Bearer v1-wrong"}, timeout=60, connect_timeout=10, max_connections=4)
+            wrong_key = OpenAIWire(
+                url, {"Authorization": "Bearer v1-wrong"}, timeout=HANG_S, connect_timeout=HANG_S, max_connections=4
+            )
             try:
                 stream = await wire.stream("/chat/completions", {"model": "m", "messages": USER, "stream": True})
                 events = [without_volatile(event) async for event in stream]

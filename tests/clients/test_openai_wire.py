@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.clients._openai_wire import OpenAIWire, _server_sent_events, proxied, status_error
 from v1.testing import MockModelServer
@@ -230,7 +231,7 @@ async def test_the_pool_is_closed_with_the_client(mock: MockModelServer) -> None
 
 
 async def test_a_wire_on_its_own_posts_and_streams(mock: MockModelServer) -> None:
-    wire = OpenAIWire(mock.url, {"Authorization": "Bearer x"}, timeout=10, connect_timeout=5, max_connections=4)
+    wire = OpenAIWire(mock.url, {"Authorization": "Bearer x"}, timeout=HANG_S, connect_timeout=HANG_S, max_connections=4)
     try:
         answer = await wire.post("chat/completions", {"model": "m", "messages": PROMPT})
         assert answer["choices"][0]["message"]["role"] == "assistant"
@@ -262,7 +263,7 @@ async def test_a_hostile_answer_is_one_line_not_a_recursion(serve: Callable[[Han
     with pytest.raises(vf.InvalidModelResponseError) as whole:
         await client.get_response(PROMPT, "m", {})
     assert str(whole.value) == f"the answer of {url}/chat/completions: nested more than 128 levels deep"
-    wire = OpenAIWire(url, {}, timeout=10, connect_timeout=5, max_connections=4)
+    wire = OpenAIWire(url, {}, timeout=HANG_S, connect_timeout=HANG_S, max_connections=4)
     try:
         stream = await wire.stream("/chat/completions", {"model": "m", "messages": PROMPT, "stream": True})
         with pytest.raises(vf.InvalidModelResponseError) as streamed:

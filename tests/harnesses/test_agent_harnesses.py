@@ -16,6 +16,7 @@ import pytest
 import v1 as vf
 from harnesses import ClaudeCodeHarness, CodexHarness, GeminiCliHarness, OpenCodeHarness, PiHarness
 from harnesses.compat import AgentFinding, check_finding
+from tests.tools.patience import HANG_S
 from toolsets import files_toolset
 from v1.testing import MockModelServer, MockRequest, Reply
 
@@ -113,7 +114,7 @@ async def test_agent_solves_a_scripted_task_in_a_sandbox(mock: MockModelServer, 
     harness = harness_class(
         client=client(mock, client_type),
         model="mock-model",
-        timeout_seconds=180,
+        timeout_seconds=HANG_S,
         toolsets=[files_toolset()] if mcp else [],
         config={"artifacts": ["a.txt", "env.txt", *(["b.txt"] if mcp else [])]},
     )

@@ -11,6 +11,7 @@ import pytest
 import v1 as vf
 from harnesses import CodexHarness, CommandAgentHarness
 from harnesses.compat import AGENTS_DOC, COMPAT_JSON, load_findings, main, render_doc
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, Reply
 
 RETRYING_AGENT = """
@@ -44,7 +45,7 @@ def harness(mock: MockModelServer, **config: object) -> CommandAgentHarness:
     return CommandAgentHarness(
         client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
         model="mock-model",
-        timeout_seconds=60,
+        timeout_seconds=HANG_S,
         config={
             "command": ["python", "agent.py", "{model}"],
             "endpoint_env": {"MY_URL": "openai_base_url", "MY_KEY": "api_key"},

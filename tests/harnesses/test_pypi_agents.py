@@ -14,6 +14,7 @@ import v1 as vf
 from harnesses.compat import AgentFinding, check_finding
 from harnesses.mini_swe_agent import LITELLM, TRAJECTORY_FILE, MiniSweAgentHarness
 from harnesses.pypi import PypiPackage
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 
 SECRET = "sk-upstream-secret-never-in-the-sandbox"
@@ -44,7 +45,7 @@ async def test_mini_swe_agent_solves_a_scripted_task_in_a_sandbox() -> None:
         harness = MiniSweAgentHarness(
             client=vf.ClientConfig(api_base_url=mock.url, api_key_var="V1_TEST_UPSTREAM_KEY", max_retries=0),
             model="mock-model",
-            timeout_seconds=180,
+            timeout_seconds=HANG_S,
             config={"artifacts": ["a.txt", "env.txt", {"path": TRAJECTORY_FILE, "format": "json"}]},
         )
         state = await harness.run({"prompt": "Write hello into a.txt.", "system_prompt": "Be brief {{ not a template }}."})
@@ -97,6 +98,6 @@ async def test_a_failed_install_is_one_error_and_leaves_nothing_behind(tmp_path:
     monkeypatch.setenv("V1_AGENT_CACHE", str(tmp_path / "cache"))
     package = PypiPackage("mini-swe-agent", "2.4.6", pins=("not a requirement ((",))  # pip refuses it before any download
     with pytest.raises(vf.ProgramError, match=r"pip install mini-swe-agent==2\.4\.6 .* exited \d+: .*requirement"):
-        await package.install(timeout=120)
+        await package.install(timeout=HANG_S)
     leftovers = await asyncio.to_thread(lambda: list((tmp_path / "cache").rglob("mini-swe-agent@*")))
     assert not package.installed() and leftovers == []

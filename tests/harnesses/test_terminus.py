@@ -13,6 +13,7 @@ import v1 as vf
 from harnesses.compat import AgentFinding, check_finding
 from harnesses.terminus import TerminusHarness
 from harnesses.terminus_agent import parse_reply
+from tests.tools.patience import HANG_S
 from toolsets.mcp_example import units_toolset
 from v1.testing import MockModelServer, Reply
 
@@ -40,7 +41,7 @@ async def test_terminus_types_commands_reads_the_screen_and_calls_mcp_tools() ->
         harness = TerminusHarness(
             client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
             model="mock-model",
-            timeout_seconds=120,
+            timeout_seconds=HANG_S,
             toolsets=[units_toolset()],
             config={"artifacts": ["a.txt", "env.txt"], "width": 100, "height": 30},
         )

@@ -12,6 +12,7 @@ import openai
 import pytest
 import torch
 
+from tests.tools.patience import HANG_S, arrives
 from v1.inference import InferenceServer, build_tiny_model, save_tiny_model
 
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 8}
@@ -157,7 +158,7 @@ async def test_n_choices_with_a_seed_are_reproducible(client: openai.AsyncOpenAI
 
 async def test_update_weights_changes_the_served_logprobs(server: InferenceServer, tmp_path: Path) -> None:
     async def served_logprobs() -> list[float]:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
             async with session.post(
                 f"{server.url}/completions",
                 json={"model": "tiny", "prompt": [65, 66, 67], "max_tokens": 4, "temperature": 0, "logprobs": 0},
@@ -166,7 +167,7 @@ async def test_update_weights_changes_the_served_logprobs(server: InferenceServe
 
     before = await served_logprobs()
     checkpoint = save_tiny_model({"seed": 2, "max_position_embeddings": 256}, tmp_path / "checkpoint")
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
         async with session.post(f"{server.url.removesuffix('/v1')}/update_weights", json={"path": str(checkpoint)}) as response:
             assert response.status == 200, await response.text()
             assert (await response.json())["weight_version"] == 1
@@ -220,7 +221,7 @@ async def test_bad_input_gets_a_4xx_in_openai_error_shape(
     server: InferenceServer, route: str, body: Any, status: int, param: str | None
 ) -> None:
     base = server.url.removesuffix("/v1")
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
         kwargs: dict[str, Any] = (
             {"data": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, bytes) else {"json": body}
         )
@@ -243,12 +244,9 @@ async def test_overlong_prompt_is_an_overlong_prompt_error_for_v1_clients(server
 
 async def test_a_client_that_goes_away_stops_its_generation(server: InferenceServer) -> None:
     body = {"model": "tiny", "prompt": "go", "max_tokens": 200, "ignore_eos": True, "stream": True}
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
         async with session.post(f"{server.url}/completions", json=body) as response:
             await response.content.readline()
-    for _ in range(200):
-        if server.stats["cancelled"]:
-            break
-        await asyncio.sleep(0.02)
+    await arrives(lambda: server.stats["cancelled"], "the server to notice the client left")
     assert server.stats["cancelled"] == 1
     assert server.stats["decoded_tokens"] < 199, "generation stopped before max_tokens"

@@ -49,7 +49,7 @@ async def test_the_server_wakes_its_loop_about_once_per_engine_step() -> None:
     model, tokenizer = build_tiny_model({"seed": 1, "max_position_embeddings": 256})
     async with InferenceServer(model, tokenizer, model_name="tiny", max_batch_size=64) as server:
         body = {"model": "tiny", "max_tokens": 6, "ignore_eos": True, "messages": [{"role": "user", "content": "abc"}]}
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
 
             async def ask(content: str) -> dict:
                 request = {**body, "messages": [{"role": "user", "content": content}]}

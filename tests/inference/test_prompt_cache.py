@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.inference import InferenceServer, build_tiny_model
 from v1.inference._prompt_cache import PromptCache
 from v1.inference._protocol import RequestError
@@ -24,7 +25,7 @@ def counting(
         calls.append(1)
         if started is not None and release is not None:
             started.set()
-            release.wait(5)
+            release.wait(HANG_S)
         return list(ids)
 
     return render, calls
@@ -35,7 +36,7 @@ async def test_concurrent_misses_render_once_and_later_calls_hit() -> None:
     started, release = threading.Event(), threading.Event()
     render, calls = counting([1, 2, 3], started, release)
     first = asyncio.ensure_future(cache.ids("a", render))
-    await asyncio.to_thread(started.wait, 5)
+    assert await asyncio.to_thread(started.wait, HANG_S)
     joined = [asyncio.ensure_future(cache.ids("a", render)) for _ in range(7)]
     await asyncio.sleep(0)
     release.set()
@@ -61,11 +62,11 @@ async def test_a_failed_render_reaches_every_joined_caller_and_is_not_kept() -> 
     def broken() -> list[int]:
         calls.append(1)
         started.set()
-        release.wait(5)
+        release.wait(HANG_S)
         raise RequestError("cannot apply the chat template")
 
     first = asyncio.ensure_future(cache.ids("bad", broken))
-    await asyncio.to_thread(started.wait, 5)
+    assert await asyncio.to_thread(started.wait, HANG_S)
     second = asyncio.ensure_future(cache.ids("bad", broken))
     await asyncio.sleep(0)
     release.set()
@@ -108,7 +109,7 @@ async def chat(session: aiohttp.ClientSession, server: InferenceServer, **fields
 
 async def test_a_group_of_identical_requests_renders_its_prompt_once(server: InferenceServer) -> None:
     messages = [{"role": "user", "content": "fgc"}]
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
         answers = await asyncio.gather(*(chat(session, server, messages=messages) for _ in range(8)))
         assert server.stats["prompt_cache_misses"] == 1 and server.stats["prompt_cache_hits"] == 7
         prompt_ids = answers[0]["prompt_token_ids"]

@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.inference import InferenceServer, build_tiny_model
 
 PROMPTS = ("abc", "xyz")
@@ -15,7 +16,7 @@ PROMPTS = ("abc", "xyz")
 
 async def completions(server: InferenceServer, order: list[str], **fields: Any) -> dict[str, list[list[int]]]:
     """Each prompt's completions (sorted: rollouts of one prompt are interchangeable), sent concurrently in `order`."""
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as session:
 
         async def ask(content: str) -> tuple[str, list[int]]:
             body = {

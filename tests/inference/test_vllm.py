@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.cli import main
 from v1.clients import resolve_client
 from v1.inference import save_tiny_model
@@ -100,7 +101,7 @@ def served(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     yield Served(cli, session, line.split(" at ")[-1].strip(), model_dir)
     if cli.poll() is None:  # the SIGTERM test did not run: stop it the same way, then make sure
         cli.send_signal(signal.SIGTERM)
-        cli.wait(timeout=120)
+        cli.wait(timeout=HANG_S)
     for pid in session_members(session):
         os.kill(pid, signal.SIGKILL)
 
@@ -178,7 +179,7 @@ def chat(served: Served, messages: list[dict[str, Any]], **body: Any) -> dict[st
     response = httpx.post(
         f"{served.url}/chat/completions",
         json={"model": str(served.model_dir), "messages": messages, **GREEDY, **body},
-        timeout=120,
+        timeout=HANG_S,
     )
     assert response.status_code == 200, response.text
     return dict(response.json())
@@ -232,7 +233,7 @@ def test_v1_eval_against_vllm_records_its_token_ids_and_logprobs_on_every_step(s
         str(served.model_dir),
     ]
     command += ["-n", "4", "-r", "2", "-s", sampling, "--output-dir", str(tmp_path), "--fail-on-error"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=HANG_S, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     (results,) = tmp_path.rglob("results.jsonl")
     rollouts = [json.loads(line) for line in results.read_text().splitlines()]
@@ -290,7 +291,7 @@ async def test_a_weight_push_changes_logprobs_to_the_trainers_recompute(served: 
 
 
 def test_vllm_reports_the_pinned_version(served: Served) -> None:
-    assert httpx.get(f"{served.root}/version", timeout=10).json()["version"].startswith(VLLM_VERSION)
+    assert httpx.get(f"{served.root}/version", timeout=HANG_S).json()["version"].startswith(VLLM_VERSION)
 
 
 def test_sigterm_stops_the_whole_vllm_process_tree(served: Served) -> None:
@@ -298,6 +299,6 @@ def test_sigterm_stops_the_whole_vllm_process_tree(served: Served) -> None:
     assert len(session_members(served.session)) >= 2, "vLLM runs an API server and an engine core"
     stopped = time.monotonic()
     served.cli.send_signal(signal.SIGTERM)
-    assert served.cli.wait(timeout=60) == 130
+    assert served.cli.wait(timeout=HANG_S) == 130
     print(f"\nstopped in {time.monotonic() - stopped:.1f} s")
     assert session_members(served.session) == []

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S, arrives, growing_limits
 from v1.clients import resolve_client
 from v1.interception import RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply
@@ -27,7 +28,7 @@ async def open_rollout(mock: MockModelServer) -> tuple[vf.State, RolloutSession]
 
 async def post(url: str, key: str, content: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     body = {"model": "m", "messages": [{"role": "user", "content": content}]}
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as http:
         request = http.post(f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}", **(headers or {})})
         async with request as answer:
             return answer.status, json.loads(await answer.text())
@@ -65,7 +66,7 @@ async def test_the_programs_key_dies_with_its_program_phase(mock: MockModelServe
 async def test_hostile_keys_after_the_program_phase_are_one_401(mock: MockModelServer, key: str) -> None:
     _, session = await open_rollout(mock)
     session.end_program_phase()
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_S)) as http:
         headers = {"Authorization": f"Bearer {key}".encode("utf-8", "replace").decode("latin-1")}
         async with http.post(f"{session.base_url}/chat/completions", data=b"{}", headers=headers) as answer:
             assert answer.status == 401
@@ -85,7 +86,11 @@ async def test_an_upstream_outage_past_the_timeout_is_a_retryable_error(mock: Mo
                 pass
 
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=1000)
-    state = await vf.Harness(client=client, model="m", program=program, timeout_seconds=1.5).run({"prompt": "hi"})
+    for limit in growing_limits(1.5):  # the limit must outlast the first 503: on a loaded machine, try longer
+        mock.reset()
+        state = await vf.Harness(client=client, model="m", program=program, timeout_seconds=limit).run({"prompt": "hi"})
+        if mock.requests:
+            break
     assert state["error"] is not None and state["error"]["type"] == "ModelError", state["error"]
     assert "still failing" in state["error"]["message"]
     error_class = vf.errors.error_class(state["error"]["type"])
@@ -94,7 +99,7 @@ async def test_an_upstream_outage_past_the_timeout_is_a_retryable_error(mock: Mo
 
 
 async def test_a_slow_but_healthy_upstream_past_the_timeout_is_still_a_timeout(mock: MockModelServer) -> None:
-    mock.responder = lambda request: Reply.hang(30)
+    mock.responder = lambda request: Reply.hang()  # an hour: only the rollout's timeout ends it
 
     async def program(task: vf.Task, state: vf.State) -> None:
         await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -117,19 +122,18 @@ async def test_calls_past_the_in_flight_cap_get_a_429_in_the_dialects_shape(
 ) -> None:
     from v1.interception._server import MAX_CALLS_IN_FLIGHT
 
-    mock.responder = lambda request: Reply.hang(30)
+    mock.responder = lambda request: Reply.hang()  # an hour: they stay in flight however slow the test
     state, session = await open_rollout(mock)
     state.runtime.max_turns = 10 * MAX_CALLS_IN_FLIGHT
     headers = {"Authorization": f"Bearer {session.api_key}", "x-api-key": session.api_key}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=HANG_S)
+    ) as http:
         hanging = [
             asyncio.create_task(http.post(f"{session.base_url}/chat/completions", json=BODY, headers=headers))
             for _ in range(MAX_CALLS_IN_FLIGHT)
         ]
-        for _ in range(500):
-            if session.calls_in_flight == MAX_CALLS_IN_FLIGHT:
-                break
-            await asyncio.sleep(0.02)
+        await arrives(lambda: session.calls_in_flight == MAX_CALLS_IN_FLIGHT, "the calls in flight")
         async with http.post(f"{session.base_url}{route}", json=body, headers=headers) as answer:
             refused = await answer.json()
             assert answer.status == 429 and answer.headers["Retry-After"] == "1"

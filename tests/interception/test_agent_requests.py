@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.interception import RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply
@@ -54,9 +55,9 @@ def sse_events(text: str) -> list[dict[str, Any]]:
 
 
 async def post(session: RolloutSession, route: str, body: dict[str, Any]) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         return await http.post(
-            f"{session.base_url}{route}", headers={"Authorization": f"Bearer {session.api_key}"}, json=body, timeout=30
+            f"{session.base_url}{route}", headers={"Authorization": f"Bearer {session.api_key}"}, json=body, timeout=HANG_S
         )
 
 
@@ -172,7 +173,7 @@ async def test_thinking_signature_streams_back_to_an_anthropic_sdk(mock: MockMod
 async def test_count_tokens_estimates_without_a_model_call(mock: MockModelServer) -> None:
     state, session = await open_rollout(mock)
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 400}]}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         url = f"{session.base_url}/messages/count_tokens"
         good = await http.post(url, headers={"x-api-key": session.api_key}, json=body)
         wrong_key = await http.post(url, headers={"x-api-key": "v1-nope"}, json=body)

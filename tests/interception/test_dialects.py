@@ -13,6 +13,7 @@ import openai
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.interception import EndpointServer, RolloutSession, get_endpoint, upstream
 from v1.testing import MockModelServer, Reply, mock_token_ids
@@ -91,7 +92,7 @@ async def test_openai_dialects_reject_malformed_requests(
     mock: MockModelServer, route: str, body: Any, param: str, fragment: str
 ) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(
             f"{session.base_url}{route}", headers={"Authorization": f"Bearer {session.api_key}"}, json=body
         )
@@ -136,7 +137,7 @@ async def test_messages_dialect_rejects_malformed_requests_in_anthropic_shape(
     mock: MockModelServer, body: Any, fragment: str
 ) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/messages", headers={"x-api-key": session.api_key}, json=body)
     assert response.status_code == 400, response.text
     payload = response.json()
@@ -182,7 +183,7 @@ async def test_sdk_retry_of_an_answered_request_gets_the_same_answer_and_no_new_
     _, state, session = await open_rollout(mock)
     headers = {"Authorization": f"Bearer {session.api_key}"}
     body = {"model": "m", "messages": USER}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         first = await http.post(
             f"{session.base_url}/chat/completions", headers={**headers, "x-stainless-retry-count": "0"}, json=body
         )
@@ -202,7 +203,7 @@ async def test_retry_while_the_first_call_is_in_flight_shares_its_answer(mock: M
     _, state, session = await open_rollout(mock)
     key = {"Authorization": f"Bearer {session.api_key}", "Idempotency-Key": "abc"}
     body = {"model": "m", "input": "hi"}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         first, second = await asyncio.gather(
             http.post(f"{session.base_url}/responses", headers=key, json=body),
             http.post(f"{session.base_url}/responses", headers=key, json=body),
@@ -311,7 +312,7 @@ async def read_stream(session: RolloutSession, state: vf.State, route: str, body
     headers = {"Authorization": f"Bearer {session.api_key}"}
     seen: list[tuple[str, int]] = []
     async with (
-        httpx.AsyncClient(timeout=30) as http,
+        httpx.AsyncClient(timeout=HANG_S) as http,
         http.stream(
             "POST", f"{session.base_url}{route}", headers=headers, json={"model": "m", **body, "stream": True}
         ) as response,
@@ -375,7 +376,7 @@ async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call
     from v1.interception import _server as server
 
     monkeypatch.setattr(server, "KEEPALIVE_S", 0.05)
-    mock.script(Reply.hang(60))
+    mock.script(Reply.hang(2 * HANG_S))  # longer than the wait below: only the endpoint can end the stream in time
     _, state, session = await open_rollout(mock)
     if carrier == "in_process":
         stream = await state.get_client().chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
@@ -384,7 +385,7 @@ async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call
         await stream.close()
     else:
         async with (
-            httpx.AsyncClient(timeout=30) as http,
+            httpx.AsyncClient(timeout=HANG_S) as http,
             http.stream(
                 "POST",
                 f"{session.base_url}/chat/completions",
@@ -398,8 +399,8 @@ async def test_a_program_that_leaves_while_the_upstream_is_silent_stops_the_call
             relaying = _relaying_streams()
             assert relaying
         # leaving the block closed the connection
-    # the next keepalive finds the program gone and stops relaying (60 s otherwise)
-    _, still_relaying = await asyncio.wait(relaying, timeout=5)
+    # the next keepalive finds the program gone and stops relaying (when the upstream answers, otherwise)
+    _, still_relaying = await asyncio.wait(relaying, timeout=HANG_S)
     assert not still_relaying and not _relaying_streams()
     assert state["trajectory"] == []
     assert not state.get("error")
@@ -436,7 +437,7 @@ UPSTREAM_MAX_TOKENS = {
 @pytest.mark.parametrize("route", list(SAMPLING_REQUESTS))
 async def test_harness_sampling_args_win_in_every_dialect(mock: MockModelServer, route: str, client_type: str) -> None:
     _, _state, session = await open_rollout(mock, client_type, sampling_args={"temperature": 0.1, "max_tokens": 7})
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(
             f"{session.base_url}{route}",
             headers={"x-api-key": session.api_key},
@@ -483,7 +484,7 @@ async def test_a_program_leaving_mid_stream_is_not_an_error(mock: MockModelServe
     _, state, session = await open_rollout(mock)
     headers = {"Authorization": f"Bearer {session.api_key}"}
     async with (
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(timeout=HANG_S) as http,
         http.stream(
             "POST", f"{session.base_url}/responses", headers=headers, json={"model": "m", "input": "x", "stream": True}
         ) as response,
@@ -492,7 +493,7 @@ async def test_a_program_leaving_mid_stream_is_not_an_error(mock: MockModelServe
             if "output_text.delta" in line:
                 relaying = _relaying_streams()
                 break  # leave while the upstream is still generating
-    _, still_relaying = await asyncio.wait(relaying, timeout=10)  # the endpoint noticed and ended the stream
+    _, still_relaying = await asyncio.wait(relaying, timeout=HANG_S)  # the endpoint noticed and ended the stream
     assert relaying and not still_relaying
     assert state["error"] is None
     answer = await state.get_client("responses").responses.create(model="m", input="again")
@@ -505,7 +506,7 @@ async def test_a_retried_stream_replays_the_answer_without_a_new_step(mock: Mock
     _, state, session = await open_rollout(mock)
     headers = {"x-api-key": session.api_key}
     body = {"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         first = await http.post(f"{session.base_url}/messages", headers=headers, json=body)
         again = await http.post(f"{session.base_url}/messages", headers={**headers, "x-stainless-retry-count": "1"}, json=body)
     texts = [
@@ -523,7 +524,7 @@ async def test_identical_concurrent_calls_that_are_not_retries_are_separate_turn
     _, state, session = await open_rollout(mock)
     headers = {"Authorization": f"Bearer {session.api_key}"}
     body = {"model": "m", "messages": USER, "stream": stream}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         responses = await asyncio.gather(
             *(http.post(f"{session.base_url}/chat/completions", headers=headers, json=body) for _ in range(2))
         )

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.interception import BadRequest
 from v1.interception import _gemini as gemini
 from v1.testing import MockModelServer, MockRequest, Reply
@@ -195,7 +196,7 @@ async def test_hostile_requests_get_googles_error_shape() -> None:
         root = endpoint["base_url"].removesuffix("/v1") + "/v1beta/models/gemini-test"
         good = {"x-goog-api-key": endpoint["api_key"]}
         body = {"contents": [{"parts": [{"text": "hi"}]}]}
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answers = [
                 await http.post(f"{root}:generateContent", json=body, headers={"x-goog-api-key": "wrong"}),
                 await http.post(f"{root}:generateContent", json=body),
@@ -232,7 +233,7 @@ async def test_count_tokens_estimates_without_a_model_call() -> None:
         url = endpoint["base_url"].removesuffix("/v1") + "/v1beta/models/gemini-test:countTokens"
         body = {"contents": [{"parts": [{"text": "y" * 800}]}]}
         good = {"x-goog-api-key": endpoint["api_key"]}
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answers = [
                 await http.post(url, json={"generateContentRequest": {"model": "models/gemini-test", **body}}, headers=good),
                 await http.post(url, json=body, headers={"x-goog-api-key": "wrong"}),

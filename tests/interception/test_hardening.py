@@ -20,6 +20,7 @@ import openai
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import Client
 from v1.interception import EndpointServer, RolloutSession
 from v1.testing import MockModelServer, Reply
@@ -88,7 +89,7 @@ async def test_a_top_level_messages_key_does_not_replace_the_prompt(mock: MockMo
         config = state.get_endpoint_config(api)
         body: dict[str, Any] = {"model": "m", "messages": B, "model_override": "x"}
         body.update({"prompt": "prompt A"} if api == "completions" else {"input": "prompt A"})
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answer = await http.post(
                 f"{config['base_url']}/{api}", json=body, headers={"Authorization": f"Bearer {config['api_key']}"}
             )
@@ -188,7 +189,7 @@ async def test_an_upstream_4xx_reaches_the_program_in_its_dialect_and_is_not_ret
         config = state.get_endpoint_config(api)
         path = "/v1/messages" if api == "messages" else "/chat/completions"
         body = {"model": "m", "max_tokens": -1, "messages": A}
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answer = await http.post(config["base_url"] + path, json=body, headers={"x-api-key": config["api_key"]})
         seen["status"], seen["body"] = answer.status_code, answer.json()
 
@@ -222,7 +223,7 @@ async def test_values_no_upstream_could_read_are_refused_at_the_endpoint(
 
     async def program(task: vf.Task, state: vf.State) -> None:
         config = state.get_endpoint_config()
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answer = await http.post(
                 config["base_url"] + "/chat/completions",
                 content=raw,
@@ -302,7 +303,7 @@ async def test_hostile_bodies_get_a_4xx_in_the_dialects_shape(
 
     async def program(task: vf.Task, state: vf.State) -> None:
         config = state.get_endpoint_config("messages" if route == "/v1/messages" else "chat_completions")
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             answer = await http.post(
                 config["base_url"] + route,
                 content=raw,

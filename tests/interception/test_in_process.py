@@ -16,6 +16,7 @@ import openai
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients._in_process import InProcessTransport, served_in_process
 from v1.programs import call_model
 from v1.testing import MockModelServer, Reply
@@ -122,7 +123,7 @@ async def test_a_closed_rollout_is_refused_in_process_as_over_http(mock: MockMod
     await harness(mock, program).run({"prompt": "x"})
     with pytest.raises(openai.AuthenticationError):
         await kept["client"].chat.completions.create(model="m", messages=USER)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         answer = await http.post(
             kept["config"]["base_url"] + "/chat/completions",
             json={"model": "m", "messages": USER},

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, Reply
 
 
@@ -26,7 +27,7 @@ async def probe(task: vf.Task, state: vf.State) -> None:
     url = config["base_url"].removesuffix("/v1") + "/mcp"
     auth = {"Authorization": f"Bearer {config['api_key']}"}
     found: dict[str, Any] = {}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         early = {"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 1}}}
         found["before_asked"] = (await http.post(url, json=early, headers=auth)).json()["result"]["isError"]
     await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "add"}])
@@ -40,7 +41,7 @@ async def probe(task: vf.Task, state: vf.State) -> None:
         found["hidden"] = (hidden.is_error, hidden.content[0].text)
     finally:
         await connection.aclose()
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         found["wrong_key"] = (await http.post(url, json={}, headers={"Authorization": "Bearer v1-nope"})).status_code
         found["get"] = (await http.get(url, headers=auth)).status_code
         bad = await http.post(url, content=b"{not json", headers=auth)

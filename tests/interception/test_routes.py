@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.clients import InProcessTransport, http_library, resolve_client
 from v1.interception import EndpointServer, get_endpoint, upstream
 from v1.interception._lookup import DIALECTS
@@ -137,7 +138,7 @@ async def test_every_route_answers_alike_over_both_carriers(mock: MockModelServe
     endpoint = await get_endpoint()
     assert endpoint.port is not None
     in_process = InProcessTransport(fallback=RefuseOtherOrigins())
-    async with httpx.AsyncClient() as over_http, http_library().AsyncClient(transport=in_process) as over_process:
+    async with httpx.AsyncClient(timeout=HANG_S) as over_http, http_library().AsyncClient(transport=in_process) as over_process:
         answers = {
             "http": await send_all(over_http, *await open_rollout(endpoint, mock)),
             "in_process": await send_all(over_process, *await open_rollout(endpoint, mock)),

@@ -105,7 +105,7 @@ async def test_base_url_names_the_rollout_and_key_is_secret(mock: MockModelServe
 )
 async def test_wrong_or_missing_key_is_401(mock: MockModelServer, headers: dict[str, str]) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/chat/completions", headers=headers, json={"messages": USER})
         models = await http.get(f"{session.base_url}/models", headers=headers)
     assert_openai_error(response, 401, type_="authentication_error", code="invalid_api_key", fragment="API key")
@@ -117,7 +117,7 @@ async def test_wrong_or_missing_key_is_401(mock: MockModelServer, headers: dict[
 
 async def test_x_api_key_header_is_accepted(mock: MockModelServer) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(
             f"{session.base_url}/chat/completions", headers={"x-api-key": session.api_key}, json={"messages": USER}
         )
@@ -131,7 +131,7 @@ async def test_another_rollouts_key_is_refused(mock: MockModelServer) -> None:
     state_a, state_b = await rollout_state(mock), await rollout_state(mock)
     session_a, session_b = endpoint.open(state_a), endpoint.open(state_b)
     assert session_a.api_key != session_b.api_key
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         crossed = await http.post(
             f"{session_a.base_url}/chat/completions", headers=auth(session_b.api_key), json={"messages": USER}
         )
@@ -160,7 +160,7 @@ async def test_a_request_pinned_to_another_rollout_is_401_even_with_the_right_ke
     _, state, session = await open_rollout(mock)
     headers = [("Authorization", f"Bearer {session.api_key}")]
     headers += [("X-V1-Rollout", pin.replace("OWN", session.rollout_id)) for pin in pins]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         pinned = await http.post(f"{session.base_url}/chat/completions", headers=headers, json={"messages": USER})
         own = await http.post(
             f"{session.base_url}/chat/completions",
@@ -187,7 +187,7 @@ async def test_unknown_rollout_and_wrong_key_are_indistinguishable(mock: MockMod
     own = f"{endpoint.url}/r/{state['trajectory_id']}/v1"
     unknown = f"{endpoint.url}/r/no-such-rollout/v1"
     answers = []
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         for base, key in ((unknown, session.api_key), (own, "v1-wrong"), (unknown, "v1-wrong"), (own, None)):
             headers = auth(key) if key else {}
             answers.append(await http.post(f"{base}/chat/completions", headers=headers, json={"messages": USER}))
@@ -209,7 +209,7 @@ async def test_unknown_rollout_and_wrong_key_are_indistinguishable(mock: MockMod
 async def test_wrong_method_on_a_known_route_is_405(mock: MockModelServer, method: str, suffix: str, allowed: str) -> None:
     endpoint, state, session = await open_rollout(mock)
     path = suffix.format(rollout=state["trajectory_id"])
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.request(method, endpoint.url + path, headers=auth(session.api_key), json={"messages": USER})
     assert_openai_error(response, 405, type_="invalid_request_error", code="method_not_allowed", fragment=f"use {allowed}")
     assert response.headers["Allow"] == allowed
@@ -228,7 +228,7 @@ async def test_wrong_method_on_a_known_route_is_405(mock: MockModelServer, metho
 async def test_unknown_route_is_404(mock: MockModelServer, method: str, suffix: str) -> None:
     endpoint, state, session = await open_rollout(mock)
     path = suffix.format(rollout=state["trajectory_id"])
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.request(method, endpoint.url + path, headers=auth(session.api_key), json={"messages": USER})
     assert_openai_error(response, 404, type_="not_found_error", code="unknown_route", fragment=f"no such route: {method} {path}")
     assert mock.requests == []
@@ -290,7 +290,7 @@ async def test_malformed_request_is_400_naming_the_param(
     mock: MockModelServer, body: Any, param: str | None, fragment: str
 ) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/chat/completions", headers=auth(session.api_key), json=body)
     error = assert_openai_error(response, 400, type_="invalid_request_error", code=None, fragment=fragment)
     assert error["param"] == param
@@ -301,7 +301,7 @@ async def test_malformed_request_is_400_naming_the_param(
 
 async def test_invalid_json_is_400(mock: MockModelServer) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(
             f"{session.base_url}/chat/completions",
             headers={**auth(session.api_key), "Content-Type": "application/json"},
@@ -333,7 +333,7 @@ async def test_oversized_body_is_413() -> None:
             session = server.open(state)
             assert session.base_url.startswith(f"http://127.0.0.1:{server.port}/r/")
             url = f"{session.base_url}/chat/completions"
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(timeout=HANG_S) as http:
                 small = await http.post(
                     url, headers=auth(session.api_key), json={"messages": [{"role": "user", "content": "x" * 500}]}
                 )
@@ -360,7 +360,7 @@ def test_body_limit_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def main(mock: MockModelServer) -> tuple[int, int, int]:
         endpoint, _, session = await open_rollout(mock)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             url = f"{session.base_url}/chat/completions"
             ok = await http.post(url, headers=auth(session.api_key), json={"messages": [{"role": "user", "content": "a" * 1000}]})
             big = await http.post(
@@ -377,7 +377,7 @@ def test_body_limit_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_models_lists_the_rollouts_model(mock: MockModelServer) -> None:
     _, _, session = await open_rollout(mock, model="my-policy")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.get(f"{session.base_url}/models", headers=auth(session.api_key))
     assert response.status_code == 200
     assert response.json()["object"] == "list"
@@ -486,7 +486,7 @@ async def test_step_is_recorded_before_the_stream_ends(mock: MockModelServer) ->
     _, state, session = await open_rollout(mock)
     seen: list[tuple[str, int]] = []
     async with (
-        httpx.AsyncClient() as http,
+        httpx.AsyncClient(timeout=HANG_S) as http,
         http.stream(
             "POST",
             f"{session.base_url}/chat/completions",
@@ -558,7 +558,7 @@ async def test_rollout_closed_by_harness_refuses_later_calls(mock: MockModelServ
 
     async def program(task: vf.Task, state: vf.State) -> None:
         captured.update(state.get_endpoint_config())
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             response = await http.post(
                 f"{captured['base_url']}/chat/completions", headers=auth(captured["api_key"]), json={"messages": USER}
             )
@@ -567,7 +567,7 @@ async def test_rollout_closed_by_harness_refuses_later_calls(mock: MockModelServ
     harness = vf.Harness(program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m")
     state = await harness.run({"prompt": "hi"})
     assert state["error"] is None and len(state["trajectory"]) == 1
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         late = await http.post(
             f"{captured['base_url']}/chat/completions", headers=auth(captured["api_key"]), json={"messages": USER}
         )
@@ -683,7 +683,7 @@ async def test_upstream_failure_is_recorded_and_program_gets_502(mock: MockModel
 async def test_calls_after_an_upstream_failure_are_refused(mock: MockModelServer) -> None:
     mock.script(Reply.fail(500, "boom"))
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         url = f"{session.base_url}/chat/completions"
         failed = await http.post(url, headers=auth(session.api_key), json={"messages": USER})
         again = await http.post(url, headers=auth(session.api_key), json={"messages": USER})
@@ -696,7 +696,7 @@ async def test_calls_after_an_upstream_failure_are_refused(mock: MockModelServer
 async def test_upstream_overlong_prompt_stops_the_rollout(mock: MockModelServer) -> None:
     mock.script(Reply.fail(400, "This model's maximum context length is 8 tokens"))
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/chat/completions", headers=auth(session.api_key), json={"messages": USER})
     assert_openai_error(
         response, 400, type_="invalid_request_error", code="context_length_exceeded", fragment="maximum context length"
@@ -737,7 +737,7 @@ async def test_malformed_upstream_response_is_502() -> None:
         )
         state.runtime.model = "m"
         session = endpoint.open(state)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             response = await http.post(
                 f"{session.base_url}/chat/completions", headers=auth(session.api_key), json={"messages": USER}
             )
@@ -751,7 +751,7 @@ async def test_malformed_upstream_response_is_502() -> None:
 async def test_token_ids_pass_through_and_are_recorded(mock: MockModelServer) -> None:
     mock.script(Reply.text("alpha beta gamma", completion_ids=[11, 12, 13], logprobs=[-0.1, -0.2, -0.3]))
     _, state, session = await open_rollout(mock, sampling_args={"logprobs": True, "return_token_ids": True})
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/chat/completions", headers=auth(session.api_key), json={"messages": USER})
     body = response.json()
     choice = body["choices"][0]
@@ -767,7 +767,7 @@ async def test_token_ids_pass_through_and_are_recorded(mock: MockModelServer) ->
 
 async def test_plain_response_has_no_tokens(mock: MockModelServer) -> None:
     _, state, session = await open_rollout(mock)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         response = await http.post(f"{session.base_url}/chat/completions", headers=auth(session.api_key), json={"messages": USER})
     assert "prompt_token_ids" not in response.json()
     assert response.json()["choices"][0]["logprobs"] is None
@@ -779,7 +779,7 @@ async def test_reasoning_content_is_relayed(mock: MockModelServer) -> None:
     mock.script(reply, reply)
     _, state, session = await open_rollout(mock)
     url = f"{session.base_url}/chat/completions"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         plain = await http.post(url, headers=auth(session.api_key), json={"messages": USER})
         streamed = await http.post(url, headers=auth(session.api_key), json={"messages": USER, "stream": True})
     assert plain.json()["choices"][0]["message"]["reasoning_content"] == "two plus two"

@@ -12,7 +12,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ pytest.importorskip("transformers")
 
 from safetensors.torch import load_file  # noqa: E402
 
+from tests.tools.patience import HANG_S, wait_until  # noqa: E402
 from tests.train.test_trainer import on_policy_samples, tiny_model  # noqa: E402
 from v1.inference import save_tiny_model  # noqa: E402
 from v1.train import (  # noqa: E402
@@ -157,7 +157,13 @@ def test_a_tampered_run_json_is_one_line_not_a_hung_run(tmp_path: Path, change: 
     save_tiny_model(TINY, checkpoint / "model")
     (checkpoint / "run.json").write_text(json.dumps({"step": 0, "cursor": 0, "pending": [], "metrics_lines": 0, **change}))
     result = v1_train(
-        str(write_config(tmp_path, max_steps=1)), "--output-dir", str(out), "--resume", "--no-progress", cwd=tmp_path, timeout=150
+        str(write_config(tmp_path, max_steps=1)),
+        "--output-dir",
+        str(out),
+        "--resume",
+        "--no-progress",
+        cwd=tmp_path,
+        timeout=HANG_S,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert error_line(result) == f"v1 train: error: --resume: {checkpoint / 'run.json'}: {message}"
@@ -261,13 +267,10 @@ def test_resume_after_kill_9_says_which_checkpoint_and_step_it_continues_from(tm
     )  # fmt: skip
     metrics = out / "metrics.jsonl"
     try:
-        deadline = time.monotonic() + 300
-        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-            assert process.poll() is None and time.monotonic() < deadline, "the run never trained two steps"
-            time.sleep(0.2)
+        wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 2, "two trained steps", process=process)
     finally:
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=60)
+        process.wait(timeout=HANG_S)
     start = out / "checkpoints" / "step_0"
     assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["step_0"]  # checkpoint_every = 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.programs._install import project_dependencies
 from v1.testing import MockModelServer
 
@@ -66,7 +67,7 @@ async def test_s2_s3_a_bare_url_dependency_is_refused_before_pip_reaches_the_hos
         program={"fn": "evil_dep_pkg:run", "sandbox": True},
         client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
         model="m",
-        timeout_seconds=120,
+        timeout_seconds=HANG_S,
     )
     state = await h.run({"prompt": "p"})
     assert seen == []

@@ -17,12 +17,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S, wait_until
 from v1.testing import MockModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,15 +38,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def _wait_for(predicate: object, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(tmp_path: Path, mock: MockModelServer) -> None:
@@ -72,17 +63,21 @@ def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(
         [*args, "--output-dir", "out"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        started = _wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 6, 120)
-        assert started, process.stderr.read().decode()[-2000:] if process.poll() is not None else "no program started"
+        try:
+            wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 6, "the programs' processes", process=process)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}: {process.stderr.read().decode()[-2000:]}" if process.poll() is not None else exc
+            ) from None
         left = [int(pid) for pid in pids.read_text().split()]
         assert all(_alive(pid) for pid in left)
         process.send_signal(signal.SIGKILL)
-        process.wait(30)
-        assert _wait_for(lambda: not any(_alive(pid) for pid in left), 30), [pid for pid in left if _alive(pid)]
+        process.wait(HANG_S)
+        wait_until(lambda: not any(_alive(pid) for pid in left), "the programs' processes to die with v1 eval")
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait(30)
+            process.wait(HANG_S)
         for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
@@ -102,7 +97,7 @@ def _harness(mock: MockModelServer, where: str, command: str, bindings: dict[str
         sandbox={"memory_gb": 1} if where == "sandbox" else None,
         client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
         model="m",
-        timeout_seconds=120,
+        timeout_seconds=HANG_S,
     )
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S, arrives
 from v1.cli import main
 from v1.interception import _connection_gate as connection_gate
 from v1.interception import _server as endpoint_server
@@ -43,17 +44,10 @@ async def open_slow_bodies(url: str, key: str, count: int) -> list[tuple[asyncio
     return sockets
 
 
-async def first_bytes(reader: asyncio.StreamReader) -> bytes | None:
-    """The start of what the endpoint answered on a connection; None when it has not answered."""
-    try:
-        return await asyncio.wait_for(reader.read(12), 2)
-    except asyncio.TimeoutError:
-        return None
-
-
 async def test_one_rollouts_slow_bodies_leave_other_rollouts_their_calls(mock: MockModelServer, monkeypatch: Any) -> None:
     monkeypatch.setattr(endpoint_server, "connection_limit", lambda descriptors: 48)  # the gate, small enough to fill here
     monkeypatch.setattr(connection_gate, "PER_ROLLOUT_BUSY", 8, raising=False)
+    monkeypatch.setattr(endpoint_server, "BODY_READ_TIMEOUT_S", HANG_S)  # the busy ones stay unanswered, however slow
     opened = asyncio.Event()
     finish = asyncio.Event()
     answered: list[bytes | None] = []
@@ -61,10 +55,14 @@ async def test_one_rollouts_slow_bodies_leave_other_rollouts_their_calls(mock: M
     async def slowloris(task: vf.Task, state: vf.State) -> None:
         config = state.get_endpoint_config()
         sockets = await open_slow_bodies(config["base_url"], config["api_key"], SLOW_BODY_CONNECTIONS)
-        await asyncio.sleep(0.5)
+        reads = [asyncio.ensure_future(reader.read(12)) for reader, _ in sockets]
+        refusals = SLOW_BODY_CONNECTIONS - 8
+        await arrives(lambda: sum(read.done() for read in reads) >= refusals, f"{refusals} connections refused")
         opened.set()
         await finish.wait()
-        answered.extend(await asyncio.gather(*(first_bytes(reader) for reader, _ in sockets)))
+        answered.extend(read.result() if read.done() else None for read in reads)
+        for read in reads:
+            read.cancel()
         for _, writer in sockets:
             writer.close()
 
@@ -74,7 +72,7 @@ async def test_one_rollouts_slow_bodies_leave_other_rollouts_their_calls(mock: M
         config = state.get_endpoint_config()
         body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
         try:
-            async with httpx.AsyncClient(timeout=60) as http:
+            async with httpx.AsyncClient(timeout=HANG_S) as http:
                 answer = await http.post(
                     config["base_url"] + "/chat/completions", json=body, headers={"Authorization": f"Bearer {config['api_key']}"}
                 )
@@ -85,7 +83,7 @@ async def test_one_rollouts_slow_bodies_leave_other_rollouts_their_calls(mock: M
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
     attacker = vf.Harness(client=client, model="m", program=slowloris)
     bystander = vf.Harness(client=client, model="m", program=polite)
-    _, other = await asyncio.wait_for(asyncio.gather(attacker.run("x"), bystander.run("hello")), 120)
+    _, other = await asyncio.wait_for(asyncio.gather(attacker.run("x"), bystander.run("hello")), HANG_S)
     assert other["error"] is None, other["error"]
     assert other["answer_status"] == 200 and len(other["trajectory"]) == 1
     refused = [answer for answer in answered if answer is not None]
@@ -101,7 +99,7 @@ async def test_a_body_that_never_arrives_gets_408_and_its_connection_closed(mock
         config = state.get_endpoint_config()
         [(reader, writer)] = await open_slow_bodies(config["base_url"], config["api_key"], 1)
         try:
-            answers.append(await asyncio.wait_for(reader.read(), 30))  # the whole answer, then EOF
+            answers.append(await asyncio.wait_for(reader.read(), HANG_S))  # the whole answer, then EOF
         finally:
             writer.close()
 
@@ -121,7 +119,7 @@ async def endpoint_answers(mock: MockModelServer, sends: list[tuple[str, dict[st
         config = state.get_endpoint_config()
         root = config["base_url"].removesuffix("/v1")
         auth = {"Authorization": f"Bearer {config['api_key']}", "x-api-key": config["api_key"]}
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             for path, headers, body in sends:
                 answers.append(await http.post(root + path, content=body, headers={**auth, **headers}))
 
@@ -166,7 +164,7 @@ async def test_v1_serve_answers_hostile_bodies_with_a_400_in_openais_shape(tiny_
         "infinite temperature": base + b', "temperature": 1e999}',
         "huge seed": base + b', "seed": ' + str(2**200).encode() + b"}",
     }
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         answers = {name: await http.post(tiny_server.url + "/chat/completions", content=body) for name, body in bodies.items()}
         fine = await http.post(tiny_server.url + "/chat/completions", content=base + b"}")
     for name, answer in answers.items():

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, reverser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]
 
 def get(url: str) -> tuple[int, Any]:
     try:
-        with urllib.request.urlopen(url, timeout=60) as response:
+        with urllib.request.urlopen(url, timeout=HANG_S) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()[:300]
@@ -83,7 +84,7 @@ def test_v1_views_run_apis_report_the_bad_line_and_field_and_load_the_rest(runs:
         assert detail["results"]["summary"]["pass_threshold"] == 0.5
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_S)
 
 
 def test_resume_reports_the_bad_line_in_one_line_and_loads_the_rest(runs: tuple[Path, str]) -> None:

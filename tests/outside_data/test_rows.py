@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def run_eval(tmp_path: Path, mock: MockModelServer, rows: list[dict[str, Any]], 
     args = ["eval", "eval.toml", "-m", "m", "-b", mock.url, "-n", str(len(rows)), "-r", "1", "--output-dir", "out"]
     args += ["--state-columns", "program_result"]
     result = subprocess.run(
-        [sys.executable, "-m", "v1.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "v1.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S
     )
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "out").iterdir()

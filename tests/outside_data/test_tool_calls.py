@@ -11,6 +11,7 @@ import json
 import sys
 
 import v1 as vf
+from tests.tools.patience import HANG_S
 from v1.testing import MockModelServer, MockRequest, Reply
 
 DEEP = "[" * 50_000 + "]" * 50_000
@@ -22,7 +23,7 @@ def post(body):
     request = urllib.request.Request(os.environ["V1_MCP_URL"], data=json.dumps(body).encode(), method="POST",
         headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
+        with urllib.request.urlopen(request, timeout=HANG_S) as reply:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as refused:
         return refused.code, json.loads(refused.read())
@@ -61,7 +62,7 @@ async def test_a_batch_of_mcp_tool_calls_past_the_turn_budget_is_refused_and_the
         client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
         program = {
             "command": [sys.executable, "agent.py"],
-            "files": {"agent.py": BATCH_AGENT},
+            "files": {"agent.py": f"HANG_S = {HANG_S}\n{BATCH_AGENT}"},
             "artifacts": [{"path": "out/found.json", "name": "found", "format": "json"}],
         }
         attacker = vf.Harness(client=client, model="m", program=program, toolsets=[touching_tools(touched)], max_turns=1)

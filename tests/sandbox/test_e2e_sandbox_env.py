@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tests.tools.patience import HANG_S, growing_limits
 from v1.classic import PythonEnv, SandboxEnv
 from v1.cli import main
 from v1.sandbox import PrimeBackend, list_sandboxes, register_backend
@@ -87,15 +88,18 @@ async def test_each_rollout_gets_its_own_sandbox(mock: MockModelServer) -> None:
 async def test_a_command_past_timeout_per_command_seconds_is_killed_and_the_rollout_goes_on(
     mock: MockModelServer,
 ) -> None:
-    env = SandboxEnv(dataset=ROWS, timeout_per_command_seconds=1, max_turns=3)
-    mock.script(
-        Reply.tool("bash", {"command": "echo started; sleep 120"}),
-        Reply.tool("bash", {"command": "echo after"}),
-        Reply.text("done"),
-    )
-    output = await rollout(env, mock)
+    for timeout in growing_limits():  # the limit counts the sandbox's start: on a loaded machine, echo may not run in 1 s
+        env = SandboxEnv(dataset=ROWS, timeout_per_command_seconds=timeout, max_turns=3)
+        mock.script(
+            Reply.tool("bash", {"command": "echo started; sleep 3600"}),
+            Reply.tool("bash", {"command": "echo after"}),
+            Reply.text("done"),
+        )
+        output = await rollout(env, mock)
+        if tool_answers(output)[0] != f"[timed out after {timeout:g} s; the command was killed]":
+            break
     assert output["error"] is None
-    assert tool_answers(output) == ["started\n[timed out after 1 s; the command was killed]", "after"]
+    assert tool_answers(output) == [f"started\n[timed out after {timeout:g} s; the command was killed]", "after"]
 
 
 async def test_memory_gb_is_enforced_in_the_tool(mock: MockModelServer) -> None:
@@ -143,18 +147,21 @@ async def test_bad_fields_fail_when_the_env_is_built_or_first_used(
 
 
 async def test_python_env_keeps_variables_between_calls(mock: MockModelServer) -> None:
-    env = PythonEnv(dataset=ROWS, timeout_per_command_seconds=2, max_turns=6)
-    mock.script(
-        Reply.tool("python", {"code": "import math\nx = 20"}),
-        Reply.tool("python", {"code": "print('value:'); x * 2 + 2"}),
-        Reply.tool("python", {"code": "while True: pass"}),
-        Reply.tool("python", {"code": "x"}),
-        Reply.text("done"),
-    )
-    output = await rollout(env, mock)
+    for timeout in growing_limits(2):  # one limit for every cell: on a loaded machine the quick ones may need longer
+        env = PythonEnv(dataset=ROWS, timeout_per_command_seconds=timeout, max_turns=6)
+        mock.script(
+            Reply.tool("python", {"code": "import math\nx = 20"}),
+            Reply.tool("python", {"code": "print('value:'); x * 2 + 2"}),
+            Reply.tool("python", {"code": "while True: pass"}),
+            Reply.tool("python", {"code": "x"}),
+            Reply.text("done"),
+        )
+        output = await rollout(env, mock)
+        answers = tool_answers(output)
+        if not any(answer.startswith("[timed out") for answer in answers[:2]):
+            break
     assert output["error"] is None, output["error"]
-    answers = tool_answers(output)
-    assert answers[:3] == ["(no output)", "value:\n42\n", "[timed out after 2 s; the interpreter was stopped]"]
+    assert answers[:3] == ["(no output)", "value:\n42\n", f"[timed out after {timeout:g} s; the interpreter was stopped]"]
     assert answers[3].startswith("[the interpreter was restarted: earlier variables are gone]")
     assert "NameError: name 'x' is not defined" in answers[3]
     assert [tool["function"]["name"] for tool in mock.requests[0].tools] == ["python"]
@@ -264,16 +271,20 @@ def test_v1_eval_refuses_an_image_on_the_local_backend_in_one_line(
 
 
 async def test_timeout_minutes_deletes_the_sandbox_and_the_tool_says_so(mock: MockModelServer) -> None:
-    env = SandboxEnv(dataset=ROWS, timeout_minutes=0.02, max_turns=3)  # type: ignore[arg-type]  # 1.2 s
-    mock.script(
-        Reply.tool("bash", {"command": "echo early"}),
-        Reply.tool("bash", {"command": "echo late"}, delay=3),
-        Reply.text("done"),
-    )
-    output = await rollout(env, mock)
-    early, late = tool_answers(output)
+    for seconds in growing_limits(1.2):  # the first command must run before the limit: on a loaded machine, try longer
+        minutes = round(seconds / 60, 4)  # 0.02 first
+        env = SandboxEnv(dataset=ROWS, timeout_minutes=minutes, max_turns=3)  # type: ignore[arg-type]
+        mock.script(
+            Reply.tool("bash", {"command": "echo early"}),
+            Reply.tool("bash", {"command": "echo late"}, delay=2.5 * seconds),
+            Reply.text("done"),
+        )
+        output = await rollout(env, mock)
+        early, late = tool_answers(output)
+        if early == "early":
+            break
     assert early == "early"
-    assert "is gone: it reached timeout_minutes=0.02 and was deleted" in late
+    assert f"is gone: it reached timeout_minutes={minutes:g} and was deleted" in late
     assert list_sandboxes() == [] and env.live_sandbox_ids() == []
 
 
@@ -322,7 +333,7 @@ def test_v1_eval_on_ray_runs_sandbox_env_rollouts_on_an_actor(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
     command = [sys.executable, "-m", "v1.cli", "eval", module, "-m", "mock-model", "-b", mock.url, "-n", "2", "-r", "1"]
     command += ["--output-dir", str(tmp_path / "out"), "--state-columns", "sandbox_id", "--ray", "--ray-actors", "1"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_S, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     [results] = list((tmp_path / "out").rglob("results.jsonl"))
     rows = [json.loads(line) for line in results.read_text().splitlines()]

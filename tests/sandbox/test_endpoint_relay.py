@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
-from tests.tools.patience import HANG_S
+from tests.tools.patience import HANG_S, arrives
 from v1.sandbox import EndpointTarget
 from v1.sandbox._endpoint_relay import MAX_CONNECTIONS, EndpointRelay, RolloutRelays, pin_head
 from v1.testing import MockModelServer
@@ -34,31 +34,45 @@ async def echo_endpoint() -> tuple[asyncio.AbstractServer, EndpointTarget]:
 
 async def test_connections_past_the_cap_get_a_503_and_slow_heads_are_dropped(tmp_path: Path) -> None:
     server, target = await echo_endpoint()
-    relay = EndpointRelay(target, "x", max_connections=4, head_timeout=0.5)
-    path = str(tmp_path / "endpoint.sock")
-    unix = await asyncio.start_unix_server(relay.serve, path=path)
+    # The cap and the head timeout are two relays: held heads must not time out before the cap is tried.
+    capped = EndpointRelay(target, "x", max_connections=4, head_timeout=HANG_S)
+    hasty = EndpointRelay(target, "x", max_connections=4, head_timeout=0.5)
+    path, hasty_path = str(tmp_path / "endpoint.sock"), str(tmp_path / "hasty.sock")
+    unix = await asyncio.start_unix_server(capped.serve, path=path)
+    hasty_unix = await asyncio.start_unix_server(hasty.serve, path=hasty_path)
     try:
         held = [await asyncio.open_unix_connection(path) for _ in range(4)]
         for _, writer in held:
             writer.write(b"POST /r/x/v1/chat/completions HTTP/1.1\r\n")  # a head that never ends
-        await asyncio.sleep(0.1)
+        await arrives(lambda: capped.open == 4, "the relay to take the 4 connections")
         reader, writer = await asyncio.open_unix_connection(path)
         refused = await asyncio.wait_for(reader.read(), HANG_S)
         assert refused.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in refused
         assert json.loads(refused.partition(b"\r\n\r\n")[2])["error"]["code"] == "too_many_connections"
-        for reader, _ in held:  # the slowloris heads are dropped at head_timeout
+        assert capped.refused == 1
+        for reader, writer in held:  # their programs give up: the slots are free again
+            writer.write_eof()
             assert await asyncio.wait_for(reader.read(), HANG_S) == b""
-        assert relay.open == 0 and relay.refused == 1
+        await arrives(lambda: capped.open == 0, "the relay to free the slots")
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert (await asyncio.wait_for(reader.read(), HANG_S)).endswith(b"ok")
+
+        slowloris = [await asyncio.open_unix_connection(hasty_path) for _ in range(4)]
+        for _, writer in slowloris:
+            writer.write(b"POST /r/x/v1/chat/completions HTTP/1.1\r\n")
+        for reader, _ in slowloris:  # the slowloris heads are dropped at head_timeout
+            assert await asyncio.wait_for(reader.read(), HANG_S) == b""
+        await arrives(lambda: hasty.open == 0, "the relay to free the slots")
+        assert hasty.refused == 0
     finally:
         unix.close()
+        hasty_unix.close()
         server.close()
 
 
 FLOOD = """
-import json, os, socket, urllib.error, urllib.request
+import json, os, selectors, socket, time
 port = int(os.environ["OPENAI_BASE_URL"].split(":")[2].split("/")[0])
 held, refused, failed = [], 0, 0
 for _ in range(1000):
@@ -68,8 +82,16 @@ for _ in range(1000):
         failed += 1
         continue
     held.append(sock)
+# The relay answers each connection past its cap; the rest wait for a head. Wait for the answers, however slow.
+waiting, answered = selectors.DefaultSelector(), []
 for sock in held:
-    sock.settimeout(0.01)
+    waiting.register(sock, selectors.EVENT_READ)
+deadline = time.monotonic() + HANG_S
+while len(answered) < len(held) - MAX_CONNECTIONS and time.monotonic() < deadline:
+    for key, _ in waiting.select(timeout=1):
+        waiting.unregister(key.fileobj)
+        answered.append(key.fileobj)
+for sock in answered:
     try:
         if sock.recv(12).startswith(b"HTTP/1.1 503"):
             refused += 1
@@ -96,7 +118,7 @@ async def test_a_connection_flood_does_not_reach_the_hosts_fds_or_other_rollouts
         model="m",
         program={
             "command": ["python", "flood.py"],
-            "files": {"flood.py": FLOOD},
+            "files": {"flood.py": f"HANG_S, MAX_CONNECTIONS = {HANG_S}, {MAX_CONNECTIONS}\n{FLOOD}"},
             "artifacts": [{"path": "flood.json", "format": "json"}],
         },
         sandbox={"memory_gb": 1},
@@ -119,10 +141,8 @@ async def test_a_connection_flood_does_not_reach_the_hosts_fds_or_other_rollouts
     watcher = asyncio.create_task(watch())
     try:
         flooded = asyncio.create_task(flood.run({"prompt": "flood"}))
-        for _ in range(600):  # the caller runs while the flood holds its connections
-            if flooded.done() or peak >= before + MAX_CONNECTIONS:
-                break
-            await asyncio.sleep(0.05)
+        # the caller runs while the flood holds its connections
+        await arrives(lambda: flooded.done() or peak >= before + MAX_CONNECTIONS, "the flood's connections")
         called = await caller.run({"prompt": "hi"})
         flooded_state = await flooded
     finally:

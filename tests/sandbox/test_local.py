@@ -74,7 +74,7 @@ async def test_no_network_but_the_forwarded_endpoint() -> None:
     sandbox = await manager.create(vf.SandboxConfig(), endpoint=EndpointTarget("127.0.0.1", endpoint_port))
     probe = (
         "import socket,sys\n"
-        f"s=socket.create_connection(('127.0.0.1',{endpoint_port}),timeout=5)\n"
+        f"s=socket.create_connection(('127.0.0.1',{endpoint_port}),timeout={HANG_S})\n"
         "s.sendall(b'GET /r/probe/v1/models HTTP/1.1\\r\\nConnection: keep-alive\\r\\n\\r\\n'); print(s.recv(200))\n"
         "try:\n"
         f"    socket.create_connection(('127.0.0.1',{other_port}),timeout=2); print('OTHER-REACHED')\n"
@@ -85,8 +85,8 @@ async def test_no_network_but_the_forwarded_endpoint() -> None:
     )
     try:
         rollout_url = f"http://127.0.0.1:{endpoint_port}/r/probe/v1"  # a command of rollout "probe"
-        result = await sandbox.exec(["python", "-c", probe], env={"OPENAI_BASE_URL": rollout_url}, timeout=30)
-        no_rollout = await sandbox.exec(["sh", "-c", "ls /run/v1 2>&1 || true"], timeout=30)
+        result = await sandbox.exec(["python", "-c", probe], env={"OPENAI_BASE_URL": rollout_url}, timeout=HANG_S)
+        no_rollout = await sandbox.exec(["sh", "-c", "ls /run/v1 2>&1 || true"], timeout=HANG_S)
     finally:
         await manager.delete(sandbox)
         other.close()
@@ -106,9 +106,9 @@ async def test_timeout_kills_the_whole_tree_and_limits_are_reported() -> None:
         script = f"(sh -c 'sleep 300; : {marker}' &) ; (sh -c 'sleep 301; : {marker}' &); sleep 302; : {marker}"
         hang = await sandbox.exec(["sh", "-c", script], timeout=0.5)
         assert hang.timed_out and hang.exit_code == 137
-        memory = await sandbox.exec(["python", "-c", "x = bytearray(1024 * 1024 * 1024)"], timeout=30)
+        memory = await sandbox.exec(["python", "-c", "x = bytearray(1024 * 1024 * 1024)"], timeout=HANG_S)
         assert memory.limit == "memory" and not memory.ok
-        disk = await sandbox.exec(["sh", "-c", "head -c 50000000 /dev/zero > big"], timeout=30)
+        disk = await sandbox.exec(["sh", "-c", "head -c 50000000 /dev/zero > big"], timeout=HANG_S)
         assert disk.limit == "disk"
         fine = await sandbox.exec(["sh", "-c", "rm big; echo still-fine"])
         assert fine.ok and fine.stdout == "still-fine\n"
@@ -207,7 +207,7 @@ async def test_host_wide_cap_makes_creators_wait(monkeypatch: pytest.MonkeyPatch
     first = await manager.create(vf.SandboxConfig())
     second = asyncio.create_task(manager.create(vf.SandboxConfig()))
     for _ in range(2):  # refused a slot, then again on its retry: it waits rather than failing or going over the cap
-        assert await asyncio.to_thread(refusals.acquire, timeout=10)
+        assert await asyncio.to_thread(refusals.acquire, timeout=HANG_S)
     assert not second.done()
     await manager.delete(first)
     await manager.delete(await asyncio.wait_for(second, HANG_S))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import v1 as vf
-from tests.tools.patience import HANG_S
+from tests.tools.patience import HANG_S, arrives
 from tests.tools.venvs import venv_seeing_these_packages
 from v1.config import ArtifactConfig
 from v1.programs._artifacts import collect_artifacts
@@ -40,8 +40,8 @@ def private_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-async def _run(sandbox: Sandbox, script: str, timeout: float = 60) -> ExecResult:
-    return await sandbox.exec(["python", "-c", textwrap.dedent(script)], timeout=timeout)
+async def _run(sandbox: Sandbox, script: str) -> ExecResult:
+    return await sandbox.exec(["python", "-c", textwrap.dedent(script)], timeout=HANG_S)
 
 
 async def test_t1_runs_unprivileged_with_no_capabilities_and_host_wide_proc_read_only() -> None:
@@ -118,7 +118,7 @@ async def test_t3_disk_limit_is_enforced_while_the_program_runs() -> None:
     try:
         result = await sandbox.exec(
             ["sh", "-c", "for i in $(seq 1 200); do head -c 10000000 /dev/zero > f$i || exit 3; done; echo done"],
-            timeout=120,
+            timeout=HANG_S,
         )
         usage = sum(path.stat().st_size for path in sandbox.workspace.iterdir())  # type: ignore[attr-defined]
     finally:
@@ -141,18 +141,20 @@ print(swaps)
 """
 
 
+async def _swapping(sandbox: Sandbox, swapper: asyncio.Future[ExecResult]) -> None:
+    """Wait until the swapper has made its link (its start can take a minute on a loaded machine) or has ended."""
+    link = sandbox.workspace / "swap-link"  # type: ignore[attr-defined]
+    await arrives(lambda: link.is_symlink() or swapper.done(), "the swapper's link")
+
+
 async def test_t4_symlink_swap_race_never_writes_outside_the_workspace(tmp_path: Path) -> None:
     victim = tmp_path / "host-victim.txt"
     manager = get_manager()
     sandbox = await manager.create(vf.SandboxConfig(scope="group"))
     try:
         await sandbox.write_file("swapper.py", SWAPPER.encode())
-        swapper = asyncio.ensure_future(sandbox.exec(["python", "swapper.py", str(victim), "4"], timeout=30))
-        link = sandbox.workspace / "swap-link"  # type: ignore[attr-defined]
-        for _ in range(400):  # the swapper's start can take seconds on a loaded machine
-            if link.is_symlink() or swapper.done():
-                break
-            await asyncio.sleep(0.05)
+        swapper = asyncio.ensure_future(sandbox.exec(["python", "swapper.py", str(victim), "4"], timeout=HANG_S))
+        await _swapping(sandbox, swapper)
         refused = writes = 0
         while not swapper.done() and (writes < 300 or refused == 0):  # while it swaps: until a write has met the link
             try:
@@ -175,8 +177,8 @@ async def test_t5_symlink_swap_race_never_reads_host_files_into_artifacts() -> N
     sandbox = await manager.create(vf.SandboxConfig(scope="group"))
     try:
         await sandbox.write_file("swapper.py", SWAPPER.encode())
-        swapper = asyncio.ensure_future(sandbox.exec(["python", "swapper.py", str(shadow), "4"], timeout=30))
-        await asyncio.sleep(1.0)
+        swapper = asyncio.ensure_future(sandbox.exec(["python", "swapper.py", str(shadow), "4"], timeout=HANG_S))
+        await _swapping(sandbox, swapper)
         seen: set[bytes] = set()
         for _ in range(100):
             state = vf.State()
@@ -244,11 +246,12 @@ def test_t7_a_python_under_tmp_runs_sandboxed_programs(tmp_path: Path) -> None:
 ZOMBIE_CHECK = """
 import ctypes, os, subprocess, sys, time
 ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the scenario come here
-scenario = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+scenario = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+scenario.stdout.readline()  # "ready": its sandbox exists (its start can take a minute on a loaded machine)
 if sys.argv[2] == "sigterm":
     time.sleep(float(sys.argv[3]))
     scenario.terminate()
-scenario.wait()
+scenario.communicate()
 time.sleep(1.0)
 left = []
 for entry in os.listdir("/proc"):
@@ -284,7 +287,7 @@ def test_t8_every_process_the_backend_starts_is_waited_for(path: str) -> None:
         [sys.executable, "-c", ZOMBIE_CHECK, _python_script(body), path, "4"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         env=os.environ | {"PYTHONPATH": str(REPO)},
     )
     assert done.stdout.strip().endswith("[]"), done.stdout + done.stderr
@@ -302,7 +305,7 @@ def test_t9_sandboxes_are_deleted_at_a_normal_interpreter_exit(private_root: Pat
         [sys.executable, "-c", _python_script(body)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         env=os.environ | {"PYTHONPATH": str(REPO), "V1_SANDBOX_ROOT": str(private_root)},
     )
     sandbox_id = done.stdout.strip()
@@ -343,7 +346,7 @@ async def test_t10_a_package_build_gets_no_host_loopback(tmp_path: Path) -> None
     manager = get_manager()
     sandbox = await manager.create(vf.SandboxConfig())
     try:
-        await install_package(sandbox, project, 120)
+        await install_package(sandbox, project, HANG_S)
         imported = await sandbox.exec(["python", "-c", "import loopback_probe; print(loopback_probe.VALUE)"])
     finally:
         await manager.delete(sandbox)
@@ -456,7 +459,7 @@ async def test_t11_python_pip_git_and_gcc_still_work_under_the_filter() -> None:
     manager = get_manager()
     sandbox = await manager.create(vf.SandboxConfig())
     try:
-        result = await sandbox.exec(["sh", "-c", TOOLCHAIN], timeout=240)
+        result = await sandbox.exec(["sh", "-c", TOOLCHAIN], timeout=HANG_S)
     finally:
         await manager.delete(sandbox)
     assert result.exit_code == 0, result.stdout + result.stderr
@@ -531,9 +534,9 @@ stat -c %i /run/v1/endpoint.sock > socket-$ROLE.txt
 ls /run/v1 > run-dir-$ROLE.txt
 if [ "$ROLE" = first ]; then
   printf '%s %s %s\n' "$OPENAI_BASE_URL" "$ANTHROPIC_BASE_URL" "$OPENAI_API_KEY" > /workspace/first_endpoint
-  for i in $(seq 200); do [ -f /workspace/done ] && break; sleep 0.05; done
+  until [ -f /workspace/done ]; do sleep 0.05; done  # the harness's timeout_seconds is the hang guard
 else
-  for i in $(seq 200); do [ -f /workspace/first_endpoint ] && break; sleep 0.05; done
+  until [ -f /workspace/first_endpoint ]; do sleep 0.05; done
   read url anthropic key < /workspace/first_endpoint
   body='{"model": "x", "max_tokens": 5, "messages": [{"role": "user", "content": "steal"}]}'
   curl -s -o openai.json -w '%{http_code}' "$url/chat/completions" -H "Authorization: Bearer $key" \
@@ -556,7 +559,7 @@ async def test_t13_each_rollout_of_a_shared_sandbox_reaches_the_endpoint_as_itse
         "artifacts": [{"path": name, "optional": True} for name in names],
     }
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
-    harness = vf.Harness(client=client, model="m", program=program, sandbox={"scope": "group"}, timeout_seconds=60)
+    harness = vf.Harness(client=client, model="m", program=program, sandbox={"scope": "group"}, timeout_seconds=HANG_S)
     first, second = await harness.run_group(
         [{"prompt": "a", "info": {"role": "first"}}, {"prompt": "b", "info": {"role": "second"}}]
     )

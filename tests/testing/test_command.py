@@ -52,7 +52,7 @@ def chat(url: str, messages: list[dict[str, object]], key: str = "none", model: 
         f"{url}/chat/completions",
         json={"model": model, "messages": messages, **body},
         headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
+        timeout=HANG_S,
     )
 
 
@@ -77,7 +77,7 @@ def test_tool_calling_with_a_key_and_a_strict_model() -> None:
         result = [*ask, called, {"role": "tool", "tool_call_id": call["id"], "content": "found: 42"}]
         final = chat(url, result, key="sk-1", tools=[TOOL]).json()["choices"][0]
         assert final["message"]["content"] == "found: 42" and final["finish_reason"] == "stop"
-        assert httpx.get(f"{url}/models", timeout=30).json()["data"][0]["id"] == "served"
+        assert httpx.get(f"{url}/models", timeout=HANG_S).json()["data"][0]["id"] == "served"
 
 
 def test_failure_modes_and_a_deterministic_imperfect_reverser() -> None:
@@ -103,7 +103,7 @@ def test_an_unknown_responder_is_one_line() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (

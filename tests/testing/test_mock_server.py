@@ -27,7 +27,7 @@ def chat(server: MockModelServer, content: str = "hello", **body: Any) -> httpx.
     return httpx.post(
         f"{server.url}/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": content}], **body},
-        timeout=10,
+        timeout=HANG_S,
     )
 
 
@@ -51,6 +51,7 @@ def test_echo_is_the_default(mock: MockModelServer) -> None:
     response = httpx.post(
         f"{mock.url}/chat/completions",
         json={"messages": [{"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "two"}]}]},
+        timeout=HANG_S,
     )
     assert text_of(response) == "part one two"
 
@@ -95,6 +96,7 @@ def test_async_callable_responder_returning_a_string() -> None:
         response = httpx.post(
             f"{server.url}/chat/completions",
             json={"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]},
+            timeout=HANG_S,
         )
     assert text_of(response) == "async:2"
 
@@ -164,7 +166,9 @@ def test_failure_reaches_the_openai_sdk_as_its_error(mock: MockModelServer) -> N
 
 
 def test_invalid_json_is_400(mock: MockModelServer) -> None:
-    response = httpx.post(f"{mock.url}/chat/completions", content=b"{nope", headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{mock.url}/chat/completions", content=b"{nope", headers={"Content-Type": "application/json"}, timeout=HANG_S
+    )
     assert response.status_code == 400
     assert response.json()["error"]["message"] == "invalid JSON"
     assert mock.requests == []
@@ -179,6 +183,7 @@ def test_requests_are_recorded_and_reset(mock: MockModelServer) -> None:
         f"{mock.url}/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}], "temperature": 0.2},
         headers={"X-Custom": "yes"},
+        timeout=HANG_S,
     )
     [request] = mock.requests
     assert request.body["temperature"] == 0.2
@@ -192,8 +197,10 @@ def test_requests_are_recorded_and_reset(mock: MockModelServer) -> None:
 
 def test_models_endpoint() -> None:
     with MockModelServer(model="my-mock") as server:
-        response = httpx.get(f"{server.url}/models")
-        completion = httpx.post(f"{server.url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        response = httpx.get(f"{server.url}/models", timeout=HANG_S)
+        completion = httpx.post(
+            f"{server.url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}, timeout=HANG_S
+        )
     assert [entry["id"] for entry in response.json()["data"]] == ["my-mock"]
     assert completion.json()["model"] == "my-mock"  # no model in the request: the server's own
 
@@ -335,11 +342,11 @@ def test_tool_call_token_ids_come_from_the_arguments(mock: MockModelServer) -> N
 
 async def test_async_context_manager() -> None:
     async with MockModelServer("from async") as server:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
             response = await http.post(f"{server.url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
         port = server.port
     assert text_of(response) == "from async"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
         with pytest.raises(httpx.ConnectError):
             await http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={"messages": []}, timeout=2)
 
@@ -380,11 +387,11 @@ def test_cli_prints_its_url_and_answers() -> None:
         line = read_line(process, timeout=HANG_S)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", line), line
         response = httpx.post(
-            f"{line}/chat/completions", json={"messages": [{"role": "user", "content": "ping over cli"}]}, timeout=10
+            f"{line}/chat/completions", json={"messages": [{"role": "user", "content": "ping over cli"}]}, timeout=HANG_S
         )
         assert text_of(response) == "ping over cli"
         stream = httpx.post(
-            f"{line}/chat/completions", json={"messages": [{"role": "user", "content": "a b"}], "stream": True}, timeout=10
+            f"{line}/chat/completions", json={"messages": [{"role": "user", "content": "a b"}], "stream": True}, timeout=HANG_S
         )
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in sse_events(stream)[:-1]) == "a b"
     finally:

@@ -14,6 +14,7 @@ import sys
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from patience import HANG_S  # run as a script: this folder is on sys.path
 
 server = MCPServer("v1-test-server")
 
@@ -70,13 +71,13 @@ _everyone_here = asyncio.Event()
 
 @server.tool()
 async def rendezvous(parties: int) -> str:
-    """Wait until `parties` calls are in flight at once ("met"), or give up after 10 s ("alone")."""
+    """Wait until `parties` calls are in flight at once ("met"), or give up after `HANG_S` ("alone")."""
     global _arrived
     _arrived += 1
     if _arrived >= parties:
         _everyone_here.set()
     try:
-        await asyncio.wait_for(_everyone_here.wait(), 10)
+        await asyncio.wait_for(_everyone_here.wait(), HANG_S)
     except asyncio.TimeoutError:
         return "alone"
     return "met"

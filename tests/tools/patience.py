@@ -7,9 +7,10 @@ what they wait for happens, or as soon as the process that should make it happen
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 HANG_S = 900.0
 """The longest a test waits for one thing; reached only when something hangs."""
@@ -28,4 +29,25 @@ def wait_until(
         time.sleep(0.02)
 
 
-__all__ = ["HANG_S", "wait_until"]
+async def arrives(condition: Callable[[], object], what: str) -> None:
+    """In a coroutine: poll `condition` until it holds, letting the event loop run; fail after `HANG_S`."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {HANG_S:.0f} s for {what}: it hangs")
+        await asyncio.sleep(0.02)
+
+
+def growing_limits(first: float = 1.0) -> Iterator[float]:
+    """Limits meant to fire, for a test that needs something to happen before the limit does: `first`, then 4 times longer.
+
+    Such a limit races the start of what it limits (a sandbox, an interpreter); on a loaded machine the start
+    can outlast a short limit. A test tries the next limit when the start lost the race; the last is under `HANG_S`.
+    """
+    limit = first
+    while limit < HANG_S:
+        yield limit
+        limit *= 4
+
+
+__all__ = ["HANG_S", "arrives", "growing_limits", "wait_until"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def v1(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "v1.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "v1.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.tools.patience import HANG_S  # noqa: E402
 from v1.errors import ConfigError  # noqa: E402
 from v1.inference import build_tiny_model  # noqa: E402
 from v1.train import DistributedConfig, TrainConfig  # noqa: E402
@@ -127,10 +128,6 @@ def test_bad_torchrun_variables_are_one_clear_error(monkeypatch: pytest.MonkeyPa
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
 VLLM_RECIPE = ROOT / "configs" / "train" / "tiny_first_letter_vllm.toml"
 COMPARED = ("loss", "grad_norm", "entropy", "loss_tokens", "clip_fraction", "trainer_tokens")
-DEADLINE_S = 900.0
-"""How long a run may take to reach a point the test waits for (2 shared cores, a vLLM start-up: minutes)."""
-GONE_WITHIN_S = 120.0
-"""The bound on every process ending after one is killed (the ranks check their launcher every 0.5 s)."""
 
 
 def short_recipe(recipe: Path, folder: Path, max_steps: int, sft_steps: int | None = None, kl_coef: float = 0.0) -> Path:
@@ -186,7 +183,7 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
         for name, command in commands.items()
     }
     try:
-        codes = {name: run.wait(timeout=DEADLINE_S) for name, run in runs.items()}
+        codes = {name: run.wait(timeout=HANG_S) for name, run in runs.items()}
     finally:
         for name, run in runs.items():
             if run.poll() is None:
@@ -227,7 +224,7 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+def wait_for(check: Callable[[], bool], what: str, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
@@ -273,7 +270,7 @@ class Launch:
         for pid in [self.process.pid, *self.seen]:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        self.process.wait(timeout=60)
+        self.process.wait(timeout=HANG_S)
         self.out.close()
         self.err.close()
 
@@ -287,7 +284,7 @@ def resume_one_step_further(config: Path) -> int:
     step = json.loads((checkpoint / "run.json").read_text())["step"]
     done = subprocess.run(
         [sys.executable, "-m", "v1.train", str(config), "--resume", "--max-steps", str(step + 1), "--no-progress"],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S, check=False,
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=HANG_S, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert metrics(config)[-1]["step"] == step + 1
@@ -302,7 +299,7 @@ def test_killing_torchrun_ends_every_rank_with_one_line_each_and_the_checkpoint_
         ranks = launch.ranks()
         assert sorted(ranks) == [0, 1]
         os.kill(launch.process.pid, signal.SIGKILL)
-        wait_for(lambda: not any(alive(pid) for pid in ranks.values()), "both ranks gone after torchrun's SIGKILL", GONE_WITHIN_S)
+        wait_for(lambda: not any(alive(pid) for pid in ranks.values()), "both ranks gone after torchrun's SIGKILL", HANG_S)
         lines = [line for line in launch.stderr().splitlines() if "the launcher (torchrun)" in line]
         assert sorted(line.split(":")[1].strip() for line in lines) == ["rank 0", "rank 1"], launch.stderr()[-3000:]
         assert len(metrics(config)) < 200
@@ -318,9 +315,9 @@ def test_killing_one_rank_ends_the_other_with_one_line(tmp_path: Path) -> None:
         wait_for(lambda: launch.trained(1), "the first step")
         ranks = launch.ranks()
         os.kill(ranks[1], signal.SIGKILL)
-        launch.process.wait(timeout=GONE_WITHIN_S)
+        launch.process.wait(timeout=HANG_S)
         assert launch.process.returncode != 0
-        wait_for(lambda: not alive(ranks[0]), "rank 0 gone", GONE_WITHIN_S)
+        wait_for(lambda: not alive(ranks[0]), "rank 0 gone", HANG_S)
         stderr = launch.stderr()
         ends = (
             "rank 0: stopped by SIGTERM (torchrun stops every rank when one fails)",
@@ -371,7 +368,7 @@ def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
     target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
     os.kill(target, signal.SIGKILL)
     every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
-    wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", GONE_WITHIN_S)
+    wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", HANG_S)
     stderr = launch.stderr()
     expected = {
         "engine": (f"vLLM (pid {session}) exited -9 mid-run",),
@@ -401,7 +398,7 @@ def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes
         session = engine_session(finishing)
         for victim in victims:
             kill_and_check_the_vllm_run_ends_whole(launches[victim], victim)
-        assert finishing.process.wait(timeout=DEADLINE_S) == 0, finishing.stderr()[-3000:]
+        assert finishing.process.wait(timeout=HANG_S) == 0, finishing.stderr()[-3000:]
     finally:
         for launch in launches.values():
             launch.close()

@@ -172,7 +172,7 @@ async def test_no_zero_variance_limit_keeps_generating() -> None:
             collecting = asyncio.create_task(orchestrator.next_batch())
             async with orchestrator._changed:
                 filtered = orchestrator._changed.wait_for(lambda: orchestrator._counts.filtered_zero_variance >= 8)
-                await asyncio.wait_for(filtered, 120)
+                await asyncio.wait_for(filtered, HANG_S)
             assert not collecting.done()
             collecting.cancel()
 
@@ -193,7 +193,7 @@ async def test_a_run_whose_every_group_errors_stops_with_the_last_error() -> Non
         config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_errored_in_a_row=3)
         async with Orchestrator(env_with(), client, "m", config) as orchestrator:
             with pytest.raises(RolloutsFailedError) as caught:
-                await asyncio.wait_for(orchestrator.next_batch(), 600)
+                await asyncio.wait_for(orchestrator.next_batch(), HANG_S)
     message = str(caught.value)
     assert message.startswith("3 groups in a row had a rollout that errored (rollouts.max_errored_in_a_row = 3)"), message
     assert "the engine is broken" in message and "\n" not in message
@@ -210,5 +210,5 @@ async def test_errored_groups_below_the_limit_do_not_stop_the_run() -> None:
         client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
         config = RolloutsConfig(examples_per_step=1, rollouts_per_example=2, max_staleness=0, max_errored_in_a_row=3)
         async with Orchestrator(env_with(), client, "m", config) as orchestrator:
-            batch = await asyncio.wait_for(orchestrator.next_batch(), 600)
+            batch = await asyncio.wait_for(orchestrator.next_batch(), HANG_S)
     assert len(batch.groups) == 1 and batch.counts.filtered_errors >= 1

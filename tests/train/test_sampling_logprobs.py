@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("transformers")
 
+from tests.tools.patience import HANG_S  # noqa: E402
 from v1.errors import ConfigError  # noqa: E402
 from v1.inference import (  # noqa: E402
     InferenceServer,
@@ -28,7 +29,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny_first
 async def sampled(server: InferenceServer, **sampling: float) -> list[tuple[list[int], list[float]]]:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "abc"}], "max_tokens": 12, "n": 6, "seed": 3,
             "logprobs": True, "return_token_ids": True, **sampling}  # fmt: skip
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=HANG_S) as client:
         answer = (await client.post(server.url + "/chat/completions", json=body)).json()
     prompt = answer["prompt_token_ids"]
     return [

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train_vs_trl.py"
 WITHOUT_TRL = "import runpy, sys; sys.modules['trl'] = None; runpy.run_path({!r}, run_name='__main__')"
 
@@ -16,7 +18,7 @@ def run(*args: str, without_trl: bool = False) -> subprocess.CompletedProcess[st
     command = (
         [sys.executable, "-c", WITHOUT_TRL.format(str(SCRIPT)), *args] if without_trl else [sys.executable, str(SCRIPT), *args]
     )
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_without_trl_it_says_so_in_one_line_and_exits_2() -> None:

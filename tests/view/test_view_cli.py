@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.patience import HANG_S
 from v1.cli import main
 
 
 def test_a_missing_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "v1.cli", "view", "no-such-run"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "v1.cli", "view", "no-such-run"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S
     )
     assert (done.returncode, done.stdout, done.stderr) == (2, "", "v1 view: error: no-such-run: no such folder\n")
 

@@ -74,7 +74,7 @@ def run_eval(server: MockModelServer, output_dir: Path) -> Path:
         str(output_dir),
     ]
     before = set(output_dir.iterdir()) if output_dir.exists() else set()
-    done = subprocess.run([sys.executable, "-m", "v1.cli", "eval", *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "v1.cli", "eval", *args], capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     (run,) = set(output_dir.iterdir()) - before
     return run
@@ -92,7 +92,7 @@ class Site:
 
     def get(self, path: str) -> tuple[int, Any]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            with urllib.request.urlopen(self.url + path, timeout=HANG_S) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
@@ -234,7 +234,7 @@ def test_bad_requests_get_a_json_error(site: Site) -> None:
     assert site.get("/api/nothing")[0] == 404
     rebound = urllib.request.Request(site.url + "/api/runs", headers={"Host": "attacker.example:80"})
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(rebound, timeout=30)
+        urllib.request.urlopen(rebound, timeout=HANG_S)
     assert refused.value.code == 403 and "refused" in json.loads(refused.value.read())["error"]
 
 
