@@ -57,7 +57,7 @@ def load_config(args: argparse.Namespace) -> Any:
     if args.output_dir is not None:
         updates["output_dir"] = args.output_dir
     config = config.model_copy(update=updates) if updates else config
-    config.make_output_dir()  # a file in its place is one line before torch is imported
+    config.check_output_dir()  # a file in its place is one line before torch is imported; nothing is written yet
     return config
 
 

@@ -339,15 +339,24 @@ class TrainConfig(Config):
             update={"loss": LossConfig(kind="sft"), "optim": self.sft.optim(self.optim), "max_steps": self.sft.steps}
         )
 
-    def make_output_dir(self) -> Path:
-        """`output_dir`, created if missing (torch-free, so ``v1 train`` checks it before importing torch).
+    def check_output_dir(self) -> Path:
+        """`output_dir`, checked without writing anything (``v1 train`` checks it before importing torch).
 
         Raises:
-            ConfigError: one line when it can't be a folder (a file is there, no permission).
+            ConfigError: one line when a file is in its place.
         """
         output_dir = Path(self.output_dir)
         if output_dir.exists() and not output_dir.is_dir():
             raise ConfigError(f"output_dir {output_dir}: is a file, not a folder; name a folder (it is created if missing)")
+        return output_dir
+
+    def make_output_dir(self) -> Path:
+        """`output_dir`, created if missing.
+
+        Raises:
+            ConfigError: one line when it can't be a folder (a file is there, no permission).
+        """
+        output_dir = self.check_output_dir()
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
