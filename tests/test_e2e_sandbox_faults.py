@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,24 @@ AGENT = (
 )
 
 
+@pytest.fixture
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp dir of this test's own (short, like /tmp: sockets live under it): the sandboxes' run dirs go there.
+
+    The leak checks look only under it, so sandboxes that other processes (another pytest-xdist worker) create
+    and delete meanwhile under /tmp are not counted as this test's leaks.
+    """
+    private = Path(tempfile.mkdtemp(prefix="v1f-"))
+    private.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    yield private
+    shutil.rmtree(private, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def private_sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("V1_SANDBOX_ROOT", str(tmp_path / "sandboxes"))
-    return tmp_path / "sandboxes"
+def private_sandbox_root(private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("V1_SANDBOX_ROOT", str(private_tmp / "sandboxes"))
+    return private_tmp / "sandboxes"
 
 
 def harness(mock: MockModelServer, **kwargs: Any) -> vf.Harness:
@@ -73,8 +89,9 @@ def _empty(path: Path) -> bool:
     return not any(path.iterdir())
 
 
-def _mounts() -> str:
-    return Path("/proc/self/mounts").read_text()
+def _mounts() -> list[str]:
+    """The mounts under this test's temp dir (the host's mount table is shared with every other process)."""
+    return [line for line in Path("/proc/self/mounts").read_text().splitlines() if tempfile.gettempdir() in line]
 
 
 def _run_dirs() -> set[str]:
