@@ -74,8 +74,17 @@ def xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register `xdist_group` also when pytest-xdist is off (`-p no:xdist`), so marking a test with it never warns."""
+    config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group's other tests")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that must share a worker with `xdist_group` (only `--dist loadgroup` reads it)."""
+    """Mark the tests that must share a worker with `xdist_group` (only `--dist loadgroup` reads it).
+
+    First of the hooks: pytest-xdist's own reads the marks to put each group's name in its tests' node ids.
+    """
     for item in items:
         group = xdist_group(item)
         if group is not None:
