@@ -36,17 +36,17 @@ def make_harness(client_config: vf.ClientConfig) -> Any:
 # --- pytest-xdist: which tests must share a worker (`--dist loadgroup`; harmless without xdist) ---
 
 SHARED_GROUPS: dict[str, tuple[str, ...]] = {
-    # One local Ray cluster at a time: each `ray.init(address="local")` starts a GCS, a raylet and workers
-    # (about 1 GB, several processes) and Ray keeps machine-wide state under /tmp/ray.
+    # One local Ray cluster at a time: each `ray.init(address="local")` starts a GCS, a raylet, a dashboard
+    # (on port 8265, the next free one if taken) and workers: about 1 GB, all under /tmp/ray.
     "ray": (
         "tests/test_e2e_ray.py",
         "tests/classic/test_e2e_classic.py",
         "tests/test_e2e_eval_classic_flags.py::test_extra_env_kwargs_reach_ray_actors",
         "tests/sandbox/test_e2e_sandbox_env.py::test_v1_eval_on_ray_runs_sandbox_env_rollouts_on_an_actor",
     ),
-    # One CPU vLLM engine at a time (each takes a GB of KV cache and every core it finds), and the
-    # session-scoped `v1 serve --engine vllm` server of test_vllm.py is started once, on one worker.
-    "vllm": ("tests/inference/test_vllm.py",),
+    # One CPU vLLM engine at a time (each holds a GB of KV cache), and test_vllm.py's session-scoped
+    # `v1 serve --engine vllm` server started once, on one worker (the tests that don't use it go anywhere).
+    "vllm": (),
     # The sandbox CLI tests find their sleeping programs by one marker in the process table.
     "sandbox-cli": ("tests/sandbox/test_cli.py",),
 }
