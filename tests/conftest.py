@@ -31,3 +31,61 @@ def make_harness(client_config: vf.ClientConfig) -> Any:
         return vf.Harness(**kwargs)
 
     return make
+
+
+# --- pytest-xdist: which tests must share a worker (`--dist loadgroup`; harmless without xdist) ---
+
+SHARED_GROUPS: dict[str, tuple[str, ...]] = {
+    # One local Ray cluster at a time: each `ray.init(address="local")` starts a GCS, a raylet, a dashboard
+    # (on port 8265, the next free one if taken) and workers: about 1 GB, all under /tmp/ray.
+    "ray": (
+        "tests/test_e2e_ray.py",
+        "tests/classic/test_e2e_classic.py",
+        "tests/test_e2e_eval_classic_flags.py::test_extra_env_kwargs_reach_ray_actors",
+        "tests/sandbox/test_e2e_sandbox_env.py::test_v1_eval_on_ray_runs_sandbox_env_rollouts_on_an_actor",
+    ),
+    # One CPU vLLM engine at a time (each holds a GB of KV cache), and test_vllm.py's session-scoped
+    # `v1 serve --engine vllm` server started once, on one worker (the tests that don't use it go anywhere).
+    "vllm": (),
+    # The sandbox CLI tests find their sleeping programs by one marker in the process table.
+    "sandbox-cli": ("tests/sandbox/test_cli.py",),
+}
+VLLM_FIXTURES = {"vllm_ready", "vllm_env", "served"}
+"""A test using one of these runs a vLLM engine: it joins the `vllm` group wherever it lives."""
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The group `item` must share a worker with, or None when any worker may run it.
+
+    A named shared resource comes first; then a module whose tests share a module- or
+    session-scoped fixture of its own (a Ray cluster, a built venv, a browser) is kept on one
+    worker, which sets the fixture up once instead of once per worker.
+    """
+    for group, prefixes in SHARED_GROUPS.items():
+        if any(item.nodeid == prefix or item.nodeid.startswith(prefix + "::") for prefix in prefixes):
+            return group
+    if VLLM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "vllm"
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in info.name2fixturedefs.values() if info is not None else ():
+        if any(d.scope in ("module", "package", "session") and d.baseid == module for d in definitions):
+            return module
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register `xdist_group` also when pytest-xdist is off (`-p no:xdist`), so marking a test with it never warns."""
+    config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group's other tests")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that must share a worker with `xdist_group` (only `--dist loadgroup` reads it).
+
+    First of the hooks: pytest-xdist's own reads the marks to put each group's name in its tests' node ids.
+    """
+    for item in items:
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(name=group))

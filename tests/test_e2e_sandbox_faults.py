@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,24 @@ AGENT = (
 )
 
 
+@pytest.fixture
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp dir of this test's own (short, like /tmp: sockets live under it): the sandboxes' run dirs go there.
+
+    The leak checks look only under it, so sandboxes that other processes (another pytest-xdist worker) create
+    and delete meanwhile under /tmp are not counted as this test's leaks.
+    """
+    private = Path(tempfile.mkdtemp(prefix="v1f-"))
+    private.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    yield private
+    shutil.rmtree(private, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def private_sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("V1_SANDBOX_ROOT", str(tmp_path / "sandboxes"))
-    return tmp_path / "sandboxes"
+def private_sandbox_root(private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("V1_SANDBOX_ROOT", str(private_tmp / "sandboxes"))
+    return private_tmp / "sandboxes"
 
 
 def harness(mock: MockModelServer, **kwargs: Any) -> vf.Harness:
@@ -74,9 +90,9 @@ def _empty(path: Path) -> bool:
     return not any(path.iterdir())
 
 
-def _mounts() -> set[str]:
-    """The host's mounts; other test processes on the machine add and remove their own meanwhile."""
-    return set(Path("/proc/self/mounts").read_text().splitlines())
+def _mounts() -> list[str]:
+    """The mounts under this test's temp dir (the host's mount table is shared with every other process)."""
+    return [line for line in Path("/proc/self/mounts").read_text().splitlines() if tempfile.gettempdir() in line]
 
 
 def _run_dirs() -> set[str]:
@@ -136,7 +152,7 @@ async def test_200_sandboxed_rollouts_at_concurrency_16_leak_nothing(mock: MockM
     assert [s["error"] for s in states if s["error"] is not None] == []
     assert all(len(s["trajectory"]) == 1 for s in states)
     assert _descendants() == []
-    assert _mounts() <= mounts
+    assert _mounts() == mounts
     assert _listening_sockets() == listening
     assert _run_dirs() <= run_dirs
     assert list_sandboxes() == [] and _empty(private_sandbox_root / "local") and _empty(private_sandbox_root / "ledger")
