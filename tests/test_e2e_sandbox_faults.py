@@ -47,7 +47,9 @@ def harness(mock: MockModelServer, **kwargs: Any) -> vf.Harness:
     return vf.Harness(client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", **kwargs)
 
 
-def _descendants() -> list[str]:
+def _descendants() -> dict[int, str]:
+    """This process's descendants, pid -> name. Under pytest-xdist the worker may also hold processes of
+    fixtures that outlive their test (a session-scoped server): compare with a count taken before."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -63,7 +65,18 @@ def _descendants() -> list[str]:
             if parent in mine and pid not in mine:
                 mine.add(pid)
                 found = True
-    return [Path(f"/proc/{pid}/comm").read_text().strip() for pid in mine - {os.getpid()} if Path(f"/proc/{pid}").exists()]
+    names = {}
+    for pid in mine - {os.getpid()}:
+        try:
+            names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+    return names
+
+
+def _new_descendants(before: dict[int, str]) -> list[str]:
+    """The descendants started since `before` was taken that are still alive."""
+    return sorted(name for pid, name in _descendants().items() if pid not in before)
 
 
 def _listening_sockets() -> int:
@@ -107,6 +120,7 @@ async def test_fork_bomb_memory_and_disk_hogs_fail_alone(mock: MockModelServer) 
         "disk": {"command": ["sh", "-c", "head -c 300000000 /dev/zero > fill; echo unreachable"]},
         "fine": {"command": ["sh", "-c", AGENT]},
     }
+    before = _descendants()
     # The fork bomb runs until the timeout and takes CPU from the others (cpu_cores is not enforced
     # locally): the timeout leaves the memory hog room to reach its limit on a busy 2-core machine.
     # On a loaded machine the others may not end within 10 s: then a longer timeout is tried.
@@ -134,14 +148,14 @@ async def test_fork_bomb_memory_and_disk_hogs_fail_alone(mock: MockModelServer) 
     else:
         assert fork["stop_condition"] in ("timeout_reached", "has_error")
     assert by_name["fine"]["error"] is None and len(by_name["fine"]["trajectory"]) == 1
-    assert _descendants() == []
+    assert _new_descendants(before) == []
     assert list_sandboxes() == []
 
 
 async def test_200_sandboxed_rollouts_at_concurrency_16_leak_nothing(mock: MockModelServer, private_sandbox_root: Path) -> None:
     h = harness(mock, program={"command": ["sh", "-c", AGENT]}, sandbox={})
     await h.run("warm-up")
-    mounts, listening, run_dirs = _mounts(), _listening_sockets(), _run_dirs()
+    mounts, listening, run_dirs, before = _mounts(), _listening_sockets(), _run_dirs(), _descendants()
     gate = asyncio.Semaphore(16)
 
     async def one(i: int) -> vf.State:
@@ -151,7 +165,7 @@ async def test_200_sandboxed_rollouts_at_concurrency_16_leak_nothing(mock: MockM
     states = await asyncio.gather(*(one(i) for i in range(200)))
     assert [s["error"] for s in states if s["error"] is not None] == []
     assert all(len(s["trajectory"]) == 1 for s in states)
-    assert _descendants() == []
+    assert _new_descendants(before) == []
     assert _mounts() == mounts
     assert _listening_sockets() == listening
     assert _run_dirs() <= run_dirs
