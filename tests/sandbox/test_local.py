@@ -256,3 +256,19 @@ async def test_creation_rate_limit_and_backend_preference(
     assert len(skipped) == 1 and "unknown sandbox backend 'lcoal-typo'" in skipped[0]  # once, and why
     for sandbox in sandboxes:
         await manager.delete(sandbox)
+
+
+async def test_uploading_a_folder_that_holds_the_sandboxes_leaves_them_out(tmp_path: Path) -> None:
+    # V1_SANDBOX_ROOT is tmp_path/sandboxes (the fixture): a project folder that holds it, as a user's
+    # `V1_SANDBOX_ROOT=./sandboxes` does, must not copy other sandboxes in, nor this one into itself.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    manager = get_manager()
+    other, sandbox = await manager.create(vf.SandboxConfig()), await manager.create(vf.SandboxConfig())
+    try:
+        await other.write_file("secret.txt", b"another rollout's")
+        await sandbox.upload(tmp_path, "project")
+        listing = await sandbox.exec(["sh", "-c", "cd project && find . | sort"], timeout=HANG_S)
+        assert listing.stdout.split() == [".", "./pyproject.toml"]
+    finally:
+        await manager.delete(other)
+        await manager.delete(sandbox)

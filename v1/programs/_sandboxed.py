@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ from v1.programs._command import (
 )
 from v1.programs._install import install_project
 from v1.rollout import thaw
-from v1.sandbox import Sandbox, read_host_file
+from v1.sandbox import Sandbox, read_host_file, sandbox_root
 
 if TYPE_CHECKING:
     from v1.rollout import RolloutContext, State, Task
@@ -99,12 +100,20 @@ def locate_package(ref: str) -> tuple[Path, bool]:
     return project, bool(spec.submodule_search_locations)
 
 
+def _project_files(project: Path) -> list[Path]:
+    """The files a sandboxed fn's project uploads, sorted: not `__pycache__`, and nothing under the sandboxes' own folder."""
+    sandboxes, files = sandbox_root().resolve(), []
+    for folder, subfolders, names in os.walk(project):
+        subfolders[:] = [name for name in subfolders if name != "__pycache__" and (Path(folder) / name).resolve() != sandboxes]
+        files += [Path(folder) / name for name in names]
+    return sorted(path for path in files if path.is_file())
+
+
 def _project_digest(project: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(project.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(project)).encode())
-            digest.update(path.read_bytes())
+    for path in _project_files(project):
+        digest.update(str(path.relative_to(project)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -135,7 +135,7 @@ def read_file_beneath(root: Path, path: str, max_bytes: int) -> bytes:
         return _read_capped(_open_file(dir_fd, leaf, path, os.O_RDONLY), path, max_bytes)
 
 
-def _copy_tree_in(source: Path, root: Path, path: str, owner: Owner) -> None:
+def _copy_tree_in(source: Path, root: Path, path: str, owner: Owner, skip: Path | None = None) -> None:
     if source.is_symlink():
         parents, leaf = _file_parts(path)
         with _open_dir(root, parents, path, True, owner) as dir_fd:
@@ -144,7 +144,8 @@ def _copy_tree_in(source: Path, root: Path, path: str, owner: Owner) -> None:
         with _open_dir(root, relative_parts(path), path, True, owner):
             pass
         for child in sorted(source.iterdir()):
-            _copy_tree_in(child, root, f"{path}/{child.name}", owner)
+            if skip is None or child.resolve() != skip:
+                _copy_tree_in(child, root, f"{path}/{child.name}", owner, skip)
     elif source.is_file():
         write_file_beneath(root, path, source.read_bytes(), owner)
 
@@ -172,9 +173,16 @@ def _copy_tree_out(dir_fd: int, entry_name: str, destination: Path, name: str) -
         os.close(fd)
 
 
-async def copy_into(source: Path, root: Path, path: str, owner: Owner = None) -> None:
-    """Copy a host file or directory to `root/path` (beneath `root`, parents created, symlinks kept as links)."""
-    await asyncio.to_thread(_copy_tree_in, source, root, path, owner)
+async def copy_into(source: Path, root: Path, path: str, owner: Owner = None, skip: Path | None = None) -> None:
+    """Copy a host file or directory to `root/path` (beneath `root`, parents created, symlinks kept as links).
+
+    A folder inside `source` that resolves to `skip` is left out with all it holds.
+    """
+
+    def copy() -> None:
+        _copy_tree_in(source, root, path, owner, skip.resolve() if skip is not None else None)
+
+    await asyncio.to_thread(copy)
 
 
 async def copy_out(root: Path, path: str, destination: Path) -> None:

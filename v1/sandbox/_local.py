@@ -300,7 +300,9 @@ class LocalSandbox:
     # -- files ---------------------------------------------------------------------------
 
     async def upload(self, source: Path, destination: str) -> None:
-        await copy_into(source, self.workspace, self.workspace_path(destination), self.user)
+        # The sandboxes' own folder is never copied in: a project folder holding `V1_SANDBOX_ROOT` would
+        # copy other sandboxes' workspaces, and this one's into itself without end.
+        await copy_into(source, self.workspace, self.workspace_path(destination), self.user, skip=sandbox_root())
 
     async def write_file(self, destination: str, content: bytes) -> None:
         await write_bytes(self.workspace, self.workspace_path(destination), content, self.user)
