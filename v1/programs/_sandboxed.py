@@ -103,14 +103,14 @@ def locate_package(ref: str) -> tuple[Path, bool]:
 def _project_files(project: Path) -> list[Path]:
     """The files a sandboxed fn's project uploads, sorted: not `__pycache__`, and nothing under the sandboxes' own folder."""
     sandboxes, files = sandbox_root().resolve(), []
-    for folder, subfolders, names in os.walk(project):
-        subfolders[:] = [name for name in subfolders if name != "__pycache__" and (Path(folder) / name).resolve() != sandboxes]
-        files += [Path(folder) / name for name in names]
+    for folder, subfolders, names in os.walk(project.resolve()):  # follows no symlink: paths stay resolved
+        subfolders[:] = [name for name in subfolders if name != "__pycache__" and Path(folder, name) != sandboxes]
+        files += [Path(folder, name) for name in names]
     return sorted(path for path in files if path.is_file())
 
 
 def _project_digest(project: Path) -> str:
-    digest = hashlib.sha256()
+    digest, project = hashlib.sha256(), project.resolve()
     for path in _project_files(project):
         digest.update(str(path.relative_to(project)).encode())
         digest.update(path.read_bytes())

@@ -144,7 +144,7 @@ def _copy_tree_in(source: Path, root: Path, path: str, owner: Owner, skip: Path 
         with _open_dir(root, relative_parts(path), path, True, owner):
             pass
         for child in sorted(source.iterdir()):
-            if skip is None or child.resolve() != skip:
+            if child != skip:
                 _copy_tree_in(child, root, f"{path}/{child.name}", owner, skip)
     elif source.is_file():
         write_file_beneath(root, path, source.read_bytes(), owner)
@@ -176,11 +176,12 @@ def _copy_tree_out(dir_fd: int, entry_name: str, destination: Path, name: str) -
 async def copy_into(source: Path, root: Path, path: str, owner: Owner = None, skip: Path | None = None) -> None:
     """Copy a host file or directory to `root/path` (beneath `root`, parents created, symlinks kept as links).
 
-    A folder inside `source` that resolves to `skip` is left out with all it holds.
+    A folder inside `source` that resolves to `skip` is left out with all it holds. Both are resolved once:
+    the walk follows no symlink, so every folder it reaches is its resolved path.
     """
 
     def copy() -> None:
-        _copy_tree_in(source, root, path, owner, skip.resolve() if skip is not None else None)
+        _copy_tree_in(source.resolve(), root, path, owner, skip.resolve() if skip is not None else None)
 
     await asyncio.to_thread(copy)
 
