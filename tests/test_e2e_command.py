@@ -66,7 +66,7 @@ async def test_openai_sdk_agent_gets_only_its_endpoint(mock: MockModelServer, up
         "artifacts": [{"path": "out/env.json", "name": "env", "format": "json"}],
     }
     task = {"prompt": "p", "info": {"text": "from-task"}, "program": {"env": {"EXTRA_TASK": "task"}}}
-    state = await harness(mock, program=program, sandbox=sandbox).run(task)
+    state = await harness(mock, program=program, sandbox=sandbox, task_env=["EXTRA_TASK"]).run(task)
     assert state["error"] is None, state["error"]
     assert state["program_result"]["exit_code"] == 0
     assert state["program_result"]["stdout"] == "said: from-task from-args from-stdin\n"
@@ -170,7 +170,7 @@ def _cmdline(pid: str) -> str:
 async def test_task_overrides_program_and_sandbox_per_rollout(mock: MockModelServer) -> None:
     program = {"command": ["sh", "-c", 'echo "$GREETING $@" > out.txt', "sh"], "args": ["harness"], "env": {"GREETING": "hi"}}
     program["artifacts"] = ["out.txt"]
-    h = harness(mock, program=program, sandbox={"memory_gb": 1})
+    h = harness(mock, program=program, sandbox={"memory_gb": 1}, task_env=["GREETING"])
     plain, overridden = await h.run_group(
         [
             {"prompt": "a"},

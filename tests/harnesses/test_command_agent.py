@@ -78,7 +78,7 @@ async def test_a_retried_stream_is_one_turn_and_a_nonzero_exit_after_answering_i
 async def test_a_task_that_overrides_the_program_keeps_the_agent_wrapper() -> None:
     with MockModelServer() as mock:
         mock.script(Reply.text("abandoned", stream_delay=0.2), Reply.text("answered"))
-        agent = harness(mock, agent_env={"EXIT_STATUS": "0"}, files={"agent.py": RETRYING_AGENT})
+        agent = harness(mock, agent_env={"EXIT_STATUS": "0"}, files={"agent.py": RETRYING_AGENT}, task_env=["EXIT_STATUS"])
         state = await agent.run({"prompt": "say something", "program": {"env": {"EXIT_STATUS": "4"}}})
     assert state["program_result"]["exit_code"] == 4  # the task's env reached the agent
     assert state["error"] is None  # and its non-zero exit after answering is still forgiven by the agent wrapper

@@ -187,7 +187,8 @@ async def test_empty_row_fields_keep_the_sandbox(mock: MockModelServer, row: dic
 
 
 async def test_a_row_tightens_a_limit_and_adds_data_to_the_harness_program(mock: MockModelServer) -> None:
-    h = harness(mock, program={"command": ["sh", "-c", 'echo "$GREETING $0"; cat task.txt; head -c 2000000 /dev/zero > f']})
+    program = {"command": ["sh", "-c", 'echo "$GREETING $0"; cat task.txt; head -c 2000000 /dev/zero > f']}
+    h = harness(mock, program=program, task_env=["GREETING"])
     row = {"args": ["from-row"], "env": {"GREETING": "héllo \u202e"}, "files": {"task.txt": "row file\n"}}
     state = await h.run({"prompt": "p", "program": row, "sandbox": {"memory_gb": 0.5, "disk_size_gb": 0.001}})
     assert state["program_result"]["stdout"].startswith("héllo \u202e from-row\nrow file\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ except ImportError:  # pragma: no cover
 OPENAI_BASE_URL_VAR = "OPENAI_BASE_URL"
 """When set, `ClientConfig`'s default URL (as for the OpenAI SDK); its key is then read from `OPENAI_API_KEY_VAR`."""
 OPENAI_API_KEY_VAR = "OPENAI_API_KEY"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""An environment variable's name, as a program's `env` and a harness's `task_env` take them."""
 
 
 def import_ref(ref: str, field: str = "ref") -> Any:
@@ -611,6 +614,10 @@ class HarnessConfig(_HandlerLists):
     task_programs: dict[str, ProgramSpec] = {}
     """Programs a task row may choose by name (`{"program": "name"}`): the harness's opt-in to rows
     choosing a program. A row never names a command, `fn` or sandbox itself."""
+    task_env: list[str] = []
+    """Environment variables a task row's `program.env` may set, each by its exact name (no
+    wildcard): the harness's opt-in to rows passing data through the environment. Any other name
+    from a row fails that rollout."""
     system_prompt: object | None = None
     system_prompt_strategy: SystemPromptStrategy = "HT"
     sandbox: SandboxConfig | None = None
@@ -623,6 +630,16 @@ class HarnessConfig(_HandlerLists):
     max_total_completion_tokens: int | None = Field(None, ge=1)
     toolsets: list[ToolsetConfig] = []
     user: UserConfig | None = None
+
+    @field_validator("task_env")
+    @classmethod
+    def _task_env_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not ENV_NAME.fullmatch(name):
+                raise PydanticCustomError(
+                    "task_env_name", f"{name[:80]!r} is not a variable name; name each variable a row may set (no wildcard)"
+                )
+        return names
 
 
 class EnvConfig(Config):

@@ -131,6 +131,8 @@ class Harness:
             mapping/`ProgramConfig` (`{"base": True}`, `{"fn": "pkg.module:run"}`).
         task_programs: programs a task row may choose by name (`{"program": "name"}`); without
             them a row can only add data to the harness's program (see `v1.programs`).
+        task_env: the environment variables a task row's `program.env` may set, each by name
+            (none by default; there is no wildcard).
         system_prompt: the harness's system prompt (see `system_prompt_strategy`).
         client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
         model, sampling_args, max_turns: what to call and how; the task's
@@ -168,10 +170,12 @@ class Harness:
         max_total_completion_tokens: int | None = None,
         taskset: Taskset | None = None,
         task_programs: Mapping[str, ProgramLike] | None = None,
+        task_env: Iterable[str] | None = None,
     ) -> None:
         given: dict[str, Any] = {
             "program": program,
             "task_programs": dict(task_programs) if task_programs is not None else None,
+            "task_env": task_env if task_env is None or isinstance(task_env, str) else list(task_env),
             "system_prompt": system_prompt,
             "system_prompt_strategy": system_prompt_strategy,
             "sandbox": sandbox,
@@ -296,7 +300,7 @@ class Harness:
         row_program, row_sandbox = task.get("program"), task.get("sandbox")
         spec = self.config.program
         if row_program or row_sandbox:
-            spec = narrow_program(spec, row_program, self.config.task_programs)
+            spec = narrow_program(spec, row_program, self.config.task_programs, self.config.task_env)
         config = spec if isinstance(spec, ProgramConfig) else None
         sandbox = narrow_sandbox(program_sandbox(config, self.config.sandbox), row_sandbox)
         check_row_data(row_program, spec, sandbox)

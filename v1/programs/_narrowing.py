@@ -7,8 +7,9 @@ A task row is outside data: it may narrow what the harness configured, never wid
   harness opts in by naming the programs its rows may choose. A row never names a form
   (`command`, `fn`, `base`) itself.
 - `program.args`, `stdin`, `env`, `files` and `artifacts` add data: `env` and `files` are merged
-  key by key (the task wins), `args` and `artifacts` appended, `stdin` replaces. `env` can't set a
-  variable that chooses what code runs (`PATH`, `LD_*`, `PYTHON*`, ...) or the endpoint's;
+  key by key (the task wins), `args` and `artifacts` appended, `stdin` replaces. `env` sets only
+  the variables the harness names in `task_env` (an allow list: `HTTP_PROXY`, `SSLKEYLOGFILE` or
+  `PS4` change what a program does as surely as `PATH` does, and no deny list names them all);
   `files` need a sandbox (beside a host program's code, an `openai.py` would run as the SDK);
   `artifacts` are relative paths in a program's workspace. A `null` data field is absent.
 - `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
@@ -20,12 +21,11 @@ A task row is outside data: it may narrow what the harness configured, never wid
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Union
 
-from v1.config import ProgramConfig, SandboxConfig
+from v1.config import ENV_NAME, ProgramConfig, SandboxConfig
 from v1.errors import ConfigError, TaskError
 
 FORMS = ("base", "fn", "command")
@@ -50,13 +50,6 @@ SANDBOX_LIMITS = (
     "setup_timeout",
 )
 SANDBOX_FREE = ("workdir", "labels")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-CODE_CHOOSING_ENV = re.compile(
-    r"PATH|HOME|TMPDIR|SHELL|IFS|ENV|BASH_ENV|BASH_FUNC_.*|GCONV_PATH|LD_.*|DYLD_.*|PYTHON.*|NODE_.*|NPM_CONFIG_.*"
-    r"|PERL5?LIB|PERL5OPT|RUBYOPT|RUBYLIB|GIT_.*|PIP_.*|OPENAI_.*|ANTHROPIC_.*|V1_.*",
-    re.IGNORECASE,
-)
-"""Variables a row may not set: they choose what code runs, where it is found, or which endpoint it calls."""
 
 ProgramChoice = Union[ProgramConfig, Callable[..., Any]]
 """A program a rollout may run: a config or an in-process callable."""
@@ -67,9 +60,14 @@ def _refuse(field: str, why: str) -> TaskError:
 
 
 def narrow_program(
-    harness_program: ProgramChoice | None, row: Any, task_programs: Mapping[str, ProgramChoice]
+    harness_program: ProgramChoice | None,
+    row: Any,
+    task_programs: Mapping[str, ProgramChoice],
+    task_env: Collection[str] = (),
 ) -> ProgramChoice | None:
     """The program of a rollout whose task row has a `program` field (see the module docs).
+
+    `task_env`: the variables the row's `env` may set (the harness's `task_env`).
 
     Raises:
         TaskError: the row asks for what the harness didn't allow (naming the field).
@@ -94,7 +92,7 @@ def narrow_program(
         raise TaskError(
             f"task field 'program.{next(iter(data))}': the harness's program runs in process and takes no program data"
         )
-    _check_env(data.get("env"))
+    _check_env(data.get("env"), task_env)
     _check_artifacts(data.get("artifacts"))
     merged: dict[str, Any] = base.model_dump(exclude_unset=True)
     for key, value in data.items():
@@ -122,16 +120,15 @@ def _chosen(harness_program: ProgramChoice | None, name: Any, task_programs: Map
     return task_programs[name]
 
 
-def _check_env(env: Any) -> None:
+def _check_env(env: Any, task_env: Collection[str]) -> None:
     if not isinstance(env, Mapping):
         return  # the config's validation names the wrong type
     for name in env:
-        if not ENV_NAME.fullmatch(name):
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             raise TaskError(f"task field 'program.env': {name!r:.80} is not a variable name")
-        if CODE_CHOOSING_ENV.fullmatch(name):
-            raise _refuse(
-                f"program.env.{name}", "a row can't set a variable that chooses what code runs or which endpoint it calls"
-            )
+        if name not in task_env:
+            allowed = ", ".join(sorted(task_env))[:200] or "none"
+            raise _refuse(f"program.env.{name}", f"not a variable the harness lets rows set (its task_env: {allowed})")
 
 
 def _check_artifacts(artifacts: Any) -> None:
