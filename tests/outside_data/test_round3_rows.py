@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import v1 as vf
-from v1.testing import MockModelServer
+from v1.testing import MockModelServer, Reply
 
 NARROWS = "outside data narrows what the harness configured, never widens it"
 AGENT = """
@@ -169,3 +169,58 @@ def test_task_env_in_a_config_builds_the_same_harness() -> None:
     assert vf.Harness(config=config).config.task_env == ["GREETING", "LEVEL"]
     with pytest.raises(vf.ConfigError, match="task_env"):
         vf.HarnessConfig({"task_env": ["*"]})
+
+
+def tool_harness(mock: MockModelServer, marker: Path, **kwargs: Any) -> vf.Harness:
+    """The base tool loop with a toolset that hides `wipe`, a tool that leaves `marker` when it runs."""
+
+    def lookup(word: str) -> str:
+        """Look a word up."""
+        return word.upper()
+
+    def wipe() -> str:
+        """Delete the user's data (hidden: the harness never offers it)."""
+        marker.write_text("ran")
+        return "wiped"
+
+    toolset = vf.Toolset([lookup, wipe], name="ops", hide=["wipe"])
+    return vf.Harness(
+        client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", toolsets=[toolset], max_turns=3, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ({"show": ["wipe"]}, "tools.show"),
+        ({"show": ["lookup", "wipe"]}, "tools.show"),
+        ({"ops": {"show": ["wipe"]}}, "tools.ops.show"),
+    ],
+)
+async def test_a_row_cannot_show_a_tool_the_toolset_hides(
+    mock: MockModelServer, tmp_path: Path, tools: dict[str, Any], field: str
+) -> None:
+    marker = tmp_path / "wiped"
+    mock.script(Reply.tool("wipe", {}), Reply.text("done"))
+    state = await tool_harness(mock, marker).run({"prompt": "p", "tools": tools})
+    error = state["error"]
+    assert error is not None and error["type"] == "TaskError", error
+    assert error["message"].startswith(f"task field '{field}': ['wipe'] hidden by the toolset") and NARROWS in error["message"]
+    assert not marker.exists() and mock.requests == []
+
+
+async def test_the_models_call_to_a_hidden_tool_is_answered_as_unknown_and_never_runs(
+    mock: MockModelServer, tmp_path: Path
+) -> None:
+    marker = tmp_path / "wiped"
+    mock.script(Reply.tool("wipe", {}), Reply.text("done"))
+    state = await tool_harness(mock, marker).run({"prompt": "p", "tools": {"hide": ["lookup"]}})
+    assert state["error"] is None and state["tool_defs"] == []
+    assert not marker.exists()
+    answer = state["completion"][1]
+    assert answer["role"] == "tool" and answer["content"].startswith("Error: unknown tool 'wipe'")
+
+
+async def test_a_row_still_narrows_the_visible_tools(mock: MockModelServer, tmp_path: Path) -> None:
+    state = await tool_harness(mock, tmp_path / "wiped").run({"prompt": "p", "tools": {"ops": {"show": ["lookup"]}}})
+    assert state["error"] is None and [tool["name"] for tool in state["tool_defs"]] == ["lookup"]

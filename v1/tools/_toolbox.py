@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from v1._util.calling import call_user_code
-from v1.errors import ConfigError, NotSupportedError, RolloutStopped
+from v1.errors import ConfigError, NotSupportedError, RolloutStopped, TaskError
 from v1.interception import get_endpoint, upstream
 from v1.rollout import BindingContext, NamedToolset, State
 from v1.tools._scopes import Scope, ScopedOwner
@@ -46,6 +46,16 @@ def _filter(names: list[str], show: list[str] | None, hide: list[str] | None, fi
     if hide is not None:
         names = [name for name in names if name not in hide]
     return names
+
+
+def _refuse_hidden(show: list[str] | None, defaults: list[str], field: str) -> None:
+    """A row narrows the tools its toolsets show: it can't show one they hide (its call would run)."""
+    hidden = sorted(set(show or []) - set(defaults))
+    if hidden:
+        raise TaskError(
+            f"task field {field!r}: {hidden!r:.200} hidden by the toolset; a row may hide tools, not show hidden ones; "
+            "outside data narrows what the harness configured, never widens it"
+        )
 
 
 async def _call_plain(name: str, tool: Callable[..., Any], arguments: str | Mapping[str, Any]) -> ToolContent:
@@ -147,7 +157,9 @@ class RolloutToolbox:
         every = list(self.tools)
         if set(visibility) <= {"show", "hide"}:
             show, hide = _visibility(visibility, "tools")
-            return _filter(every if show is not None else defaults, show, hide, "tools", every)
+            shown = _filter(every if show is not None else defaults, show, hide, "tools", every)
+            _refuse_hidden(show, defaults, "tools.show")
+            return shown
         visible = list(defaults)
         by_name = {toolset.name: toolset for toolset in chosen if toolset.name is not None}
         for toolset_name, rule in visibility.items():
@@ -158,6 +170,7 @@ class RolloutToolbox:
             show, hide = _visibility(rule, f"tools.{toolset_name}")
             own = by_toolset[id(by_name[toolset_name])]
             kept = _filter(own, show, hide, f"tools.{toolset_name}", own)
+            _refuse_hidden(show, defaults, f"tools.{toolset_name}.show")
             visible = [n for n in visible if n not in own] + kept
         return [name for name in every if name in visible]
 
