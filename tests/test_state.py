@@ -327,6 +327,7 @@ def test_get_max_turns_precedence():
     state.runtime.max_turns = 5
     assert state.get_max_turns(7) == 5
     assert make_state().get_max_turns(7) == 7
+    assert make_state(max_turns=30).get_max_turns(7) == 7  # a task lowers the limit, never raises it
 
 
 def test_get_model_without_a_model_is_a_config_error():

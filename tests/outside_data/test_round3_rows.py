@@ -224,3 +224,16 @@ async def test_the_models_call_to_a_hidden_tool_is_answered_as_unknown_and_never
 async def test_a_row_still_narrows_the_visible_tools(mock: MockModelServer, tmp_path: Path) -> None:
     state = await tool_harness(mock, tmp_path / "wiped").run({"prompt": "p", "tools": {"ops": {"show": ["lookup"]}}})
     assert state["error"] is None and [tool["name"] for tool in state["tool_defs"]] == ["lookup"]
+
+
+async def test_a_row_cannot_raise_the_default_turn_limit_when_the_user_set_none(mock: MockModelServer) -> None:
+    async def chatty(task: vf.Task, state: vf.State) -> None:
+        while True:
+            await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
+
+    harness = vf.Harness(program=chatty, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m")
+    assert "max_turns" not in harness.config.model_fields_set and harness.config.max_turns == 10
+    raised, lowered = await harness.run_group([{"prompt": "a", "max_turns": 1000}, {"prompt": "b", "max_turns": 3}])
+    assert raised["stop_condition"] == "max_turns_reached" and len(raised["trajectory"]) == 10
+    assert lowered["stop_condition"] == "max_turns_reached" and len(lowered["trajectory"]) == 3
+    assert len(mock.requests) == 13

@@ -135,8 +135,8 @@ class Harness:
             (none by default; there is no wildcard).
         system_prompt: the harness's system prompt (see `system_prompt_strategy`).
         client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
-        model, sampling_args, max_turns: what to call and how; the task's
-            `max_turns` overrides the harness's.
+        model, sampling_args, max_turns: what to call and how; a task's
+            `max_turns` may lower the harness's turn limit (set or default), never raise it.
         toolsets: toolsets whose tools every task of this harness may use.
         taskset: the taskset whose tasks this harness runs (its prompt, tools and handlers apply).
         config: a `HarnessConfig` (or mapping); keyword arguments override it.
@@ -270,8 +270,6 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
-        # A row is outside data: it may lower a turn limit the user set, never raise it.
-        runtime.max_turns_ceiling = self.config.max_turns if "max_turns" in self.config.model_fields_set else None
         state["model"] = runtime.model
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:

@@ -127,8 +127,6 @@ class RolloutRuntime:
 
     model: str | None = None
     max_turns: int | None = None
-    max_turns_ceiling: int | None = None
-    """The turn limit the user set: a task's `max_turns` may lower it, never raise it (None: no ceiling)."""
     endpoint: EndpointAccess | None = None
     tools: dict[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
     borrowed: dict[str, Any] = field(default_factory=dict)
@@ -376,12 +374,13 @@ class State(dict):  # type: ignore[type-arg]
         self.runtime.toolbox.add_tool(toolset, tool)
 
     def get_max_turns(self, default: int) -> int:
-        """The turn limit: the task's `max_turns` (never above a limit the user set), else the harness's, else `default`."""
+        """The turn limit: the harness's (else `default`), lowered by the task's `max_turns`, never raised by it.
+
+        A task is outside data: whether the user set the limit or left the default, the row narrows it.
+        """
+        limit = self.runtime.max_turns if self.runtime.max_turns is not None else default
         task_limit = self.task.get("max_turns")
-        if task_limit is not None:
-            ceiling = self.runtime.max_turns_ceiling
-            return min(int(task_limit), ceiling) if ceiling is not None else int(task_limit)
-        return self.runtime.max_turns if self.runtime.max_turns is not None else default
+        return min(int(task_limit), limit) if task_limit is not None else limit
 
     def finalize(self) -> State:
         """Drop runtime handles and make sure every field is JSON. Returns `self`.
