@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,21 @@ def test_exact_sum_does_not_depend_on_order() -> None:
             total.add(value)
         sums.add(total.value)
     assert sums == {math.fsum(values)}
+
+
+def test_exact_sum_cannot_overflow_and_takes_finite_numbers_only() -> None:
+    huge = ExactSum()
+    for value in (1e308, 1e308):
+        huge.add(value)
+    assert huge.mean(2) == 1e308 and huge.value == sys.float_info.max
+    mixed = ExactSum()
+    for value in (sys.float_info.max, sys.float_info.max, -sys.float_info.max, 5e-324, 3):
+        mixed.add(value)
+    assert mixed.value == sys.float_info.max and mixed.mean(5) == sys.float_info.max / 5
+    assert ExactSum().mean(0) == 0.0
+    for bad in (math.nan, math.inf, -math.inf, "1.0", 10**400, True, None):
+        with pytest.raises(ValueError, match="is not a finite number"):
+            ExactSum().add(bad)  # type: ignore[arg-type]
 
 
 def test_pass_at_k_estimators() -> None:

@@ -3,8 +3,11 @@
 `EvalSummary` folds `RolloutOutput`s into the aggregates of `GenerateMetadata`
 (mean reward and metrics, error rate, pass@k, token usage, timing) without
 keeping the outputs: its memory is a few counters per example. Sums are exact
-(Shewchuk partials), so the aggregates don't depend on the order rollouts
-finished in, and a resumed run matches an uninterrupted one to the last bit.
+and cannot overflow (`v1._util.exact_sum`), so the aggregates don't depend on the
+order rollouts finished in, a resumed run matches an uninterrupted one to the last
+bit, and the mean of two values of ``1e308`` is ``1e308``. It takes finite numbers
+only: a saved line with another (``"nan"``, ``"x"``, a 400-digit integer) is
+dropped on `--resume` with one warning naming its line, and its rollout is redone.
 
 `ResultsWriter` owns a run folder: `results.jsonl` (one output per line,
 appended and flushed as groups finish) and `metadata.json` (rewritten through a
@@ -21,12 +24,13 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
 from v1._util import bounded_json as _bounded_json
+from v1._util.exact_sum import ExactSum, finite_number
 from v1.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -36,31 +40,6 @@ METADATA_FILE = "metadata.json"
 
 RolloutKey = tuple[Any, int]
 """A rollout's identity: `(example_id, rollout_index)`; never a path, port or uuid."""
-
-
-class ExactSum:
-    """A running float sum that is exact, so the result does not depend on the order of `add` calls."""
-
-    def __init__(self) -> None:
-        self._partials: list[float] = []
-
-    def add(self, value: float) -> None:
-        x = float(value)
-        partials = []
-        for y in self._partials:
-            if abs(x) < abs(y):
-                x, y = y, x
-            hi = x + y
-            lo = y - (hi - x)
-            if lo:
-                partials.append(lo)
-            x = hi
-        partials.append(x)
-        self._partials = partials
-
-    @property
-    def value(self) -> float:
-        return math.fsum(self._partials)
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -81,8 +60,48 @@ def k_values(n: int) -> list[int]:
     return ks + ([n] if n and n not in ks else [])
 
 
-def _mean(total: ExactSum, count: int) -> float:
-    return total.value / count if count else 0.0
+TIMED_SPANS = ("setup", "generation", "scoring", "model", "env")
+"""The spans of an output's `timing` whose `duration` the summary averages."""
+
+
+def output_problem(output: Mapping[str, Any]) -> str | None:
+    """What makes a saved output unusable in the aggregates, in a few words naming the field; None when nothing does.
+
+    The aggregates take finite numbers only (`reward`, `metrics`, `token_usage`, `timing`) and
+    whole counts (`attempts`, `model_retries`): ``"nan"``, ``"x"`` or a 400-digit integer is a problem.
+    """
+    counts = {"attempts": output.get("attempts")}
+    retries = output.get("model_retries")
+    if isinstance(retries, Mapping):
+        counts |= {f"model_retries.{kind}": count for kind, count in retries.items()}
+    for field, count in counts.items():
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**53):
+            return f"field {field!r}: {str(count)[:40]!r} is not a count"
+    for field, value in _numbers(output):
+        if finite_number(value) is None:
+            return f"field {field!r}: {str(value)[:40]!r} is not a finite number"
+    return None
+
+
+def _numbers(output: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """`(field, value)` for each number the aggregates read from an output (a table that isn't one is its own value)."""
+    if output.get("reward") is not None:
+        yield "reward", output["reward"]
+    for table in ("metrics", "token_usage", "timing"):
+        value = output.get(table)
+        if value is not None and not isinstance(value, Mapping):
+            yield table, value
+    for table in ("metrics", "token_usage"):
+        for name, value in (output.get(table) or {}).items():
+            yield f"{table}.{name}", value
+    timing = output.get("timing") or {}
+    for name in ("total", "overhead"):
+        if name in timing:
+            yield f"timing.{name}", timing[name]
+    for name in TIMED_SPANS:
+        span = timing.get(name)
+        if isinstance(span, Mapping) and "duration" in span:
+            yield f"timing.{name}.duration", span["duration"]
 
 
 class EvalSummary:
@@ -107,7 +126,14 @@ class EvalSummary:
         self._per_example: dict[str, list[int]] = {}
 
     def add(self, output: Mapping[str, Any]) -> None:
-        """Fold one rollout's output into the aggregates."""
+        """Fold one rollout's output into the aggregates.
+
+        Raises:
+            ValueError: a number of the output is not a finite number (`output_problem`); nothing is added.
+        """
+        problem = output_problem(output)
+        if problem is not None:
+            raise ValueError(problem)
         self.count += 1
         reward = float(output.get("reward") or 0.0)
         self._reward.add(reward)
@@ -131,7 +157,7 @@ class EvalSummary:
         for name in ("total", "overhead"):
             if name in timing:
                 self._timing.setdefault(name, ExactSum()).add(timing[name])
-        for name in ("setup", "generation", "scoring", "model", "env"):
+        for name in TIMED_SPANS:
             span = timing.get(name)
             if isinstance(span, Mapping) and "duration" in span:
                 self._timing.setdefault(name, ExactSum()).add(span["duration"])
@@ -141,11 +167,11 @@ class EvalSummary:
 
     @property
     def avg_reward(self) -> float:
-        return _mean(self._reward, self.count)
+        return self._reward.mean(self.count)
 
     @property
     def avg_metrics(self) -> dict[str, float]:
-        return {name: _mean(total, count[0]) for name, (total, count) in sorted(self._metrics.items())}
+        return {name: total.mean(count[0]) for name, (total, count) in sorted(self._metrics.items())}
 
     @property
     def avg_error(self) -> float:
@@ -175,7 +201,7 @@ class EvalSummary:
         """Mean token usage per rollout."""
         if not self._usage:
             return None
-        return {name: _mean(total, self.count) for name, total in sorted(self._usage.items())}
+        return {name: total.mean(self.count) for name, total in sorted(self._usage.items())}
 
     @property
     def total_usage(self) -> dict[str, float]:
@@ -184,7 +210,7 @@ class EvalSummary:
     @property
     def avg_timing(self) -> dict[str, float]:
         """Mean seconds per rollout: `total`, `overhead`, and each span's duration."""
-        return {name: _mean(total, self.count) for name, total in sorted(self._timing.items())}
+        return {name: total.mean(self.count) for name, total in sorted(self._timing.items())}
 
     def metadata(self) -> dict[str, Any]:
         """The aggregate fields of `GenerateMetadata`."""
@@ -336,19 +362,27 @@ class ResultsWriter:
         return done
 
     def _read_lines(self, report: bool = False) -> Iterable[dict[str, Any]]:
-        """The saved outputs; with `report`, each unreadable line is logged once, naming the file and line."""
+        """The saved outputs the aggregates can take (`output_problem`); with `report`, each other line is
+        logged once, naming the file, the line and what is wrong with it."""
         with self.results_path.open(encoding="utf-8", errors="replace") as lines:
             for number, line in enumerate(lines, 1):
                 if not line.endswith("\n"):
                     continue  # half-written by a killed run
+                where = f"{self.results_path} line {number}"
                 try:
-                    output = _bounded_json.loads(line, f"{self.results_path} line {number}")
+                    output = _bounded_json.loads(line, where)
                 except ValueError as exc:
                     if report:
                         logger.warning("%s; the line is dropped", exc)
                     continue
-                if isinstance(output, dict):
-                    yield output
+                if not isinstance(output, dict):
+                    continue
+                problem = output_problem(output)
+                if problem is not None:
+                    if report:
+                        logger.warning("%s: %s; the line is dropped and its rollout redone", where, problem)
+                    continue
+                yield output
 
     async def write(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         """Append outputs, one JSON line each, and flush."""
@@ -404,6 +438,7 @@ __all__ = [
     "RolloutKey",
     "create_run_folder",
     "k_values",
+    "output_problem",
     "pass_all_at_k",
     "pass_at_k",
 ]

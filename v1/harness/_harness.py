@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1._util.entropy import uuid4_hex
+from v1._util.exact_sum import ExactSum, finite_number
 from v1.clients import Client, ClientLike, resolve_client
 from v1.config import (
     ArtifactConfig,
@@ -95,15 +96,23 @@ def token_usage(state: State) -> TokenUsage:
     steps = [step for step in state["trajectory"] if (step.get("response") or {}).get("usage")]
     if not steps:
         return TokenUsage()
-    inputs = [float(step["response"]["usage"]["prompt_tokens"]) for step in steps]
-    outputs = [float(step["response"]["usage"]["completion_tokens"]) for step in steps]
-    final_output = sum(outputs)
+    # an upstream reports the counts: an absurd one (1e308, a 400-digit integer) must not make a total infinite
+    inputs = [finite_number(step["response"]["usage"]["prompt_tokens"]) or 0.0 for step in steps]
+    outputs = [finite_number(step["response"]["usage"]["completion_tokens"]) or 0.0 for step in steps]
+    final_output = _exact_total(outputs)
     return TokenUsage(
-        input_tokens=sum(inputs),
+        input_tokens=_exact_total(inputs),
         output_tokens=final_output,
-        final_input_tokens=max(0.0, inputs[-1] + outputs[-1] - final_output),
+        final_input_tokens=max(0.0, _exact_total([inputs[-1], outputs[-1], -final_output])),
         final_output_tokens=final_output,
     )
+
+
+def _exact_total(values: list[float]) -> float:
+    total = ExactSum()
+    for value in values:
+        total.add(value)
+    return total.value
 
 
 def render_completion(state: State) -> Messages:

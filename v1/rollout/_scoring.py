@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from v1._util.exact_sum import ExactSum
 from v1.rollout._lifecycle import Handler, Handlers, group_arguments, rollout_arguments
 
 if TYPE_CHECKING:
@@ -16,6 +17,14 @@ def _as_float(value: Any, handler: Handler) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise TypeError(f"{handler.kind} {handler.name!r} returned {value!r}; expected a finite number")
     return float(value)
+
+
+def _finite(value: float, state: State, what: str) -> float:
+    """`value` when finite; else 0.0, with the error recorded (finite terms can sum past the float range)."""
+    if math.isfinite(value):
+        return value
+    state.record_error(OverflowError(f"the {what} is out of the float range (its weighted terms sum to {value})"), what)
+    return 0.0
 
 
 async def score_rollout(handlers: Handlers, task: Task, state: State) -> None:
@@ -35,7 +44,7 @@ async def score_rollout(handlers: Handlers, task: Task, state: State) -> None:
         metrics[handler.name] = value
         reward += handler.weight * value
     state["metrics"] = metrics
-    state["reward"] = reward
+    state["reward"] = _finite(reward, state, "reward")
 
 
 async def score_group(handlers: Handlers, tasks: list[Task], states: list[State]) -> None:
@@ -58,7 +67,7 @@ async def score_group(handlers: Handlers, tasks: list[Task], states: list[State]
             floats = [0.0] * len(states)
         for state, value in zip(states, floats):
             state["metrics"] = {**(state.get("metrics") or {}), handler.name: value}
-            state["reward"] = (state.get("reward") or 0.0) + handler.weight * value
+            state["reward"] = _finite((state.get("reward") or 0.0) + handler.weight * value, state, "reward")
     advantage_handlers = handlers.of("advantage")
     if advantage_handlers:
         handler = advantage_handlers[0]
@@ -72,11 +81,13 @@ async def score_group(handlers: Handlers, tasks: list[Task], states: list[State]
                 state.record_error(exc, f"advantage:{handler.name}")
             advantages = [0.0] * len(states)
     else:
-        rewards = [state.get("reward") or 0.0 for state in states]
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        advantages = [reward - mean for reward in rewards]
+        total = ExactSum()
+        for state in states:
+            total.add(state.get("reward") or 0.0)
+        mean = total.mean(len(states))
+        advantages = [(state.get("reward") or 0.0) - mean for state in states]
     for state, value in zip(states, advantages):
-        state["advantage"] = value
+        state["advantage"] = _finite(value, state, "advantage")
         for step in state["trajectory"]:
             step["reward"] = state.get("reward")
             step["advantage"] = value

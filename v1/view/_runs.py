@@ -18,12 +18,13 @@ import stat as stat_module
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from v1._util import bounded_json as _bounded_json
+from v1._util.exact_sum import ExactSum, finite_number
 from v1.env import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
 
 TRAIN_METRICS_FILE = "metrics.jsonl"
@@ -119,7 +120,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 def without_bad_pass_threshold(metadata: dict[str, Any]) -> str | None:
     """Drop a `pass_threshold` that is not a finite number from `metadata`; the one line that says so, if it was."""
     value = metadata.get("pass_threshold", DEFAULT_PASS_THRESHOLD)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if finite_number(value) is not None:
         return None
     del metadata["pass_threshold"]
     return f"{METADATA_FILE}: pass_threshold is not a number ({str(value)[:40]!r}); {DEFAULT_PASS_THRESHOLD} is used"
@@ -161,18 +162,18 @@ def _snippet(text: str) -> str:
     return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _numbers(table: Any) -> dict[str, float]:
+    """The entries of an output's table (`metrics`, `token_usage`) that are finite numbers."""
+    numbers = {str(name): finite_number(value) for name, value in _dict(table).items()}
+    return {name: number for name, number in numbers.items() if number is not None}
 
 
 def summarize_rollout(position: int, output: dict[str, Any]) -> dict[str, Any]:
@@ -192,26 +193,26 @@ def summarize_rollout(position: int, output: dict[str, Any]) -> dict[str, Any]:
         error_message = _snippet(str(error.get("message", "")) if isinstance(error, dict) else str(error))
     trajectory = _list(output.get("trajectory"))
     timing = _dict(output.get("timing"))
-    spans = {name: _number(timing.get(name)) for name in ("total", "overhead")}
-    spans.update({name: _number(_dict(timing.get(name)).get("duration")) for name in TIMED_SPANS})
+    spans = {name: finite_number(timing.get(name)) for name in ("total", "overhead")}
+    spans.update({name: finite_number(_dict(timing.get(name)).get("duration")) for name in TIMED_SPANS})
     return {
         "n": position,
         "example_id": output.get("example_id"),
         "rollout_index": output.get("rollout_index"),
-        "reward": _number(output.get("reward")),
-        "metrics": {str(k): float(v) for k, v in _dict(output.get("metrics")).items() if _number(v) is not None},
+        "reward": finite_number(output.get("reward")),
+        "metrics": _numbers(output.get("metrics")),
         "error": error_type,
         "error_message": error_message,
         "stop": None if output.get("stop_condition") is None else str(output.get("stop_condition")),
         "turns": len(trajectory),
         "tool_calls": sum(len(m.get("tool_calls") or []) for m in completion if isinstance(m, dict)),
         "seconds": spans["total"],
-        "output_tokens": _number(_dict(output.get("token_usage")).get("output_tokens")),
+        "output_tokens": finite_number(_dict(output.get("token_usage")).get("output_tokens")),
         "has_tokens": any(isinstance(step, dict) and step.get("tokens") for step in trajectory),
         "prompt": _snippet(user),
         "answer": _snippet(answer),
         "timing": {name: value for name, value in spans.items() if value is not None},
-        "usage": {str(k): float(v) for k, v in _dict(output.get("token_usage")).items() if _number(v) is not None},
+        "usage": _numbers(output.get("token_usage")),
         "retries": max(0, int(output.get("attempts") or 1) - 1) if isinstance(output.get("attempts"), int) else 0,
     }
 
@@ -219,12 +220,18 @@ def summarize_rollout(position: int, output: dict[str, Any]) -> dict[str, Any]:
 def summarize_rows(rows: list[dict[str, Any]], pass_threshold: float) -> dict[str, Any]:
     """The aggregates `v1 eval` writes to `metadata.json` (as `EvalSummary` computes them), from summary rows.
 
-    Sums use `math.fsum` (exact), so they match `EvalSummary`'s exact sums.
+    Sums are `ExactSum`s (exact, free of overflow), as `EvalSummary`'s are, so the two agree.
     """
     count = len(rows)
 
-    def mean(values: list[float]) -> float:
-        return math.fsum(values) / len(values) if values else 0.0
+    def total(values: Iterable[float]) -> ExactSum:
+        exact = ExactSum()
+        for value in values:
+            exact.add(value)
+        return exact
+
+    def mean(values: list[float], over: int | None = None) -> float:
+        return total(values).mean(len(values) if over is None else over)
 
     metrics: dict[str, list[float]] = {}
     usage: dict[str, list[float]] = {}
@@ -256,20 +263,20 @@ def summarize_rows(rows: list[dict[str, Any]], pass_threshold: float) -> dict[st
         return result
 
     return {
-        "avg_reward": math.fsum(row["reward"] or 0.0 for row in rows) / count if count else 0.0,
+        "avg_reward": mean([row["reward"] or 0.0 for row in rows]),
         "avg_metrics": {name: mean(values) for name, values in sorted(metrics.items())},
         "avg_error": sum(errors.values()) / count if count else 0.0,
         "pass_at_k": passing(pass_at_k),
         "pass_all_k": passing(pass_all_at_k),
         "pass_threshold": pass_threshold,
-        "usage": {name: math.fsum(values) / count for name, values in sorted(usage.items())} if usage else None,
+        "usage": {name: mean(values, count) for name, values in sorted(usage.items())} if usage else None,
         "num_rollouts": count,
         "num_errors": sum(errors.values()),
         "num_retries": sum(row["retries"] for row in rows),
         "error_types": dict(sorted(errors.items())),
         "stop_conditions": dict(sorted(stops.items())),
-        "total_usage": {name: math.fsum(values) for name, values in sorted(usage.items())},
-        "avg_timing": {name: math.fsum(values) / count for name, values in sorted(timing.items())},
+        "total_usage": {name: total(values).value for name, values in sorted(usage.items())},
+        "avg_timing": {name: mean(values, count) for name, values in sorted(timing.items())},
     }
 
 
@@ -443,10 +450,11 @@ def histogram(values: list[float], bins: int = 20) -> dict[str, Any]:
         return {"min": low, "max": high, "counts": [len(finite)]}
     distinct = len(set(finite))
     bins = min(bins, distinct) if distinct <= bins else bins
-    width = (high - low) / bins
+    # halved, so that the span of -1e308..1e308 is a finite float too
+    width = (high / 2 - low / 2) / bins
     counts = [0] * bins
     for value in finite:
-        counts[min(int((value - low) / width), bins - 1)] += 1
+        counts[min(int((value / 2 - low / 2) / width), bins - 1)] += 1
     return {"min": low, "max": high, "counts": counts}
 
 

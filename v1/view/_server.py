@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from v1._util.exact_sum import ExactSum
 from v1.view._runs import (
     TRAIN_METRICS_FILE,
     TRAIN_SUMMARY_FILE,
@@ -352,8 +353,8 @@ class Viewer:
         examples = []
         for key in sorted(set(by_a) | set(by_b), key=example_sort_key):
             a, b = by_a.get(key), by_b.get(key)
-            mean_a = a["total"] / a["count"] if a else None
-            mean_b = b["total"] / b["count"] if b else None
+            mean_a = a["total"].mean(a["count"]) if a else None
+            mean_b = b["total"].mean(b["count"]) if b else None
             examples.append(
                 {
                     "example_id": json.loads(key),
@@ -443,9 +444,9 @@ def per_example(index: RolloutIndex) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for row in index.rows:
         entry = found.setdefault(
-            json.dumps(row["example_id"]), {"total": 0.0, "count": 0, "first": row["n"], "prompt": row["prompt"]}
+            json.dumps(row["example_id"]), {"total": ExactSum(), "count": 0, "first": row["n"], "prompt": row["prompt"]}
         )
-        entry["total"] += row["reward"] or 0.0
+        entry["total"].add(row["reward"] or 0.0)
         entry["count"] += 1
     return found
 
