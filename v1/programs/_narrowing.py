@@ -14,7 +14,8 @@ A task row is outside data: it may narrow what the harness configured, never wid
 - `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
   `{}`, `null` alike).
 - `sandbox` tightens the program's sandbox: limits no larger than the harness's, network only
-  off, its own `workdir` and `labels`; any other field must equal the harness's. On a program
+  off, its own `labels`; any other field (`workdir` included: where the workspace is bound is
+  no narrowing) must equal the harness's, checked before the row's value is parsed. On a program
   with no sandbox, it runs the program in one (the defaults, tightened).
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Union
 
+from v1._util.sandbox_paths import control_character_problem
 from v1.config import ProgramConfig, SandboxConfig
 from v1.errors import ConfigError, TaskError
 
@@ -49,7 +51,7 @@ SANDBOX_LIMITS = (
     "install_timeout",
     "setup_timeout",
 )
-SANDBOX_FREE = ("workdir", "labels")
+SANDBOX_FREE = ("labels",)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CODE_CHOOSING_ENV = re.compile(
     r"PATH|HOME|TMPDIR|SHELL|IFS|ENV|BASH_ENV|BASH_FUNC_.*|GCONV_PATH|LD_.*|DYLD_.*|PYTHON.*|NODE_.*|NPM_CONFIG_.*"
@@ -139,7 +141,9 @@ def _check_artifacts(artifacts: Any) -> None:
         return
     for i, artifact in enumerate(artifacts):
         path = artifact.get("path") if isinstance(artifact, Mapping) else artifact
-        if isinstance(path, str) and (PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts):
+        if isinstance(path, str) and (
+            PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or control_character_problem(path)
+        ):
             raise _refuse(f"program.artifacts[{i}]", f"{path!r:.80} is not a relative path inside the workspace")
 
 
@@ -170,6 +174,10 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
     if not isinstance(row, Mapping):
         raise TaskError(f"task field 'sandbox': expected a mapping of sandbox fields, got {type(row).__name__}")
     current = base if base is not None else SandboxConfig()
+    for key, value in row.items():
+        if key in SandboxConfig.model_fields and key not in (*SANDBOX_FREE, *SANDBOX_LIMITS, "network_access"):
+            if value != getattr(current, key):
+                raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {getattr(current, key)!r:.80})")
     try:
         narrowed = SandboxConfig.from_config({**current.model_dump(exclude_unset=True), **row})
     except ConfigError as exc:
@@ -181,11 +189,8 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
         if key in SANDBOX_LIMITS:
             if now > was:
                 raise _refuse(f"sandbox.{key}", f"{now!r} is above the harness's {was!r}; a row may only lower a limit")
-        elif key == "network_access":
-            if now:
-                raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
-        else:
-            raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {was!r:.80})")
+        elif key == "network_access" and now:
+            raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
     return narrowed
 
 

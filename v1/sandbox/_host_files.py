@@ -29,6 +29,8 @@ _CHUNK = 1 << 20
 
 def relative_parts(path: str) -> list[str]:
     """The components of a workspace-relative path (none: the workspace itself); `SandboxError` for `..` or `/...`."""
+    if "\0" in path:
+        raise SandboxError(f"{path[:120]!r} holds a NUL byte; no path in a workspace does")
     pure = PurePosixPath(path)
     parts = [part for part in pure.parts if part not in ("", ".")]
     if pure.is_absolute() or ".." in parts:
