@@ -7,7 +7,11 @@ and harbor tasksets, all with real bubblewrap sandboxes (as root where the host 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +20,13 @@ from typing import Any
 import pytest
 
 import v1 as vf
+from tasksets import harbor, swe
+from tests.tools.patience import HANG_S
 from v1.classic import SandboxEnv
 from v1.sandbox import get_manager
 from v1.testing import MockModelServer, Reply
 
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [{"question": "work in the sandbox", "answer": "hi"}]
 INJECTED_BIND = "\u0000--bind\u0000/\u0000/tmp/host"
 """What follows a path to bind the host's `/` read-write at `/tmp/host` once the path ends at a NUL."""
@@ -141,3 +148,130 @@ async def test_an_artifact_path_holding_nul_is_a_clean_refusal(mock: MockModelSe
     state = await harness.run({"prompt": "a", "program": {"artifacts": ["out.txt\u0000--bind\u0000/\u0000/tmp/host"]}})
     assert state["error"] is not None and "\n" not in state["error"]["message"]
     assert "artifacts" in state["error"]["message"]
+
+
+SECRET = "SECRET-KEY-MATERIAL-7f3a"
+ATTACK_TOML = """
+[env]
+name = "task-folders"
+[env.taskset]
+taskset_id = "swe"
+source = "attack_rows:rows"
+setups = [{ fn = "tasksets.swe:make_repo" }]
+rewards = [{ fn = "tasksets.swe:tests_pass", weight = 1.0 }]
+[env.harness]
+max_turns = 1
+timeout_seconds = 120
+[env.harness.program]
+command = ["sh", "-c", "cat * */* */*/* 2>&1; ls -laR"]
+[env.harness.sandbox]
+memory_gb = 1
+disk_size_gb = 1
+"""
+ATTACK_ROWS = """
+from tasksets.swe import load_rows
+
+def rows():
+    return load_rows({tasks!r})
+"""
+
+
+@pytest.fixture
+def secret_home(tmp_path: Path) -> Path:
+    """A user's ~/.ssh: a folder only its owner enters, holding a key only its owner reads."""
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "id_rsa").write_text(SECRET + "\n")
+    (ssh / "id_rsa").chmod(0o600)
+    ssh.chmod(0o700)
+    return ssh
+
+
+def swe_task(tasks: Path, name: str, test_command: str = "cat * */* 2>&1; false") -> Path:
+    folder = tasks / name
+    shutil.copytree(ROOT / "tasksets" / "data" / "swe" / "calc-add", folder)
+    (folder / "task.toml").write_text(f"test_command = {test_command!r}\n")
+    return folder
+
+
+def relink(path: Path, target: Path) -> None:
+    shutil.rmtree(path)
+    path.symlink_to(target, target_is_directory=True)
+
+
+def test_a_downloaded_swe_task_folder_linking_to_a_host_folder_copies_none_of_it(
+    tmp_path: Path, mock: MockModelServer, secret_home: Path
+) -> None:
+    tasks = tmp_path / "tasks"
+    relink(swe_task(tasks, "a-repo-link") / "repo", secret_home)
+    relink(swe_task(tasks, "b-tests-link") / "tests", secret_home)
+    (swe_task(tasks, "c-inner-link") / "repo" / "keys").symlink_to(secret_home, target_is_directory=True)
+    (swe_task(tasks, "d-file-link") / "tests" / "id_rsa").symlink_to(secret_home / "id_rsa")
+    hard = swe_task(tasks, "e-hard-link") / "repo" / "id_rsa"
+    os.link(secret_home / "id_rsa", hard)
+    (swe_task(tasks, "f-relative-link", "test -L calc_link && cat calc_link") / "tests" / "calc_link").symlink_to("test_calc.py")
+    (tmp_path / "attack_rows.py").write_text(ATTACK_ROWS.format(tasks=str(tasks)))
+    (tmp_path / "eval.toml").write_text(ATTACK_TOML)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]), "V1_SANDBOX_ROOT": str(tmp_path / "sb")}
+    args = ["eval", "eval.toml", "-m", "m", "-b", mock.url, "-n", "-1", "-r", "1", "--output-dir", "out"]
+    args += ["--state-columns", "program_result", "test_output"]
+    result = subprocess.run(
+        [sys.executable, "-m", "v1.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S
+    )
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "out").iterdir()
+    saved = (run / "results.jsonl").read_text()
+    assert SECRET not in saved and SECRET not in result.stdout + result.stderr
+    lines = {json.loads(line)["info"]["task"]: json.loads(line) for line in saved.splitlines()}
+    refused = {name: line["error"]["message"] for name, line in lines.items() if line["error"] is not None}
+    assert sorted(refused) == ["a-repo-link", "b-tests-link", "c-inner-link", "d-file-link"] + (
+        ["e-hard-link"] if os.geteuid() == 0 else []
+    )
+    for name, message in refused.items():
+        assert "\n" not in message and "following no symlink" in message, (name, message)
+    assert "is a symlink" in refused["a-repo-link"] and "is a symlink" in refused["b-tests-link"]
+    assert "outside the folder being copied" in refused["c-inner-link"] + refused["d-file-link"]
+    if os.geteuid() == 0:
+        assert "not readable by the sandbox's user" in refused["e-hard-link"]
+    assert lines["f-relative-link"]["error"] is None, lines["f-relative-link"]
+    assert "class" in lines["f-relative-link"]["test_output"], lines["f-relative-link"]
+
+
+def test_a_task_folder_or_task_file_that_is_a_symlink_is_refused_when_rows_load(tmp_path: Path, secret_home: Path) -> None:
+    (secret_home.parent / "problem.md").write_text(SECRET)
+    tasks = tmp_path / "tasks"
+    (swe_task(tasks, "a") / "problem.md").unlink()
+    (tasks / "a" / "problem.md").symlink_to(secret_home.parent / "problem.md")
+    with pytest.raises(vf.TaskError, match=r"problem\.md"):
+        swe.load_rows(tasks)
+    shutil.rmtree(tasks / "a")
+    (tasks / "a").symlink_to(ROOT / "tasksets" / "data" / "swe" / "calc-add", target_is_directory=True)
+    with pytest.raises(vf.TaskError, match="a"):
+        swe.load_rows(tasks)
+    harbor_tasks = tmp_path / "harbor"
+    shutil.copytree(ROOT / "tasksets" / "data" / "harbor", harbor_tasks)
+    first = sorted(harbor_tasks.iterdir())[0]
+    (first / "solution" / "solve.sh").unlink()
+    (first / "solution" / "solve.sh").symlink_to(secret_home / "id_rsa")
+    with pytest.raises(vf.TaskError, match=r"solve\.sh"):
+        harbor.load_rows(harbor_tasks)
+
+
+async def test_harbor_tests_linking_to_a_host_folder_are_refused_on_the_state(
+    tmp_path: Path, mock: MockModelServer, secret_home: Path
+) -> None:
+    tasks = tmp_path / "harbor"
+    shutil.copytree(ROOT / "tasksets" / "data" / "harbor", tasks)
+    (secret_home / "test.sh").write_text("cat id_rsa\n")
+    for folder in tasks.iterdir():
+        relink(folder / "tests", secret_home)
+    client = {"api_base_url": mock.url, "max_retries": 0}
+    env = vf.load_environment(
+        "harbor",
+        taskset={"source": lambda: harbor.load_rows(tasks), "eval_source": lambda: harbor.load_rows(tasks)},
+        harness={"program": {"command": ["true"]}, "client": client, "model": "m"},
+    )
+    results = await env.evaluate(num_examples=-1, rollouts_per_example=1, state_columns=["test_output"])
+    for output in results["outputs"]:
+        assert output["error"] is not None and "is a symlink" in output["error"]["message"]
+        assert SECRET not in json.dumps(output)
