@@ -9,7 +9,8 @@ A task row is outside data: it may narrow what the harness configured, never wid
 - `program.args`, `stdin`, `env`, `files` and `artifacts` add data: `env` and `files` are merged
   key by key (the task wins), `args` and `artifacts` appended, `stdin` replaces. `env` can't set a
   variable that chooses what code runs (`PATH`, `LD_*`, `PYTHON*`, ...) or the endpoint's;
-  `files` need a sandbox (beside a host program's code, an `openai.py` would run as the SDK);
+  `files` need a sandbox of the rollout's own (beside a host program's code, an `openai.py` would run
+  as the SDK; in a `group` or `global` sandbox, in the other rollouts' programs);
   `artifacts` are relative paths in a program's workspace. A `null` data field is absent.
 - `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
   `{}`, `null` alike).
@@ -151,9 +152,17 @@ def check_row_data(row: Any, program: ProgramChoice | None, sandbox: SandboxConf
     """Refuse a row's program data that needs a sandbox (or a workspace) the rollout doesn't have.
 
     Raises:
-        TaskError: `files` for a program without a sandbox; `artifacts` for one with no workspace.
+        TaskError: `files` for a program without a sandbox, or with a sandbox other rollouts share (scope
+            `group` or `global`: its files would be there when theirs run); `artifacts` for one with no workspace.
     """
-    if not isinstance(row, Mapping) or sandbox is not None:
+    if not isinstance(row, Mapping):
+        return
+    if sandbox is not None:
+        if row.get("files") and sandbox.scope != "rollout":
+            raise _refuse(
+                "program.files",
+                f"the sandbox is shared (scope {sandbox.scope!r}): a row's files would be in the other rollouts' workspace",
+            )
         return
     if row.get("files"):
         raise _refuse("program.files", "a row's files need a sandbox (beside a host program's code they would run as it)")
