@@ -16,11 +16,13 @@ for a bash script and runs it); `ORACLE_PROGRAM` runs `solve.sh` instead.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import v1 as vf
+from tasksets.swe import read_task_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -66,19 +68,18 @@ def load_task(folder: Path) -> dict[str, Any]:
         vf.TaskError: a required file is missing or task.toml is invalid.
     """
     for required in ("instruction.md", "task.toml", "tests/test.sh"):
-        if not (folder / required).is_file():
+        if not os.path.lexists(folder / required):
             raise vf.TaskError(f"harbor task {folder}: missing {required}")
     try:
-        meta = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
+        meta = tomllib.loads(read_task_file(folder, "task.toml"))
     except tomllib.TOMLDecodeError as exc:
         raise vf.TaskError(f"harbor task {folder}: invalid task.toml: {exc}") from None
-    solution = folder / "solution" / "solve.sh"
     return {
-        "question": (folder / "instruction.md").read_text(encoding="utf-8"),
+        "question": read_task_file(folder, "instruction.md"),
         "info": {
             "task": folder.name,
-            "task_dir": str(folder.resolve()),
-            "solution": solution.read_text(encoding="utf-8") if solution.is_file() else "",
+            "task_dir": str(folder.absolute()),
+            "solution": read_task_file(folder, "solution/solve.sh", optional=True),
             "verifier_timeout": float(meta.get("verifier", {}).get("timeout_sec", 60.0)),
             "metadata": meta.get("metadata", {}),
         },

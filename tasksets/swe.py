@@ -16,13 +16,14 @@ runs `test_command`: 1.0 when it exits 0. `GOLD_PROGRAM` applies `gold.patch` in
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import v1 as vf
-from v1.sandbox import ExecResult, Sandbox
+from v1.sandbox import ExecResult, Sandbox, read_host_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,6 +31,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TASKS_DIR = Path(__file__).parent / "data" / "swe"
+MAX_TASK_FILE_BYTES = 10 * 1024 * 1024
 GIT = ["git", "-c", "user.name=v1", "-c", "user.email=v1@localhost"]
 
 AGENT_SCRIPT = """
@@ -71,24 +73,40 @@ def load_task(folder: Path) -> dict[str, Any]:
         vf.TaskError: a required file is missing or task.toml has no test_command.
     """
     for required in ("problem.md", "task.toml", "repo", "tests"):
-        if not (folder / required).exists():
+        if not os.path.lexists(folder / required):
             raise vf.TaskError(f"swe task {folder}: missing {required}")
     try:
-        meta = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
+        meta = tomllib.loads(read_task_file(folder, "task.toml"))
     except tomllib.TOMLDecodeError as exc:
         raise vf.TaskError(f"swe task {folder}: invalid task.toml: {exc}") from None
     if not isinstance(meta.get("test_command"), str):
         raise vf.TaskError(f"swe task {folder}: task.toml needs test_command (a shell command)")
-    gold = folder / "gold.patch"
     return {
-        "question": (folder / "problem.md").read_text(encoding="utf-8"),
+        "question": read_task_file(folder, "problem.md"),
         "info": {
             "task": folder.name,
-            "task_dir": str(folder.resolve()),
+            "task_dir": str(folder.absolute()),
             "test_command": meta["test_command"],
-            "gold_patch": gold.read_text(encoding="utf-8") if gold.is_file() else "",
+            "gold_patch": read_task_file(folder, "gold.patch", optional=True),
         },
     }
+
+
+def read_task_file(folder: Path, name: str, optional: bool = False) -> str:
+    """A text file of a task folder, read beneath the folder (a downloaded task folder is outside data:
+    a symlink there, the folder itself included, is refused, never followed).
+
+    Raises:
+        vf.TaskError: the file is missing (unless `optional`: then ""), a symlink, or over `MAX_TASK_FILE_BYTES`.
+    """
+    try:
+        return read_host_file(name, MAX_TASK_FILE_BYTES, beneath=folder).decode("utf-8")
+    except FileNotFoundError:
+        if optional:
+            return ""
+        raise vf.TaskError(f"task {folder}: missing {name}") from None
+    except (vf.SandboxError, OSError, UnicodeDecodeError) as exc:
+        raise vf.TaskError(f"task {folder}: {name}: {exc}") from None
 
 
 def load_rows(tasks_dir: str | Path = TASKS_DIR) -> list[dict[str, Any]]:
@@ -178,6 +196,7 @@ __all__ = [
     "load_task",
     "load_taskset",
     "make_repo",
+    "read_task_file",
     "commit_repo",
     "run_task_tests",
     "tests_pass",

@@ -174,7 +174,7 @@ async def test_task_overrides_program_and_sandbox_per_rollout(mock: MockModelSer
     plain, overridden = await h.run_group(
         [
             {"prompt": "a"},
-            {"prompt": "b", "program": {"args": ["task"], "env": {"GREETING": "hello"}}, "sandbox": {"workdir": "/job"}},
+            {"prompt": "b", "program": {"args": ["task"], "env": {"GREETING": "hello"}}, "sandbox": {"memory_gb": 0.5}},
         ]
     )
     assert plain["artifacts"]["out.txt"] == "hi harness\n"

@@ -67,7 +67,7 @@ async def bash(command: str, sandbox) -> str:
 def rows():
     return [
         {"prompt": "default workdir"},
-        {"prompt": "task workdir", "sandbox": {"workdir": "/task"}, "program": {"files": {"notes.txt": "from the task"}}},
+        {"prompt": "task files", "sandbox": {"memory_gb": 0.5}, "program": {"files": {"notes.txt": "from the task"}}},
     ]
 '''
 
@@ -90,7 +90,7 @@ async def test_base_loop_with_sandboxed_toolset_and_task_overrides_from_toml(
     results = await env.evaluate(num_examples=2, rollouts_per_example=2)
     answers = sorted(output["completion"][-1]["content"] for output in results["outputs"])
     assert [output["error"] for output in results["outputs"]] == [None] * 4
-    assert answers == ["/task\nfrom the task"] * 2 + ["/workspace\nfrom the harness"] * 2
+    assert answers == ["/workspace\nfrom the harness"] * 2 + ["/workspace\nfrom the task"] * 2
     assert list_sandboxes() == []
 
 

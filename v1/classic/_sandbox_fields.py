@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from v1._util.sandbox_paths import control_character_problem, inside_directory
 from v1.config import SandboxConfig
 from v1.errors import ConfigError
 from v1.sandbox import ExecResult, Sandbox
@@ -119,9 +120,19 @@ def describe_result(result: ExecResult, timeout: float) -> str:
 
 
 async def run_shell(sandbox: Sandbox, command: str, timeout: float, working_dir: str | None = None) -> str:
-    """Run `command` with bash (sh where bash is missing) in `sandbox`; its output as a tool answer."""
+    """Run `command` with bash (sh where bash is missing) in `sandbox`; its output as a tool answer.
+
+    `working_dir` is the model's: it must name a folder inside the sandbox's workspace (absolute, or
+    relative to it), with no control character; anything else is the tool's answer, and nothing runs.
+    """
+    cwd = None
+    if working_dir is not None:
+        cwd = inside_directory(sandbox.workdir, working_dir)
+        if cwd is None:
+            problem = control_character_problem(working_dir) or f"is outside the sandbox's workspace {sandbox.workdir!r}"
+            return f"error: working_dir {working_dir[:120]!r} {problem}; nothing ran"
     shell = 'command -v bash >/dev/null && exec bash -c "$1" || exec sh -c "$1"'
-    result = await sandbox.exec(["sh", "-c", shell, "sh", command], cwd=working_dir, timeout=timeout)
+    result = await sandbox.exec(["sh", "-c", shell, "sh", command], cwd=cwd, timeout=timeout)
     return describe_result(result, timeout)
 
 

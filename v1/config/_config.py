@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 from pydantic_core import PydanticCustomError
 
 from v1._util.loopback import connect_wait
+from v1._util.sandbox_paths import control_character_problem, sandbox_path_problem
 from v1.errors import ConfigError, MissingKeyError
 from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
@@ -321,14 +322,21 @@ class SandboxConfig(Config):
         return name
 
     @model_validator(mode="after")
-    def _absolute_workdir(self) -> SandboxConfig:
-        if not self.workdir.startswith("/"):
-            raise ValueError(f"workdir must be an absolute path inside the sandbox, got {self.workdir!r}")
+    def _plain_paths(self) -> SandboxConfig:
+        """Paths that reach `bwrap` are plain (see `v1._util.sandbox_paths`): refused, never cleaned."""
+        problem = sandbox_path_problem(self.workdir)
+        if problem is not None or self.workdir == "/":
+            why = problem or "would hide the sandbox's whole system"
+            raise ValueError(f"workdir must be an absolute path inside the sandbox; {self.workdir!r:.120} {why}")
         for inside, host in self.mounts.items():
-            if not inside.startswith("/") or not host.startswith("/"):
-                raise ValueError(f"mounts: {inside!r} = {host!r}: both paths must be absolute")
-            if inside.rstrip("/") in ("", "/usr", "/proc", "/dev", "/tmp", self.workdir.rstrip("/")):
+            problem = sandbox_path_problem(inside) or sandbox_path_problem(host)
+            if problem is not None:
+                raise ValueError(f"mounts: {inside!r:.120} = {host!r:.120}: both paths must be absolute; one {problem}")
+            if inside in ("/", "/usr", "/proc", "/dev", "/tmp", self.workdir):
                 raise ValueError(f"mounts: {inside!r} would hide a directory the sandbox needs")
+        for name, value in self.env.items():
+            if not name or "=" in name or control_character_problem(name) is not None or "\0" in value:
+                raise ValueError(f"env: {name!r:.120}: a name is non-empty with no '=' or control character; no value holds NUL")
         return self
 
 
@@ -349,6 +357,14 @@ class ArtifactConfig(Config):
     @classmethod
     def _bare_path(cls, value: Any) -> Any:
         return {"path": value} if isinstance(value, str) else value
+
+    @field_validator("path")
+    @classmethod
+    def _no_control_character(cls, path: str) -> str:
+        problem = control_character_problem(path)
+        if problem is not None:
+            raise ValueError(f"artifact path {path[:120]!r} {problem}")
+        return path
 
     @property
     def key(self) -> str:

@@ -10,12 +10,14 @@ A task row is outside data: it may narrow what the harness configured, never wid
   key by key (the task wins), `args` and `artifacts` appended, `stdin` replaces. `env` sets only
   the variables the harness names in `task_env` (an allow list: `HTTP_PROXY`, `SSLKEYLOGFILE` or
   `PS4` change what a program does as surely as `PATH` does, and no deny list names them all);
-  `files` need a sandbox (beside a host program's code, an `openai.py` would run as the SDK);
+  `files` need a sandbox of the rollout's own (beside a host program's code, an `openai.py` would run
+  as the SDK; in a `group` or `global` sandbox, in the other rollouts' programs);
   `artifacts` are relative paths in a program's workspace. A `null` data field is absent.
 - `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
   `{}`, `null` alike).
 - `sandbox` tightens the program's sandbox: limits no larger than the harness's, network only
-  off, its own `workdir` and `labels`; any other field must equal the harness's. On a program
+  off, its own `labels`; any other field (`workdir` included: where the workspace is bound is
+  no narrowing) must equal the harness's, checked before the row's value is parsed. On a program
   with no sandbox, it runs the program in one (the defaults, tightened).
 """
 
@@ -25,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Union
 
+from v1._util.sandbox_paths import control_character_problem
 from v1.config import ENV_NAME, ProgramConfig, SandboxConfig
 from v1.errors import ConfigError, TaskError
 
@@ -49,7 +52,7 @@ SANDBOX_LIMITS = (
     "install_timeout",
     "setup_timeout",
 )
-SANDBOX_FREE = ("workdir", "labels")
+SANDBOX_FREE = ("labels",)
 
 ProgramChoice = Union[ProgramConfig, Callable[..., Any]]
 """A program a rollout may run: a config or an in-process callable."""
@@ -136,7 +139,9 @@ def _check_artifacts(artifacts: Any) -> None:
         return
     for i, artifact in enumerate(artifacts):
         path = artifact.get("path") if isinstance(artifact, Mapping) else artifact
-        if isinstance(path, str) and (PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts):
+        if isinstance(path, str) and (
+            PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or control_character_problem(path)
+        ):
             raise _refuse(f"program.artifacts[{i}]", f"{path!r:.80} is not a relative path inside the workspace")
 
 
@@ -144,9 +149,17 @@ def check_row_data(row: Any, program: ProgramChoice | None, sandbox: SandboxConf
     """Refuse a row's program data that needs a sandbox (or a workspace) the rollout doesn't have.
 
     Raises:
-        TaskError: `files` for a program without a sandbox; `artifacts` for one with no workspace.
+        TaskError: `files` for a program without a sandbox, or with a sandbox other rollouts share (scope
+            `group` or `global`: its files would be there when theirs run); `artifacts` for one with no workspace.
     """
-    if not isinstance(row, Mapping) or sandbox is not None:
+    if not isinstance(row, Mapping):
+        return
+    if sandbox is not None:
+        if row.get("files") and sandbox.scope != "rollout":
+            raise _refuse(
+                "program.files",
+                f"the sandbox is shared (scope {sandbox.scope!r}): a row's files would be in the other rollouts' workspace",
+            )
         return
     if row.get("files"):
         raise _refuse("program.files", "a row's files need a sandbox (beside a host program's code they would run as it)")
@@ -167,6 +180,10 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
     if not isinstance(row, Mapping):
         raise TaskError(f"task field 'sandbox': expected a mapping of sandbox fields, got {type(row).__name__}")
     current = base if base is not None else SandboxConfig()
+    for key, value in row.items():
+        if key in SandboxConfig.model_fields and key not in (*SANDBOX_FREE, *SANDBOX_LIMITS, "network_access"):
+            if value != getattr(current, key):
+                raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {getattr(current, key)!r:.80})")
     try:
         narrowed = SandboxConfig.from_config({**current.model_dump(exclude_unset=True), **row})
     except ConfigError as exc:
@@ -178,11 +195,8 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
         if key in SANDBOX_LIMITS:
             if now > was:
                 raise _refuse(f"sandbox.{key}", f"{now!r} is above the harness's {was!r}; a row may only lower a limit")
-        elif key == "network_access":
-            if now:
-                raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
-        else:
-            raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {was!r:.80})")
+        elif key == "network_access" and now:
+            raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
     return narrowed
 
 

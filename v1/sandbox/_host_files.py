@@ -6,7 +6,9 @@ operation here resolves its path beneath the workspace root one component at
 a time from directory file descriptors, never following a symlink
 (`O_NOFOLLOW`), and touches only regular files (opened `O_NONBLOCK`, then
 checked with `fstat`): what a program swaps in is refused, never followed.
-Reads stop at their size cap.
+Reads stop at their size cap. A host folder copied in (a task folder, a project,
+an upload) is outside data too and is read the same way (`walk_host_tree`):
+from one opened folder, `O_NOFOLLOW` at every level, the top included.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from v1.errors import SandboxError
 
@@ -29,6 +34,8 @@ _CHUNK = 1 << 20
 
 def relative_parts(path: str) -> list[str]:
     """The components of a workspace-relative path (none: the workspace itself); `SandboxError` for `..` or `/...`."""
+    if "\0" in path:
+        raise SandboxError(f"{path[:120]!r} holds a NUL byte; no path in a workspace does")
     pure = PurePosixPath(path)
     parts = [part for part in pure.parts if part not in ("", ".")]
     if pure.is_absolute() or ".." in parts:
@@ -119,8 +126,14 @@ def _read_capped(fd: int, name: str, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_host_file(path: str, max_bytes: int) -> bytes:
-    """The bytes of a regular file on the host (an unsandboxed program's artifact): a FIFO or device is refused."""
+def read_host_file(path: str, max_bytes: int, beneath: Path | None = None) -> bytes:
+    """The bytes of a regular file on the host (an unsandboxed program's artifact): a FIFO or device is refused.
+
+    With `beneath` (a folder of outside data, such as a downloaded task folder), `path` is relative to it
+    and read as `read_file_beneath` reads it: no symlink followed at any level, `beneath` itself included.
+    """
+    if beneath is not None:
+        return read_file_beneath(beneath, path, max_bytes)
     dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         return _read_capped(_open_file(dir_fd, os.path.basename(path), path, os.O_RDONLY), path, max_bytes)
@@ -135,19 +148,130 @@ def read_file_beneath(root: Path, path: str, max_bytes: int) -> bytes:
         return _read_capped(_open_file(dir_fd, leaf, path, os.O_RDONLY), path, max_bytes)
 
 
+@dataclass(frozen=True)
+class HostEntry:
+    """One thing of a host tree being copied in: a folder, a regular file (its bytes) or a symlink (its target).
+
+    `path` is relative to the tree's top ("" for the top itself).
+    """
+
+    path: str
+    kind: Literal["dir", "file", "link"]
+    content: bytes = b""
+    target: str = ""
+
+
+def _refuse_host(path: str, why: str) -> SandboxError:
+    return SandboxError(f"{path!r} {why}; a host folder is copied in beneath its own descriptor, following no symlink")
+
+
+def _readable_by(info: os.stat_result, reader: Owner) -> bool:
+    """Whether the mode bits let `reader` (no supplementary groups) read it (and enter it, for a folder)."""
+    if reader is None:
+        return True
+    need = stat.S_IRUSR | (stat.S_IXUSR if stat.S_ISDIR(info.st_mode) else 0)
+    if info.st_uid == reader[0]:
+        return info.st_mode & need == need
+    if info.st_gid == reader[1]:
+        return info.st_mode & (need >> 3) == need >> 3
+    return info.st_mode & (need >> 6) == need >> 6
+
+
+def _link_target(dir_fd: int, name: str, relative: str, shown: str) -> str:
+    """A symlink's target, when it names a place inside the tree being copied; else refused."""
+    target = os.readlink(name, dir_fd=dir_fd)
+    landing = posixpath.normpath(posixpath.join(posixpath.dirname(relative), target))
+    if target.startswith("/") or landing == ".." or landing.startswith("../"):
+        raise _refuse_host(shown, f"is a symlink to {target[:120]!r}, outside the folder being copied")
+    return target
+
+
+def _walk(dir_fd: int, name: str, relative: str, shown: str, reader: Owner, skip: tuple[int, int] | None) -> Iterator[HostEntry]:
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        if not relative:
+            raise _refuse_host(shown, "is a symlink")
+        yield HostEntry(relative, "link", target=_link_target(dir_fd, name, relative, shown))
+        return
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        return  # a FIFO, socket or device is left out: it holds no file to copy
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags | (os.O_DIRECTORY if stat.S_ISDIR(info.st_mode) else 0), dir_fd=dir_fd)
+    except OSError as exc:
+        raise _refuse_host(shown, f"changed while it was read, or can't be opened ({os.strerror(exc.errno or 0)})") from None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+            raise _refuse_host(shown, "changed while it was read")
+        if (relative or not stat.S_ISDIR(opened.st_mode)) and not _readable_by(opened, reader):
+            raise _refuse_host(
+                shown,
+                f"is not readable by the sandbox's user (uid {reader[0] if reader else ''}, mode {opened.st_mode & 0o777:o})",
+            )
+        if stat.S_ISREG(opened.st_mode):
+            os.set_blocking(fd, True)
+            yield HostEntry(relative, "file", content=_read_all(fd))
+            return
+        if skip is not None and (opened.st_dev, opened.st_ino) == skip:
+            return
+        yield HostEntry(relative, "dir")
+        for child in sorted(os.listdir(fd)):
+            child_relative = f"{relative}/{child}" if relative else child
+            yield from _walk(fd, child, child_relative, f"{shown}/{child}", reader, skip)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, _CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def walk_host_tree(source: Path, reader: Owner = None, skip: Path | None = None) -> Iterator[HostEntry]:
+    """What a host file or folder holds, parents first, read beneath descriptors: the way in for every copy-in.
+
+    `source`'s parent is opened as the caller names it; `source` itself and everything below it are
+    opened relative to their folder's descriptor with `O_NOFOLLOW` (a symlink at the top is refused; one
+    below is kept as a link when its target stays inside the tree, refused otherwise), and what was
+    opened is checked with `fstat` to be what was listed. With `reader` (the sandbox's (uid, gid) when
+    the host side is root), a file or folder below the top that its mode bits don't let that user read
+    is refused: so a hard link can reach no more than the sandbox's user could. FIFOs, sockets and
+    devices are left out, and so is a folder that is `skip`.
+
+    Raises:
+        SandboxError: a refusal, naming the path and why.
+        FileNotFoundError: `source` does not exist.
+    """
+    top = Path(os.path.abspath(source))
+    if not top.name:
+        raise _refuse_host(str(source), "is the root folder")
+    skipped = None
+    if skip is not None:
+        with contextlib.suppress(OSError):
+            skip_info = os.stat(skip)
+            skipped = (skip_info.st_dev, skip_info.st_ino)
+    parent = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield from _walk(parent, top.name, "", str(source), reader, skipped)
+    finally:
+        os.close(parent)
+
+
 def _copy_tree_in(source: Path, root: Path, path: str, owner: Owner, skip: Path | None = None) -> None:
-    if source.is_symlink():
-        parents, leaf = _file_parts(path)
-        with _open_dir(root, parents, path, True, owner) as dir_fd:
-            os.symlink(os.readlink(source), leaf, dir_fd=dir_fd)
-    elif source.is_dir():
-        with _open_dir(root, relative_parts(path), path, True, owner):
-            pass
-        for child in sorted(source.iterdir()):
-            if child != skip:
-                _copy_tree_in(child, root, f"{path}/{child.name}", owner, skip)
-    elif source.is_file():
-        write_file_beneath(root, path, source.read_bytes(), owner)
+    for entry in walk_host_tree(source, owner, skip):
+        target = f"{path}/{entry.path}" if entry.path else path
+        if entry.kind == "dir":
+            with _open_dir(root, relative_parts(target), target, True, owner):
+                pass
+        elif entry.kind == "file":
+            write_file_beneath(root, target, entry.content, owner)
+        else:
+            parents, leaf = _file_parts(target)
+            with _open_dir(root, parents, target, True, owner) as dir_fd:
+                os.symlink(entry.target, leaf, dir_fd=dir_fd)
 
 
 def _copy_tree_out(dir_fd: int, entry_name: str, destination: Path, name: str) -> None:
@@ -174,16 +298,12 @@ def _copy_tree_out(dir_fd: int, entry_name: str, destination: Path, name: str) -
 
 
 async def copy_into(source: Path, root: Path, path: str, owner: Owner = None, skip: Path | None = None) -> None:
-    """Copy a host file or directory to `root/path` (beneath `root`, parents created, symlinks kept as links).
+    """Copy a host file or directory to `root/path` (beneath `root`, parents created), read as `walk_host_tree` reads it.
 
-    A folder inside `source` that resolves to `skip` is left out with all it holds. Both are resolved once:
-    the walk follows no symlink, so every folder it reaches is its resolved path.
+    `owner` is also the reader whose mode bits the host files must allow; a folder inside `source` that is
+    `skip` is left out with all it holds.
     """
-
-    def copy() -> None:
-        _copy_tree_in(source.resolve(), root, path, owner, skip.resolve() if skip is not None else None)
-
-    await asyncio.to_thread(copy)
+    await asyncio.to_thread(_copy_tree_in, source, root, path, owner, skip)
 
 
 async def copy_out(root: Path, path: str, destination: Path) -> None:
@@ -208,6 +328,7 @@ async def read_bytes(root: Path, path: str, max_bytes: int) -> bytes:
 
 
 __all__ = [
+    "HostEntry",
     "Owner",
     "copy_into",
     "copy_out",
@@ -215,6 +336,7 @@ __all__ = [
     "read_file_beneath",
     "read_host_file",
     "relative_parts",
+    "walk_host_tree",
     "write_bytes",
     "write_file_beneath",
 ]

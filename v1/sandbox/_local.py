@@ -29,12 +29,14 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from v1._util.sandbox_paths import sandbox_path_problem
 from v1.config import SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
 from v1.sandbox._endpoint_relay import MAX_CONNECTIONS, RolloutRelays
 from v1.sandbox._host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox._limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
+from v1.sandbox._option_file import option_file
 from v1.sandbox._own_filesystem import IMAGE_NAME, mount_run_dir, mount_workspace, unmount
 from v1.sandbox._process import kill_children, kill_group, reap_now, run_process
 from v1.sandbox._seccomp import filter_program, seccomp_problem
@@ -323,11 +325,10 @@ class LocalSandbox:
         fds: Mapping[str, int],
         endpoint_socket: Path | None = None,
     ) -> bytes:
-        """The `bwrap` options of one command, as the NUL-separated file `bwrap --args FD` reads.
+        """The `bwrap` options of one command, as the NUL-separated file `bwrap --args FD` reads (see `option_file`).
 
         They never reach argv: the sandbox's pid 1 is `bwrap`, and `/proc/1/cmdline` would show the
-        staging paths and the sandbox's id, and `ps` on the host the keys of its environment (last
-        here, see `env_args`). `fds` are memory files (see `command_files`): its system-call filter
+        staging paths and the sandbox's id, and `ps` on the host the keys of its environment. `fds` are memory files (see `command_files`): its system-call filter
         (see `seccomp`) and the files of `data_files`. `endpoint_socket` (its rollout's, in the run
         dir) is bound at `/run/v1/endpoint.sock`.
         """
@@ -359,7 +360,7 @@ class LocalSandbox:
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
         args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
-        return b"".join(f"{arg}\0".encode() for arg in args) + self.env_args(env)
+        return option_file(args, env)
 
     def launcher_spec(self, argv: Sequence[str], network: bool, endpoint_socket: Path | None = None) -> bytes:
         """What the launcher runs (`argv`), with its rlimits, watch and endpoint relay: JSON at `LAUNCHER_SPEC`."""
@@ -382,18 +383,6 @@ class LocalSandbox:
             }
             args = [sys.executable, "-I", "-S", str(ENTER), json.dumps(enter), "--", *args]
         return args
-
-    @staticmethod
-    def env_args(env: Mapping[str, str]) -> bytes:
-        """The `--setenv` options that `bwrap --args FD` reads: NUL-separated, so no host `ps` shows a key.
-
-        Raises:
-            SandboxError: a name or value holds a NUL byte (it would end the option and start another).
-        """
-        for key, value in env.items():
-            if "\0" in key or "\0" in value:
-                raise SandboxError(f"environment variable {key[:80]!r}: names and values can't hold NUL bytes")
-        return b"".join(f"--setenv\0{key}\0{value}\0".encode() for key, value in env.items())
 
     def _tmpfs_bytes(self) -> int:
         """A private tmpfs holds at most the disk size, and no more than the memory limit (its pages are memory)."""
@@ -442,12 +431,26 @@ class LocalSandbox:
         try:
             await asyncio.to_thread(self._grant_run_dir)
             result = await self._run(
-                command, full_env, cwd or self.workdir, use_network, endpoint_socket, timeout, stdin, on_output
+                command, full_env, self.working_directory(cwd), use_network, endpoint_socket, timeout, stdin, on_output
             )
         finally:
             if endpoint_socket is not None and self.relays is not None and rollout is not None:
                 await self.relays.release(rollout)
         return result
+
+    def working_directory(self, cwd: str | None) -> str:
+        """Where a command runs: `cwd` (absolute, or relative to `workdir`), `workdir` when None.
+
+        Raises:
+            SandboxError: the path holds a control character or is not normalised (a `..`, `//`, trailing `/`).
+        """
+        if cwd is None:
+            return self.workdir
+        path = cwd if cwd.startswith("/") else f"{self.workdir}/{cwd}"
+        problem = sandbox_path_problem(path)
+        if problem is not None:
+            raise SandboxError(f"exec: working directory {cwd[:120]!r} {problem}")
+        return path
 
     def rollout_of(self, env: Mapping[str, str]) -> str | None:
         """The rollout whose endpoint URL the environment holds (its commands get that rollout's socket only).

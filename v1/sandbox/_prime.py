@@ -31,6 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 from v1.config import SandboxConfig, import_ref
 from v1.errors import ConfigError, SandboxError
 from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
+from v1.sandbox._host_files import walk_host_tree
+from v1.sandbox._local import sandbox_user
 
 DEFAULT_IMAGE = "python:3.11-slim"
 INSTALL_HINT = "install it with `pip install 'v1[sandbox]'` (or `pip install prime-sandboxes`)"
@@ -172,10 +174,19 @@ class PrimeSandbox:
         )
 
     async def upload(self, source: Path, destination: str) -> None:
-        files = await asyncio.to_thread(_files_under, source)
-        for local, relative in files:
-            target = self._path(destination if not relative else f"{destination.rstrip('/')}/{relative}")
-            await self.client.upload_file(self.id, target, str(local))
+        """Each regular file of `source` (read as `walk_host_tree` reads it), one SDK upload apiece.
+
+        Raises:
+            SandboxError: what `walk_host_tree` refuses, and a symlink (the SDK uploads files only).
+        """
+        entries = await asyncio.to_thread(lambda: list(walk_host_tree(source, sandbox_user())))
+        for entry in entries:
+            if entry.kind == "link":
+                raise SandboxError(f"{source}/{entry.path}: a symlink; the prime backend uploads regular files only")
+        for entry in entries:
+            if entry.kind == "file":
+                target = destination if not entry.path else f"{destination.rstrip('/')}/{entry.path}"
+                await self.write_file(target, entry.content)
 
     async def write_file(self, destination: str, content: bytes) -> None:
         with tempfile.TemporaryDirectory() as folder:
@@ -201,12 +212,6 @@ class PrimeSandbox:
 
     async def download(self, path: str, destination: Path) -> None:
         await self.client.download_file(self.id, self._path(path), str(destination))
-
-
-def _files_under(source: Path) -> list[tuple[Path, str]]:
-    if source.is_file():
-        return [(source, "")]
-    return [(path, str(path.relative_to(source))) for path in sorted(source.rglob("*")) if path.is_file()]
 
 
 class PrimeBackend:
