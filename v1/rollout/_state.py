@@ -129,6 +129,8 @@ class RolloutRuntime:
     max_turns: int | None = None
     max_turns_ceiling: int | None = None
     """The turn limit the user set: a task's `max_turns` may lower it, never raise it (None: no ceiling)."""
+    token_budgets: dict[str, int] = field(default_factory=dict)
+    """The token budgets the user set (`max_input_tokens`, ...): a task's may lower one, or set one that is unset."""
     endpoint: EndpointAccess | None = None
     tools: dict[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
     borrowed: dict[str, Any] = field(default_factory=dict)
@@ -382,6 +384,14 @@ class State(dict):  # type: ignore[type-arg]
             ceiling = self.runtime.max_turns_ceiling
             return min(int(task_limit), ceiling) if ceiling is not None else int(task_limit)
         return self.runtime.max_turns if self.runtime.max_turns is not None else default
+
+    def get_token_budget(self, name: str) -> int | None:
+        """A token budget (`max_input_tokens`, `max_output_tokens`, `max_total_tokens`), or None when unlimited.
+
+        The smaller of the harness's and the task's: a task row narrows a budget, never widens it.
+        """
+        limits = [int(value) for value in (self.runtime.token_budgets.get(name), self.task.get(name)) if value is not None]
+        return min(limits) if limits else None
 
     def finalize(self) -> State:
         """Drop runtime handles and make sure every field is JSON. Returns `self`.

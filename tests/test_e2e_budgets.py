@@ -1,0 +1,275 @@
+"""Budgets per rollout, end to end against the mock model over real HTTP: token budgets counted from the
+recorded usage and enforced by the endpoint for every program form, row narrowing, and `v1 eval`'s summary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import v1 as vf
+from tests.tools.patience import HANG_S
+from v1.testing import MockModelServer, Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lookup(word: str) -> str:
+    """Look a word up.
+
+    Args:
+        word: the word
+    """
+    return f"found {word}"
+
+
+def tool_reply(output_tokens: int, prompt_tokens: int | None = None) -> Reply:
+    """A tool-calling answer whose usage reports exactly these counts."""
+    return Reply.tool("lookup", {"word": "w"}, completion_ids=list(range(output_tokens)), prompt_tokens=prompt_tokens)
+
+
+def budget_rows() -> list[dict[str, Any]]:
+    return [{"prompt": f"question {i}"} for i in range(2)]
+
+
+async def test_output_budget_caps_max_tokens_then_stops_the_base_loop(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(tool_reply(6), tool_reply(4), tool_reply(1))
+    harness = make_harness(toolsets=[vf.Toolset([lookup])], max_output_tokens=10, max_turns=10)
+    state = await harness.run({"prompt": "go"})
+
+    assert state["stop_condition"] == "max_output_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 2 and len(mock.requests) == 2
+    # the second call may only spend what is left of the budget
+    assert "max_tokens" not in mock.requests[0].body or mock.requests[0].body["max_tokens"] >= 10
+    assert mock.requests[1].body["max_tokens"] == 4
+    assert state["token_usage"]["output_tokens"] == 10
+
+
+async def test_input_budget_counts_reported_usage_not_prompt_length(mock: MockModelServer, make_harness: Any) -> None:
+    long_prompt = " ".join(["word"] * 20_000)
+    mock.script(*(tool_reply(1, prompt_tokens=5) for _ in range(4)))
+    harness = make_harness(toolsets=[vf.Toolset([lookup])], max_input_tokens=12, max_turns=10)
+    state = await harness.run({"prompt": long_prompt})
+
+    # 5 + 5 < 12 admits a third call; after it 15 >= 12 refuses the fourth. A 20,000-word prompt counted
+    # by its text would have stopped the rollout after the first call.
+    assert state["stop_condition"] == "max_input_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 3
+    assert state["token_usage"]["input_tokens"] == 15
+
+
+async def test_total_budget_ends_a_python_program_without_an_error(mock: MockModelServer, make_harness: Any) -> None:
+    answers: list[str] = []
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        client = state.get_client()
+        for _ in range(10):
+            answer = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            answers.append(answer.choices[0].message.content or "")
+
+    mock.script(*(Reply.text("ok", completion_ids=[1, 2, 3], prompt_tokens=4) for _ in range(10)))
+    state = await make_harness(program=program, max_total_tokens=20).run({"prompt": "x"})
+
+    # 7 per call: 7, 14 admit; 21 >= 20 refuses the fourth call, which the program sees as an error status
+    assert state["stop_condition"] == "max_total_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 3 and len(answers) == 3
+    assert mock.requests[2].body["max_tokens"] == 6
+
+
+COMMAND_AGENT = """
+import openai
+client = openai.OpenAI()
+for i in range(10):
+    client.chat.completions.create(model="x", messages=[{"role": "user", "content": f"call {i}"}])
+"""
+
+
+async def test_output_budget_ends_a_command_program(mock: MockModelServer, make_harness: Any, tmp_path: Path) -> None:
+    mock.script(*(Reply.text("ok", completion_ids=[1, 2, 3, 4]) for _ in range(10)))
+    program = {"command": [sys.executable, "agent.py"], "files": {"agent.py": COMMAND_AGENT}}
+    state = await make_harness(program=program, max_output_tokens=8).run({"prompt": "x"})
+
+    assert state["stop_condition"] == "max_output_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 2 and len(mock.requests) == 2
+    assert state["program_result"]["exit_code"] != 0  # the agent died on the refusal; the rollout did not
+
+
+async def test_a_row_narrows_a_budget_never_widens_it(mock: MockModelServer, make_harness: Any) -> None:
+    harness = make_harness(toolsets=[vf.Toolset([lookup])], max_output_tokens=6, max_turns=10)
+    unlimited = make_harness(toolsets=[vf.Toolset([lookup])], max_turns=10)
+    cases = [(harness, 2, 1), (harness, 1000, 3), (unlimited, 4, 2)]  # (harness, the row's budget, turns it allows)
+    for chosen, row_budget, turns in cases:
+        mock.script(*(tool_reply(2) for _ in range(10)))
+        state = await chosen.run({"prompt": "go", "max_output_tokens": row_budget})
+        assert state["stop_condition"] == "max_output_tokens_reached", (row_budget, state["stop_condition"])
+        assert len(state["trajectory"]) == turns, row_budget
+        mock.reset()
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "100", 2**40])
+def test_a_bad_row_budget_is_one_line_naming_the_field(value: Any) -> None:
+    with pytest.raises(vf.TaskError, match="field 'max_total_tokens': expected a positive integer"):
+        vf.Task({"prompt": "x", "max_total_tokens": value})
+
+
+@pytest.mark.parametrize("field", ["max_input_tokens", "max_output_tokens", "max_total_tokens", "max_tool_output"])
+@pytest.mark.parametrize("value", [0, -5, 2.5, True, "100", 2**40])
+def test_a_bad_token_setting_is_one_config_error(field: str, value: Any, tmp_path: Path) -> None:
+    with pytest.raises(vf.ConfigError, match=f"field '(harness\\.)?{field}'") as python_error:
+        vf.Harness(**{field: value})
+    assert "\n" not in str(python_error.value)
+    toml = tmp_path / "env.toml"
+    toml.write_text(f"[env.taskset]\n[env.harness]\n{field} = {json.dumps(value)}\n")
+    with pytest.raises(vf.ConfigError, match=f"field '(harness\\.)?{field}'"):
+        vf.EnvConfig.from_toml(toml, "env")
+
+
+ENV_TOML = """
+[env.taskset]
+source = "tests.test_e2e_budgets:budget_rows"
+
+[[env.taskset.toolsets]]
+tools = ["tests.test_e2e_budgets:lookup"]
+
+[env.harness]
+max_turns = 10
+"""
+
+
+def run_eval(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "budgets.toml"
+    config.write_text(ENV_TOML)
+    command = [sys.executable, "-m", "v1.cli", "eval", str(config), *args, "--output-dir", str(tmp_path / "out")]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
+
+
+def test_v1_eval_override_ends_rollouts_and_the_summary_counts_them(mock: MockModelServer, tmp_path: Path) -> None:
+    mock.responder = lambda request: tool_reply(3)
+    done = run_eval(tmp_path, "-b", mock.url, "-m", "m", "-n", "2", "-r", "2", "--harness.max_output_tokens", "5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    [run] = list((tmp_path / "out").iterdir())
+    metadata = json.loads((run / "metadata.json").read_text())
+    assert metadata["stop_conditions"] == {"max_output_tokens_reached": 4}
+    assert metadata["num_errors"] == 0
+    outputs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert [len(output["trajectory"]) for output in outputs] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "true", '"many"', "1e40"])
+def test_v1_eval_refuses_a_bad_budget_in_one_line(value: str, tmp_path: Path) -> None:
+    done = run_eval(tmp_path, "-b", "http://127.0.0.1:9/v1", "-m", "m", "--harness.max_total_tokens", value)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "max_total_tokens" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_docs_example_budget_toml_loads(tmp_path: Path) -> None:
+    toml = tmp_path / "env.toml"
+    toml.write_text(
+        textwrap.dedent("""
+        [env.taskset]
+        [env.harness]
+        max_input_tokens = 200000
+        max_output_tokens = 20000
+        max_total_tokens = 210000
+        """)
+    )
+    config = vf.EnvConfig.from_toml(toml, "env").harness
+    assert (config.max_input_tokens, config.max_output_tokens, config.max_total_tokens) == (200000, 20000, 210000)
+
+
+# -- stage timeouts ----------------------------------------------------------------------------
+
+
+async def test_setup_timeout_ends_the_rollout_and_cleanup_still_runs(mock: MockModelServer, make_harness: Any) -> None:
+    cleaned: list[str] = []
+
+    @vf.setup
+    async def slow_setup(state: vf.State) -> None:
+        await asyncio.sleep(HANG_S)
+
+    @vf.cleanup
+    async def remember(state: vf.State) -> None:
+        cleaned.append(state["stop_condition"])
+
+    harness = make_harness(setups=[slow_setup], cleanups=[remember], setup_timeout_seconds=0.2)
+    state = await harness.run({"prompt": "x"})
+
+    assert state["stop_condition"] == "setup_timeout_reached" and state["error"] is None
+    assert mock.requests == [] and state["trajectory"] == []  # the program never ran
+    assert cleaned == ["setup_timeout_reached"]
+
+
+async def test_program_timeout_ends_the_rollout_and_cleanup_still_runs(mock: MockModelServer, make_harness: Any) -> None:
+    cleaned: list[str] = []
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        await asyncio.sleep(HANG_S)
+
+    @vf.cleanup
+    async def remember(state: vf.State) -> None:
+        cleaned.append(state["stop_condition"])
+
+    state = await make_harness(program=program, cleanups=[remember], timeout_seconds=0.5).run({"prompt": "x"})
+
+    assert state["stop_condition"] == "timeout_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 1 and cleaned == ["timeout_reached"]
+
+
+@vf.reward
+async def slow_reward(completion: list[dict[str, Any]]) -> float:
+    await asyncio.sleep(HANG_S)
+    return 1.0
+
+
+@vf.metric
+def quick_metric(completion: list[dict[str, Any]]) -> float:
+    return 1.0
+
+
+async def test_scoring_timeout_ends_the_rollout_and_cleanup_still_runs(mock: MockModelServer, make_harness: Any) -> None:
+    cleaned: list[str] = []
+
+    @vf.cleanup
+    async def remember(state: vf.State) -> None:
+        cleaned.append(state["stop_condition"])
+
+    harness = make_harness(rewards=[slow_reward], cleanups=[remember], scoring_timeout_seconds=0.2)
+    state = await harness.run({"prompt": "x"})
+
+    assert state["stop_condition"] == "scoring_timeout_reached" and state["error"] is None
+    assert state["reward"] == 0.0 and len(state["trajectory"]) == 1
+    assert cleaned == ["scoring_timeout_reached"]
+
+
+async def test_evaluate_counts_each_stage_timeout_in_the_summary(mock: MockModelServer, client_config: vf.ClientConfig) -> None:
+    taskset = vf.Taskset(taskset_id="slow", source=budget_rows, rewards=[slow_reward], metrics=[quick_metric])
+    env = vf.Env(taskset, vf.Harness(scoring_timeout_seconds=0.2))
+    result = await env.evaluate(client_config, "m", num_examples=2, rollouts_per_example=2)
+
+    assert result["metadata"]["stop_conditions"] == {"scoring_timeout_reached": 4}
+    assert result["metadata"]["num_errors"] == 0
+    assert all(output["reward"] == 0.0 for output in result["outputs"])
+
+
+@pytest.mark.parametrize("field", ["timeout_seconds", "setup_timeout_seconds", "scoring_timeout_seconds"])
+@pytest.mark.parametrize("value", [0, -1, True, "30", float("inf"), float("nan"), 1e12])
+def test_a_bad_timeout_is_one_config_error(field: str, value: Any) -> None:
+    with pytest.raises(vf.ConfigError, match=f"field '{field}'") as error:
+        vf.Harness(**{field: value})
+    assert "\n" not in str(error.value)
+
+
+def test_v1_eval_refuses_a_bad_timeout_in_one_line(tmp_path: Path) -> None:
+    done = run_eval(tmp_path, "-b", "http://127.0.0.1:9/v1", "-m", "m", "--harness.scoring_timeout_seconds", "-1")
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "scoring_timeout_seconds" in lines[0], done.stderr
