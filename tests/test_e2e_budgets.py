@@ -273,3 +273,106 @@ def test_v1_eval_refuses_a_bad_timeout_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "scoring_timeout_seconds" in lines[0], done.stderr
+
+
+# -- tool output truncation ------------------------------------------------------------------
+
+MEGABYTE = 1_000_000
+MCP_SERVER = str(ROOT / "tests" / "tools" / "mcp_server.py")
+
+
+def big_output(size: int) -> str:
+    """Return a long text.
+
+    Args:
+        size: how many characters
+    """
+    return "x" * (size - 3) + "END"
+
+
+def assert_reached_the_model_truncated(content: Any, limit: int = 20_000) -> None:
+    """What the mock received as the tool result: the head, then the marker; never the whole megabyte."""
+    text = content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+    marker = f"\n... [truncated {MEGABYTE - limit} of {MEGABYTE} characters]"
+    assert text == "x" * limit + marker, (len(text), text[-80:])
+
+
+def last_tool_message(request: Any) -> dict[str, Any]:
+    return next(message for message in reversed(request.messages) if message.get("role") == "tool")
+
+
+async def test_base_loop_truncates_a_megabyte_tool_result(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(Reply.tool("big_output", {"size": MEGABYTE}), Reply.text("done"))
+    state = await make_harness(toolsets=[vf.Toolset([big_output])]).run({"prompt": "go"})
+
+    assert state["error"] is None and len(mock.requests) == 2
+    assert_reached_the_model_truncated(last_tool_message(mock.requests[1])["content"])
+
+
+async def test_max_tool_output_is_configurable(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(Reply.tool("big_output", {"size": MEGABYTE}), Reply.text("done"))
+    await make_harness(toolsets=[vf.Toolset([big_output])], max_tool_output=100).run({"prompt": "go"})
+    assert_reached_the_model_truncated(last_tool_message(mock.requests[1])["content"], limit=100)
+
+
+async def test_classic_tool_env_truncates_a_megabyte_tool_result(mock: MockModelServer, client_config: vf.ClientConfig) -> None:
+    mock.script(Reply.tool("big_output", {"size": MEGABYTE}), Reply.text("done"))
+    env = vf.ToolEnv(tools=[big_output], dataset=[{"question": "go", "answer": "done"}])
+    state = await env.rollout({"question": "go", "answer": "done", "example_id": 0}, client_config, "m")
+
+    assert state["error"] is None and len(mock.requests) == 2
+    assert_reached_the_model_truncated(last_tool_message(mock.requests[1])["content"])
+
+
+async def test_a_real_mcp_servers_megabyte_result_is_truncated(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(Reply.tool("echo", {"text": big_output(MEGABYTE)}), Reply.text("done"))
+    server = vf.MCPTool(sys.executable, [MCP_SERVER, "--marker", "v1-test-budgets-truncation"])
+    state = await make_harness(toolsets=[vf.Toolset([server])]).run({"prompt": "go"})
+
+    assert state["error"] is None and len(mock.requests) == 2
+    assert_reached_the_model_truncated(last_tool_message(mock.requests[1])["content"])
+
+
+MCP_ROUTE_AGENT = """
+import json, os, urllib.request, openai
+client = openai.OpenAI(max_retries=0)
+messages = [{"role": "user", "content": "go"}]
+answer = client.chat.completions.create(model="x", messages=messages)
+call = answer.choices[0].message.tool_calls[0]
+body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": call.function.name, "arguments": json.loads(call.function.arguments)}}
+request = urllib.request.Request(os.environ["V1_MCP_URL"], data=json.dumps(body).encode(), method="POST",
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+with urllib.request.urlopen(request, timeout=600) as reply:
+    result = json.loads(reply.read())["result"]
+text = "".join(block["text"] for block in result["content"])
+messages += [answer.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": text}]
+client.chat.completions.create(model="x", messages=messages)
+"""
+
+
+async def test_the_endpoints_mcp_route_truncates_a_megabyte_tool_result(mock: MockModelServer, make_harness: Any) -> None:
+    mock.script(Reply.tool("big_output", {"size": MEGABYTE}), Reply.text("done"))
+    program = {"command": [sys.executable, "agent.py"], "files": {"agent.py": MCP_ROUTE_AGENT}}
+    state = await make_harness(program=program, toolsets=[vf.Toolset([big_output])]).run({"prompt": "go"})
+
+    assert state["error"] is None and state["program_result"]["exit_code"] == 0, state["program_result"]
+    assert len(mock.requests) == 2
+    assert_reached_the_model_truncated(last_tool_message(mock.requests[1])["content"])
+    [made] = state["trajectory"][0]["extras"]["mcp_tool_calls"]
+    assert_reached_the_model_truncated(made["content"])
+
+
+def test_truncation_keeps_images_and_cuts_text_parts() -> None:
+    from v1.tools._toolbox import truncate_tool_output
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    parts = [{"type": "text", "text": "a" * 6}, image, {"type": "text", "text": "b" * 6}]
+    assert truncate_tool_output(parts, 8) == [
+        {"type": "text", "text": "a" * 6},
+        image,
+        {"type": "text", "text": "bb"},
+        {"type": "text", "text": "\n... [truncated 4 of 12 characters]"},
+    ]
+    assert truncate_tool_output(parts, 12) is parts
