@@ -291,10 +291,10 @@ def big_output(size: int) -> str:
 
 
 def assert_reached_the_model_truncated(content: Any, limit: int = 20_000) -> None:
-    """What the mock received as the tool result: the head, then the marker; never the whole megabyte."""
+    """What the mock received as the tool result: the head, the marker and the tail; never the whole megabyte."""
     text = content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
-    marker = f"\n... [truncated {MEGABYTE - limit} of {MEGABYTE} characters]"
-    assert text == "x" * limit + marker, (len(text), text[-80:])
+    marker = f"\n... [truncated {MEGABYTE - limit} of {MEGABYTE} characters] ...\n"
+    assert text == "x" * (limit // 2) + marker + "x" * (limit // 2 - 3) + "END", (len(text), text[-80:])
 
 
 def last_tool_message(request: Any) -> dict[str, Any]:
@@ -373,6 +373,6 @@ def test_truncation_keeps_images_and_cuts_text_parts() -> None:
         {"type": "text", "text": "a" * 6},
         image,
         {"type": "text", "text": "bb"},
-        {"type": "text", "text": "\n... [truncated 4 of 12 characters]"},
+        {"type": "text", "text": "\n... [truncated 4 of 12 characters] ...\n"},
     ]
     assert truncate_tool_output(parts, 12) is parts

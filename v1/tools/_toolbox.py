@@ -59,16 +59,18 @@ async def _call_plain(name: str, tool: Callable[..., Any], arguments: str | Mapp
 
 
 def truncate_tool_output(content: ToolContent, limit: int) -> ToolContent:
-    """`content` with its text cut to its first `limit` characters and a marker saying how much was cut.
+    """`content` cut to `limit` characters of text, with a marker saying how much was cut.
 
-    A multi-part result (text and images) keeps its parts in order until its text has used
-    `limit` characters; the part that crosses is cut, later text parts are left out, and the
-    marker follows. Images are kept.
+    A text keeps its first and last halves (a command's errors and exit come last) around the
+    marker. A multi-part result (text and images) keeps its parts in order until its text has
+    used `limit` characters; the part that crosses is cut, later text parts are left out, and
+    the marker follows. Images are kept.
     """
     if isinstance(content, str):
         if len(content) <= limit:
             return content
-        return content[:limit] + _marker(len(content) - limit, len(content))
+        head = limit - limit // 2
+        return content[:head] + _marker(len(content) - limit, len(content)) + content[len(content) - limit // 2 :]
     texts = [part for part in content if part.get("type") == "text"]
     total = sum(len(str(part.get("text", ""))) for part in texts)
     if total <= limit:
@@ -87,7 +89,7 @@ def truncate_tool_output(content: ToolContent, limit: int) -> ToolContent:
 
 
 def _marker(cut: int, total: int) -> str:
-    return f"\n... [truncated {cut} of {total} characters]"
+    return f"\n... [truncated {cut} of {total} characters] ...\n"
 
 
 class RolloutToolbox:
