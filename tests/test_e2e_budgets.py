@@ -82,6 +82,21 @@ async def test_total_budget_ends_a_python_program_without_an_error(mock: MockMod
     assert mock.requests[2].body["max_tokens"] == 6
 
 
+async def test_budgets_hold_for_streamed_calls(mock: MockModelServer, make_harness: Any) -> None:
+    async def program(task: vf.Task, state: vf.State) -> None:
+        client = state.get_client()
+        for _ in range(10):
+            stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+            async for _chunk in stream:
+                pass
+
+    mock.script(*(Reply.text("ok", completion_ids=[1, 2, 3]) for _ in range(10)))
+    state = await make_harness(program=program, max_output_tokens=6).run({"prompt": "x"})
+
+    assert state["stop_condition"] == "max_output_tokens_reached" and state["error"] is None
+    assert len(state["trajectory"]) == 2 and len(mock.requests) == 2
+
+
 COMMAND_AGENT = """
 import openai
 client = openai.OpenAI()
