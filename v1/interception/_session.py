@@ -1,6 +1,6 @@
 """`RolloutSession`: one rollout's view of the endpoint.
 
-It holds the rollout's secret and URL, enforces the turn limit and stop
+It holds the rollout's secret and URL, enforces the turn limit, token budgets and stop
 conditions before each program call, forwards to the upstream `Client` with
 the harness's sampling args, and records each exchange as a `TrajectoryStep`
 through the state's own setters.
