@@ -275,6 +275,26 @@ async def test_evaluate_counts_each_stage_timeout_in_the_summary(mock: MockModel
     assert all(output["reward"] == 0.0 for output in result["outputs"])
 
 
+@vf.reward
+async def slow_group_reward(states: list[vf.State]) -> list[float]:
+    await asyncio.sleep(HANG_S)
+    return [1.0] * len(states)
+
+
+@vf.reward
+def quick_reward(completion: list[dict[str, Any]]) -> float:
+    return 0.5
+
+
+async def test_a_group_scoring_timeout_ends_every_rollout_of_the_group(mock: MockModelServer, make_harness: Any) -> None:
+    harness = make_harness(rewards=[quick_reward, slow_group_reward], scoring_timeout_seconds=0.2)
+    states = await harness.run_group([vf.Task({"prompt": "a"}), vf.Task({"prompt": "b"})])
+
+    assert [state["stop_condition"] for state in states] == ["scoring_timeout_reached"] * 2
+    assert [state["reward"] for state in states] == [0.5, 0.5]  # the rollout rewards given before the timeout stay
+    assert all(state["error"] is None for state in states)
+
+
 @pytest.mark.parametrize("field", ["timeout_seconds", "setup_timeout_seconds", "scoring_timeout_seconds"])
 @pytest.mark.parametrize("value", [0, -1, True, "30", float("inf"), float("nan"), 1e12])
 def test_a_bad_timeout_is_one_config_error(field: str, value: Any) -> None:

@@ -138,7 +138,8 @@ class Harness:
             `max_turns` overrides the harness's.
         max_input_tokens, max_output_tokens, max_total_tokens: token budgets of one rollout, summed
             over the recorded usage of its program's model calls; once one is spent the endpoint
-            refuses the next call and the rollout stops as `<budget>_reached`. A task's may lower them.
+            refuses the next call and the rollout stops as `<budget>_reached`. A task row may lower
+            one, or set one left unset, never raise one.
         timeout_seconds, setup_timeout_seconds, scoring_timeout_seconds: time limits of the program
             (`timeout_reached`), the setup handlers (`setup_timeout_reached`) and the scoring
             (`scoring_timeout_reached`).
