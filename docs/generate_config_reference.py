@@ -67,9 +67,17 @@ def default_of(field: FieldInfo) -> str:
     return f"`{field.default!r}`"
 
 
+def annotated_metadata(annotation: Any) -> list[Any]:
+    """The constraints of `Annotated[...]` types in a field's annotation (`TokenBudget | None`, say)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return [item for arg in args[1:] for item in (arg.metadata if isinstance(arg, FieldInfo) else [arg])]
+    return [item for arg in args for item in annotated_metadata(arg)]
+
+
 def constraints(field: FieldInfo) -> str:
     parts = []
-    for item in field.metadata:
+    for item in [*field.metadata, *annotated_metadata(field.annotation)]:
         for name in ("gt", "ge", "lt", "le"):
             value = getattr(item, name, None)
             if value is not None:

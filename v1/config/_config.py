@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from v1._util.loopback import connect_wait
 from v1._util.sandbox_paths import control_character_problem, sandbox_path_problem
+from v1._util.token_budgets import MAX_TOKEN_BUDGET
 from v1.errors import ConfigError, MissingKeyError
 from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
@@ -623,8 +624,25 @@ class TasksetConfig(_HandlerLists):
     artifacts: list[ArtifactConfig] = []
 
 
+MAX_STAGE_SECONDS = 7 * 24 * 3600.0
+"""The longest stage timeout a harness takes: one week."""
+DEFAULT_MAX_TOOL_OUTPUT = 20_000
+"""Characters of one tool result the model sees by default; the rest is cut (see `HarnessConfig.max_tool_output`)."""
+TokenBudget = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKEN_BUDGET)]
+"""A token count a rollout may use: a positive integer (never a bool, a float or a string)."""
+StageSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_STAGE_SECONDS, allow_inf_nan=False)]
+"""A stage's time limit in seconds: positive, finite, at most a week."""
+
+
 class HarnessConfig(_HandlerLists):
-    """Config of a `Harness`. Subclass it to add harness-specific fields."""
+    """Config of a `Harness`. Subclass it to add harness-specific fields.
+
+    Budgets per rollout (each ends the rollout with its own stop condition, never an error):
+    `max_input_tokens`, `max_output_tokens` and `max_total_tokens` sum the recorded usage of the
+    program's model calls; `setup_timeout_seconds`, `timeout_seconds` (the program) and
+    `scoring_timeout_seconds` bound the rollout's stages; `max_tool_output` is how many characters
+    of one tool result the model sees.
+    """
 
     program: ProgramSpec | None = None
     task_programs: dict[str, ProgramSpec] = {}
@@ -641,9 +659,15 @@ class HarnessConfig(_HandlerLists):
     model: str | None = None
     sampling_args: dict[str, object] = {}
     max_turns: int = Field(10, ge=1)
-    timeout_seconds: float | None = Field(None, gt=0)
+    timeout_seconds: StageSeconds | None = None
+    setup_timeout_seconds: StageSeconds | None = None
+    scoring_timeout_seconds: StageSeconds | None = None
     max_seq_len: int | None = Field(None, ge=1)
     max_total_completion_tokens: int | None = Field(None, ge=1)
+    max_input_tokens: TokenBudget | None = None
+    max_output_tokens: TokenBudget | None = None
+    max_total_tokens: TokenBudget | None = None
+    max_tool_output: int = Field(DEFAULT_MAX_TOOL_OUTPUT, strict=True, ge=1, le=MAX_TOKEN_BUDGET)
     toolsets: list[ToolsetConfig] = []
     user: UserConfig | None = None
 

@@ -13,11 +13,12 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1._util.entropy import uuid4_hex
 from v1._util.exact_sum import ExactSum, finite_number
+from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client, ClientLike, resolve_client
 from v1.config import (
     ArtifactConfig,
@@ -146,6 +147,15 @@ class Harness:
         client: a `ClientConfig`, a v1 `Client`, or an SDK client such as `AsyncOpenAI`.
         model, sampling_args, max_turns: what to call and how; a task's
             `max_turns` may lower the harness's turn limit (set or default), never raise it.
+        max_input_tokens, max_output_tokens, max_total_tokens: token budgets of one rollout, summed
+            over the recorded usage of its program's model calls; once one is spent the endpoint
+            refuses the next call and the rollout stops as `<budget>_reached`. A task row may lower
+            one, or set one left unset, never raise one.
+        timeout_seconds, setup_timeout_seconds, scoring_timeout_seconds: time limits of the program
+            (`timeout_reached`), the setup handlers (`setup_timeout_reached`) and the scoring
+            (`scoring_timeout_reached`).
+        max_tool_output: characters of one tool result the model sees (default 20,000); the rest is
+            cut and a marker says how much.
         toolsets: toolsets whose tools every task of this harness may use.
         taskset: the taskset whose tasks this harness runs (its prompt, tools and handlers apply).
         config: a `HarnessConfig` (or mapping); keyword arguments override it.
@@ -180,6 +190,12 @@ class Harness:
         taskset: Taskset | None = None,
         task_programs: Mapping[str, ProgramLike] | None = None,
         task_env: Iterable[str] | None = None,
+        max_input_tokens: int | None = None,
+        max_output_tokens: int | None = None,
+        max_total_tokens: int | None = None,
+        setup_timeout_seconds: float | None = None,
+        scoring_timeout_seconds: float | None = None,
+        max_tool_output: int | None = None,
     ) -> None:
         given: dict[str, Any] = {
             "program": program,
@@ -194,6 +210,12 @@ class Harness:
             "timeout_seconds": timeout_seconds,
             "max_seq_len": max_seq_len,
             "max_total_completion_tokens": max_total_completion_tokens,
+            "max_input_tokens": max_input_tokens,
+            "max_output_tokens": max_output_tokens,
+            "max_total_tokens": max_total_tokens,
+            "setup_timeout_seconds": setup_timeout_seconds,
+            "scoring_timeout_seconds": scoring_timeout_seconds,
+            "max_tool_output": max_tool_output,
         }
         if isinstance(client, (ClientConfig, Mapping)):
             given["client"], client = client, None
@@ -279,6 +301,8 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
+        budgets = {name: getattr(self.config, name) for name in TOKEN_BUDGETS}
+        runtime.token_budgets = {name: value for name, value in budgets.items() if value is not None}
         state["model"] = runtime.model
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:
@@ -360,7 +384,7 @@ class Harness:
         timing = state.runtime.timing
         timing.start_time = timing.generation.start = time.time()
         await self._resolve_runtime(state)
-        state.runtime.toolbox = RolloutToolbox(state, group_id)
+        state.runtime.toolbox = RolloutToolbox(state, group_id, self.config.max_tool_output)
         endpoint = await get_endpoint()
         assert endpoint.port is not None
         program = self.program
@@ -377,7 +401,7 @@ class Harness:
         session = endpoint.open(state, context.first_stop)
         arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()
-        ok = task_ok and await self._run_handlers("setup", arguments, state)
+        ok = task_ok and await self._setup(arguments, state)
         timing.setup.end = time.time()
         if ok:
             await self._run_program(program, task, state, context)
@@ -389,9 +413,30 @@ class Harness:
         state["token_usage"] = token_usage(state)
         timing.scoring.start = time.time()
         if self.score_rollouts:
-            await score_rollout(self.handlers, task, state)
+            await self._within_scoring_time(score_rollout(self.handlers, task, state), [state])
         timing.scoring.end = time.time()
         return context
+
+    async def _setup(self, arguments: Mapping[str, Any], state: State) -> bool:
+        """The setup handlers, within `setup_timeout_seconds`: past it the rollout stops as `setup_timeout_reached`."""
+        try:
+            return await asyncio.wait_for(self._run_handlers("setup", arguments, state), self.config.setup_timeout_seconds)
+        except asyncio.TimeoutError:
+            state.stop("setup_timeout_reached")
+            return False
+
+    async def _within_scoring_time(self, scoring: Awaitable[None], states: list[State]) -> None:
+        """Scoring within `scoring_timeout_seconds`. Past it each rollout keeps the scores it has (a reward
+        not yet given is 0.0) and ends as `scoring_timeout_reached`, unless it already ended on an error."""
+        try:
+            await asyncio.wait_for(scoring, self.config.scoring_timeout_seconds)
+        except asyncio.TimeoutError:
+            for state in states:
+                state.setdefault("metrics", {})
+                if state.get("reward") is None:
+                    state["reward"] = 0.0
+                if state.get("error") is None:
+                    state._set_managed("stop_condition", "scoring_timeout_reached")
 
     def _context(self, task: Task, state: State) -> RolloutContext:
         return RolloutContext(
@@ -414,7 +459,7 @@ class Harness:
             state.task = task
         state.runtime.timing.start_time = state.runtime.timing.generation.start = time.time()
         await self._resolve_runtime(state)
-        state.runtime.toolbox = RolloutToolbox(state, None)
+        state.runtime.toolbox = RolloutToolbox(state, None, self.config.max_tool_output)
         await self._resolve_task(task, state)
         endpoint = await get_endpoint()
         endpoint.open(state, self._context(task, state).first_stop)
@@ -528,7 +573,7 @@ class Harness:
     async def score_group(self, tasks: list[Task], states: list[State]) -> list[State]:
         """Group rewards and metrics, then advantages (default: reward minus the group mean); skipped when `score_rollouts` is off."""
         if self.score_rollouts:
-            await score_group(self.handlers, tasks, states)
+            await self._within_scoring_time(score_group(self.handlers, tasks, states), states)
         return states
 
     async def cleanup_group(self, tasks: list[Task], states: list[State]) -> None:

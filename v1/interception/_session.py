@@ -1,6 +1,6 @@
 """`RolloutSession`: one rollout's view of the endpoint.
 
-It holds the rollout's secret and URL, enforces the turn limit and stop
+It holds the rollout's secret and URL, enforces the turn limit, token budgets and stop
 conditions before each program call, forwards to the upstream `Client` with
 the harness's sampling args, and records each exchange as a `TrajectoryStep`
 through the state's own setters.
@@ -18,6 +18,7 @@ from typing import Any
 from v1._util.calling import endpoint_calls
 from v1._util.entropy import token_urlsafe
 from v1._util.single_flight import SingleFlight
+from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.rollout import State
@@ -55,6 +56,24 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
 def new_key() -> str:
     """A fresh rollout key: the endpoint's only credential for one rollout's calls."""
     return "v1-" + token_urlsafe(24)
+
+
+def recorded_usage(trajectory: list[TrajectoryStep]) -> tuple[int, int]:
+    """Input and output tokens of the recorded steps: each step's reported usage, else its token ids.
+
+    Every call's prompt counts again (as providers bill it); a step with neither counts nothing.
+    """
+    inputs = outputs = 0
+    for step in trajectory:
+        usage = (step.get("response") or {}).get("usage")
+        tokens = step.get("tokens")
+        if usage:
+            inputs += int(usage.get("prompt_tokens") or 0)
+            outputs += int(usage.get("completion_tokens") or 0)
+        elif tokens:
+            inputs += len(tokens["prompt_ids"])
+            outputs += len(tokens["completion_ids"])
+    return inputs, outputs
 
 
 def step_tokens(response: Response) -> TrajectoryStepTokens | None:
@@ -214,8 +233,7 @@ class RolloutSession:
         try:
             if recording:
                 await self._check_admission()
-            if "max_seq_len" in sampling_args or "max_total_completion_tokens" in sampling_args:
-                self._apply_limits(sampling_args, recording)
+            self._apply_limits(sampling_args, recording)
         except RolloutStopped as refusal:
             self.refused = refusal.condition
             raise
@@ -227,35 +245,33 @@ class RolloutSession:
         return client, sampling_args, recording
 
     def _apply_limits(self, sampling_args: SamplingArgs, recording: bool) -> None:
-        """`max_seq_len` and `max_total_completion_tokens` (set in the harness's sampling args).
+        """The rollout's token limits: `max_seq_len` and `max_total_completion_tokens` (in the harness's
+        sampling args) and the token budgets (`max_input_tokens`, `max_output_tokens`, `max_total_tokens`).
 
-        They are limits, not sampling args: removed from what goes upstream. Reached
-        before a call, the rollout stops (`prompt_too_long` /
-        `max_total_completion_tokens_reached`); otherwise `max_tokens` is capped to
-        what is left of both budgets.
+        The first two are limits, not sampling args: removed from what goes upstream. A budget
+        already spent refuses the call and stops the rollout as `<budget>_reached` (and
+        `max_seq_len` as `prompt_too_long`); otherwise `max_tokens` is capped to what is left of
+        every output-counting budget and of the context. Usage is what the recorded steps say
+        (`recorded_usage`), never an estimate from the prompt's text.
         """
         harness = self.upstream.sampling_args
         max_seq_len = harness.get("max_seq_len")
-        max_total = harness.get("max_total_completion_tokens")
         sampling_args.pop("max_seq_len", None)
         sampling_args.pop("max_total_completion_tokens", None)
         self._max_seq_len = int(max_seq_len) if max_seq_len else None
         if not recording:
             return
         state = self.state
-        usages = [step["response"].get("usage") or {} for step in state["trajectory"]]
-        caps = []
-        if max_total:
-            used = sum(int(usage.get("completion_tokens") or 0) for usage in usages)
-            if used >= int(max_total):
-                state.stop("max_total_completion_tokens_reached")
-                raise RolloutStopped(
-                    "max_total_completion_tokens_reached",
-                    f"rollout stopped: max_total_completion_tokens_reached ({used} of {max_total} completion tokens used)",
-                )
-            caps.append(int(max_total) - used)
-        if self._max_seq_len and usages:
-            context = int(usages[-1].get("prompt_tokens") or 0) + int(usages[-1].get("completion_tokens") or 0)
+        limits = {name: state.get_token_budget(name) for name in TOKEN_BUDGETS}
+        limits["max_total_completion_tokens"] = harness.get("max_total_completion_tokens")
+        budgets = {name: int(limit) for name, limit in limits.items() if limit}
+        if not budgets and not self._max_seq_len:
+            return
+        caps = self._budget_caps(budgets)
+        trajectory = state["trajectory"]
+        if self._max_seq_len and trajectory:
+            usage = trajectory[-1]["response"].get("usage") or {}
+            context = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
             if context >= self._max_seq_len:
                 state._set_managed("is_truncated", True)
                 state.stop("prompt_too_long")
@@ -267,6 +283,25 @@ class RolloutSession:
             ]
             for key in keys:
                 sampling_args[key] = min([*caps, sampling_args.get(key) or min(caps)])
+
+    def _budget_caps(self, budgets: dict[str, int]) -> list[int]:
+        """What is left of each output-counting budget; raises when any budget is spent."""
+        inputs, outputs = recorded_usage(self.state["trajectory"])
+        spent = {
+            "max_input_tokens": inputs,
+            "max_output_tokens": outputs,
+            "max_total_tokens": inputs + outputs,
+            "max_total_completion_tokens": outputs,
+        }
+        caps = []
+        for name, limit in budgets.items():
+            if spent[name] >= limit:
+                condition = f"{name}_reached"
+                self.state.stop(condition)
+                raise RolloutStopped(condition, f"rollout stopped: {condition} ({spent[name]} of {limit} tokens used)")
+            if name != "max_input_tokens":
+                caps.append(limit - spent[name])
+        return caps
 
     def _failed(self, error: Exception, recording: bool) -> None:
         state = self.state

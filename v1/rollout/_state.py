@@ -127,6 +127,8 @@ class RolloutRuntime:
 
     model: str | None = None
     max_turns: int | None = None
+    token_budgets: dict[str, int] = field(default_factory=dict)
+    """The token budgets the user set (`max_input_tokens`, ...): a task's may lower one, or set one that is unset."""
     endpoint: EndpointAccess | None = None
     tools: dict[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
     borrowed: dict[str, Any] = field(default_factory=dict)
@@ -381,6 +383,14 @@ class State(dict):  # type: ignore[type-arg]
         limit = self.runtime.max_turns if self.runtime.max_turns is not None else default
         task_limit = self.task.get("max_turns")
         return min(int(task_limit), limit) if task_limit is not None else limit
+
+    def get_token_budget(self, name: str) -> int | None:
+        """A token budget (`max_input_tokens`, `max_output_tokens`, `max_total_tokens`), or None when unlimited.
+
+        The smaller of the harness's and the task's: a task row narrows a budget, never widens it.
+        """
+        limits = [int(value) for value in (self.runtime.token_budgets.get(name), self.task.get(name)) if value is not None]
+        return min(limits) if limits else None
 
     def finalize(self) -> State:
         """Drop runtime handles and make sure every field is JSON. Returns `self`.

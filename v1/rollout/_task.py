@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from v1._util.token_budgets import MAX_TOKEN_BUDGET, TOKEN_BUDGETS
 from v1.errors import TaskError
 
 PROMPT_ROLES = frozenset({"user", "assistant", "tool", "developer"})
@@ -103,7 +104,8 @@ class Task(dict):  # type: ignore[type-arg]
     """Immutable, JSON-serializable input data for one rollout.
 
     Common fields: `prompt` (user/developer/tool messages, never system),
-    `system_prompt`, `answer`, `info`, `max_turns`, `tools`, `toolsets`,
+    `system_prompt`, `answer`, `info`, `max_turns`, the token budgets
+    (`max_input_tokens`, `max_output_tokens`, `max_total_tokens`), `tools`, `toolsets`,
     `sandbox`, `program` (a mapping, or the name of one of the harness's
     `task_programs`). Other JSON fields are kept as they are. A string
     `prompt` becomes one user message. `runtime` is refused: runtime data
@@ -126,6 +128,14 @@ class Task(dict):  # type: ignore[type-arg]
         max_turns = merged.get("max_turns")
         if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
             raise TaskError(f"{prefix}field 'max_turns': expected a positive integer, got {max_turns!r}")
+        for name in TOKEN_BUDGETS:
+            budget = merged.get(name)
+            if budget is not None and (
+                isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TOKEN_BUDGET
+            ):
+                raise TaskError(
+                    f"{prefix}field '{name}': expected a positive integer up to {MAX_TOKEN_BUDGET}, got {budget!r:.80}"
+                )
         for name in MAPPING_FIELDS:
             if merged.get(name) is not None and not isinstance(merged[name], Mapping):
                 raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(merged[name]).__name__}")

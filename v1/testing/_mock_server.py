@@ -137,6 +137,8 @@ class Reply:
     error: str | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    prompt_tokens: int | None = None
+    """The usage's `prompt_tokens`, whatever the prompt's length (default: one per word of the prompt)."""
     stream_delay: float = 0.0
     """Seconds between streamed chunks (a slow generation, for streaming tests)."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -459,6 +461,7 @@ class MockModelServer:
 
     def _completion(self, request: MockRequest, reply: Reply) -> dict[str, Any]:
         prompt_ids = mock_token_ids(_prompt_text(request.messages))
+        prompt_tokens = len(prompt_ids) if reply.prompt_tokens is None else reply.prompt_tokens
         completion_ids = reply.completion_ids or mock_token_ids(
             reply.content or " ".join(c["arguments"] for c in reply.tool_calls)
         )
@@ -484,9 +487,9 @@ class MockModelServer:
             "model": body.get("model") or self.model,
             "choices": [choice],
             "usage": {
-                "prompt_tokens": len(prompt_ids),
+                "prompt_tokens": prompt_tokens,
                 "completion_tokens": len(completion_ids),
-                "total_tokens": len(prompt_ids) + len(completion_ids),
+                "total_tokens": prompt_tokens + len(completion_ids),
             },
         }
         if body.get("logprobs"):

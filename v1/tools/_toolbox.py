@@ -68,11 +68,52 @@ async def _call_plain(name: str, tool: Callable[..., Any], arguments: str | Mapp
         return default_error_formatter(exc)
 
 
-class RolloutToolbox:
-    """The bound tools of one rollout and the scopes it opened."""
+def truncate_tool_output(content: ToolContent, limit: int) -> ToolContent:
+    """`content` cut to `limit` characters of text, with a marker saying how much was cut.
 
-    def __init__(self, state: State, group_id: str | None = None) -> None:
+    A text keeps its first and last halves (a command's errors and exit come last) around the
+    marker. A multi-part result (text and images) keeps its parts in order until its text has
+    used `limit` characters; the part that crosses is cut, later text parts are left out, and
+    the marker follows. Images are kept.
+    """
+    if isinstance(content, str):
+        if len(content) <= limit:
+            return content
+        head = limit - limit // 2
+        return content[:head] + _marker(len(content) - limit, len(content)) + content[len(content) - limit // 2 :]
+    texts = [part for part in content if part.get("type") == "text"]
+    total = sum(len(str(part.get("text", ""))) for part in texts)
+    if total <= limit:
+        return content
+    kept: list[dict[str, Any]] = []
+    left = limit
+    for part in content:
+        if part.get("type") != "text":
+            kept.append(part)
+        elif left > 0:
+            text = str(part.get("text", ""))
+            kept.append({**part, "text": text[:left]})
+            left -= min(left, len(text))
+    kept.append({"type": "text", "text": _marker(total - limit, total)})
+    return kept
+
+
+def _marker(cut: int, total: int) -> str:
+    return f"\n... [truncated {cut} of {total} characters] ...\n"
+
+
+class RolloutToolbox:
+    """The bound tools of one rollout and the scopes it opened.
+
+    Args:
+        state: the rollout's state.
+        group_id: the rollout's group (None: a group of one, which this toolbox owns).
+        max_output: characters of one tool result the model sees (`truncate_tool_output`); None: all of it.
+    """
+
+    def __init__(self, state: State, group_id: str | None = None, max_output: int | None = None) -> None:
         self.state = state
+        self.max_output = max_output
         self.rollout_id: str = state["trajectory_id"]
         self.owns_group = group_id is None
         self.group_id = group_id or self.rollout_id
@@ -177,12 +218,20 @@ class RolloutToolbox:
     async def call(self, name: str, arguments: str | Mapping[str, Any], injected: Mapping[str, Any] | None = None) -> ToolContent:
         """One model tool call: a hidden or unknown tool is a tool error message, never a crash.
 
+        Every path that shows a tool result to the model (the base loop, the classic `ToolEnv`,
+        the endpoint's MCP route) calls here, so a result over `max_output` characters is cut
+        here for all of them (`truncate_tool_output`).
+
         `injected`: values of a Python tool's hidden (bound) arguments for this call only, given by the
         framework (the classic `update_tool_args`); they win over the bindings.
 
         Raises:
             RolloutStopped: the tool raised one of its toolset's `stop_errors`.
         """
+        content = await self._call(name, arguments, injected)
+        return content if self.max_output is None else truncate_tool_output(content, self.max_output)
+
+    async def _call(self, name: str, arguments: str | Mapping[str, Any], injected: Mapping[str, Any] | None) -> ToolContent:
         tool = self.state.runtime.tools.get(name)
         if tool is None:
             available = ", ".join(sorted(self.state.runtime.tools)) or "none"
