@@ -117,6 +117,13 @@ def test_shuffle_of_an_infinite_taskset_needs_a_buffer_in_one_line() -> None:
         vf.Taskset(source=Counted(), infinite=True).shuffle(1, buffer=0)
 
 
+def test_a_question_changed_by_a_view_becomes_the_prompt() -> None:
+    viewed = vf.Taskset(source=Counted()).view(lambda row: {**row, "question": row["question"].upper()}).head(1)
+    assert viewed.rows()[0]["prompt"] == [{"role": "user", "content": "Q0"}]
+    listed = vf.Taskset(source=[{"question": "a"}]).view(lambda row: {**row, "question": "b"})
+    assert listed.tasks()[0]["prompt"] == [{"role": "user", "content": "b"}]
+
+
 def test_a_view_that_returns_no_row_and_a_bad_row_name_the_row() -> None:
     with pytest.raises(vf.TaskError, match="source row 0: view returned int"):
         list(vf.Taskset(source=Counted()).view(lambda row: 3).head(2).iter_rows())

@@ -269,9 +269,17 @@ class ViewRows(RowSource):
                     raise TaskError(
                         f"{self.field} row {index}: view returned {type(viewed).__name__}, expected a mapping (the row)"
                     )
-                yield {"example_id": row.get("example_id"), **_with_prompt(viewed)}
+                yield {"example_id": row.get("example_id"), **_with_prompt(_without_stale_prompt(row, viewed))}
         finally:
             _close(rows)
+
+
+def _without_stale_prompt(row: Row, viewed: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A viewed row whose `question` changed loses the prompt its old question became (the new one becomes it)."""
+    derived = [{"role": "user", "content": row.get("question")}]
+    if "question" in viewed and viewed["question"] != row.get("question") and viewed.get("prompt") == derived:
+        return {key: value for key, value in viewed.items() if key != "prompt"}
+    return viewed
 
 
 def _close(rows: Iterator[Any]) -> None:
