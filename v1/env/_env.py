@@ -554,7 +554,10 @@ class Env:
     ) -> GenerateOutputs:
         """Run `rollouts_per_example` rollouts of every input and return their outputs and metadata.
 
-        Inputs with the same `example_id` form one group (so `[row] * 4` is a group of four).
+        Inputs with the same `example_id` form one group (so `[row] * 4` is a group of four). Inputs
+        that are not a list or a `Dataset` (a generator, a stream taskset's rows) are drawn as the run
+        takes them, each row its own group (a repeated id gets `-2`, `-3`, ...), and the rollouts
+        running when drawing raises are finished and kept before the error propagates.
 
         Args:
             inputs: rows, tasks, or a `datasets.Dataset`.
