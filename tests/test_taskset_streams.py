@@ -211,3 +211,27 @@ async def test_repeated_rows_of_a_stream_get_distinct_ids(mock: MockModelServer,
     result = await env.evaluate(client_config, "m", num_examples=-1)
     key = content_key({"question": "same", "answer": "emas"})
     assert [output["example_id"] for output in result["outputs"]] == [key, f"{key}-2", f"{key}-3"]
+
+
+# -- training draws in order ---------------------------------------------------------------------
+
+
+def test_training_order_draws_a_stream_as_positions_are_asked_for_and_holds_only_pending_rows() -> None:
+    from v1.train._orchestrator import StreamOrder
+
+    source = Counted(limit=8)
+    order = StreamOrder(vf.Taskset(source=source, infinite=True).row_source(), pending=[1, 3])
+    assert source.drawn == 0
+    assert order.row_at(1)["question"] == "q1" and source.drawn == 2
+    assert order.row_at(3)["question"] == "q3" and order.held == {}
+    assert [order.row_at(position)["question"] for position in (5, 6)] == ["q5", "q6"]
+    assert source.drawn == 7 and order.held == {}
+
+
+def test_training_order_draws_a_finite_stream_again_when_it_ends_and_refuses_an_empty_one() -> None:
+    from v1.train._orchestrator import StreamOrder
+
+    order = StreamOrder(vf.Taskset(source=lambda: iter([{"question": "a"}, {"question": "b"}])).row_source())
+    assert [order.row_at(position)["question"] for position in range(5)] == ["a", "b", "a", "b", "a"]
+    with pytest.raises(vf.Error, match=r"the training rows \(source\) are an empty stream"):
+        StreamOrder(vf.Taskset(source=lambda: iter([])).row_source()).row_at(0)
