@@ -1,6 +1,7 @@
 """Memory of a long eval: the RSS curve over 100k single-turn rollouts, and the cost per rollout in flight.
 
     python benchmarks/memory.py [--n 100000] [--concurrency 256] [--points 10] [--json out.json]
+    python benchmarks/memory.py --streams-only [--taskset-rows 100000] [--stream-n 200]
 
 `Env.generate` runs `--n` single-turn base-loop rollouts (one per row) against the mock model
 server in its own process, streaming outputs to a run folder (`ResultsWriter`, as `v1 eval
@@ -11,6 +12,11 @@ the plan's own cost per row is measured with tracemalloc (ids and positions for 
 resume; the tasks are built when their group is scheduled). Then,
 to price a rollout in flight, `--concurrency` rollouts are held open at once (each program
 waits on an event after its model call) and the RSS grown is divided by their number.
+
+Last, a stream eval against a list: `Env.evaluate(num_examples=--stream-n)` of a taskset whose
+source is a list of `--taskset-rows` rows of about 1 KiB (loaded whole, as a list source is,
+to run a few), then of an infinite generator of the same rows (drawn as the run takes them);
+the peak of Python's allocations (tracemalloc) during each is printed, with the rows drawn.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import resource
 import sys
@@ -114,15 +121,67 @@ def plan_cost(n: int) -> tuple[float, float]:
     return figures[0], figures[1]
 
 
+def big_row(i: int) -> dict[str, Any]:
+    return {"prompt": f"question {i}", "answer": str(i), "info": {"context": f"{i:08d}" * 128}}
+
+
+async def eval_peak(url: str, taskset: v1.Taskset, n: int) -> float:
+    """The peak MiB Python allocated while `Env.evaluate` ran `n` examples of `taskset` (the rows loaded included)."""
+    import tracemalloc
+
+    env = v1.Env(taskset=taskset, harness=v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL))
+    gc.collect()
+    tracemalloc.start()
+    result = await env.evaluate(num_examples=n, max_concurrent=32, keep_outputs=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    if result["metadata"]["num_rollouts"] != n:
+        raise SystemExit(f"ran {result['metadata']['num_rollouts']} rollouts, expected {n}")
+    return peak / (1024 * 1024)
+
+
+def stream_against_list(url: str, rows: int, n: int) -> dict[str, float]:
+    drawn = 0
+
+    def listed() -> list[dict[str, Any]]:
+        return [big_row(i) for i in range(rows)]
+
+    def endless() -> Iterator[dict[str, Any]]:
+        nonlocal drawn
+        for i in itertools.count():
+            drawn += 1
+            yield big_row(i)
+
+    figures = {
+        "list_peak_mib": asyncio.run(eval_peak(url, v1.Taskset(source=listed), n)),
+        "stream_peak_mib": asyncio.run(eval_peak(url, v1.Taskset(source=endless, infinite=True), n)),
+    }
+    print(f"eval of {n} examples, peak Python allocations (tracemalloc):")
+    print(f"  list source of {rows} rows (~1 KiB each), loaded whole: {figures['list_peak_mib']:8.1f} MiB")
+    print(f"  infinite generator of the same rows, {drawn} drawn:  {figures['stream_peak_mib']:8.1f} MiB")
+    figures["stream_rows_drawn"] = drawn
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--points", type=int, default=10)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--taskset-rows", type=int, default=100_000, help="rows of the list taskset the stream is set against")
+    parser.add_argument("--stream-n", type=int, default=200, help="examples each of the two evals runs")
+    parser.add_argument("--streams-only", action="store_true", help="only the stream eval against the list")
     args = parser.parse_args(argv)
-    if min(args.n, args.concurrency, args.points) < 1:
-        parser.error("--n, --concurrency and --points must be at least 1")
+    if min(args.n, args.concurrency, args.points, args.taskset_rows, args.stream_n) < 1:
+        parser.error("--n, --concurrency, --points, --taskset-rows and --stream-n must be at least 1")
+    if args.streams_only:
+        with mock_server_process() as url:
+            figures = stream_against_list(url, args.taskset_rows, args.stream_n)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f)
+        return 0
     indexed, generated = plan_cost(args.n)
     print(
         f"plan of {args.n} rows: {indexed:.0f} bytes per row from a list or Dataset, {generated:.0f} from a generator (tasks kept)"
@@ -132,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory per rollout in flight (program waiting after its call): {per_rollout * 1024:.1f} KiB", flush=True)
         print(f"RSS over {args.n} rollouts at concurrency {args.concurrency} (outputs streamed to disk):", flush=True)
         samples = asyncio.run(curve(url, args.n, args.concurrency, args.points, Path(tmp) / "run"))
+        streams = stream_against_list(url, args.taskset_rows, args.stream_n)
     print(f"{'rollouts':>9} {'seconds':>8} {'RSS MiB':>8}")
     for done, seconds, rss in samples:
         print(f"{done:>9} {seconds:>8.1f} {rss:>8.1f}")
@@ -140,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RSS growth after the first {first_full[0]} rollouts: {growth:.0f} bytes per rollout")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"per_rollout_in_flight_kib": per_rollout * 1024, "curve": samples, "growth_bytes_per_rollout": growth}, f)
+            figures = {"per_rollout_in_flight_kib": per_rollout * 1024, "curve": samples, "growth_bytes_per_rollout": growth}
+            json.dump({**figures, "streams": streams}, f)
     return 0
 
 

@@ -39,7 +39,7 @@ class PublicOnly:
 
 
 def test_the_env_interface_training_uses_is_public_and_pinned() -> None:
-    assert ENV_INTERFACE == ("env_id", "get_dataset", "run_group", "evaluate")
+    assert ENV_INTERFACE == ("env_id", "get_dataset", "row_stream", "run_group", "evaluate")
     assert list(inspect.signature(vf.Env.run_group).parameters) == ["self", "group_inputs", "client", "model", "sampling_args"]
     assert list(inspect.signature(vf.Env.get_dataset).parameters) == ["self", "n", "seed"]
     assert list(inspect.signature(vf.Env.evaluate).parameters)[:7] == [

@@ -7,7 +7,7 @@ Every row of the group's datasets carries ``info["env_id"]``, and every call tha
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from v1.classic._environment import Environment
 from v1.clients import Client
@@ -123,6 +123,10 @@ class EnvGroup(Environment):
 
     def train_rows(self, n: int = -1, seed: int | None = None) -> list[dict[str, Any]]:
         return self._rows("train", n, seed)
+
+    def row_stream(self, split: Literal["train", "eval"] = "train") -> None:
+        """None: a group's rows are its environments' lists, tagged (`train_rows`, `eval_rows`)."""
+        return None
 
     def eval_rows(self, n: int = -1, seed: int | None = None) -> list[dict[str, Any]]:
         return self._rows("eval", n, seed)

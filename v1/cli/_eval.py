@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -442,7 +442,7 @@ def check_resume(path: Path, saved: Mapping[str, Any], expected: Mapping[str, An
     differences = [
         f"{field} (saved {saved[field]!r}, now {expected[field]!r})"
         for field in RESUME_MUST_MATCH
-        if field in saved and saved[field] != expected[field]
+        if field in saved and field in expected and saved[field] != expected[field]
     ]
     if differences:
         raise ConfigError(
@@ -600,7 +600,8 @@ class EvalPlan:
     settings: EvalSettings
     client: ClientConfig
     model: str
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]] | Iterable[dict[str, Any]]
+    """The rows evaluated: a list, or a stream's rows drawn as the run takes them."""
     writer: ResultsWriter | None
     warnings: list[str]
     config: EvalConfig
@@ -656,23 +657,22 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
     notes = [f"model {DEFAULT_MODEL} at {client.api_base_url} (the default; choose another with -m MODEL)"] * bool(
         default_model(settings, env)
     )
-    rows = env.eval_rows(settings.num_examples)
-    for position, row in enumerate(rows):  # a bad row is bad input: found before the run folder exists
-        env.to_task(row if "example_id" in row else {**row, "example_id": position})
-    expected = {
+    rows = eval_inputs(env, settings)
+    expected: dict[str, Any] = {
         "env_id": env.env_id,
-        "num_examples": len(rows),
         "rollouts_per_example": settings.rollouts_per_example,
         "sampling_args": {**env.harness.config.sampling_args, **settings.sampling_args},
         "independent_scoring": settings.independent_scoring,
     }
+    if isinstance(rows, list):  # a stream's rows are keyed by content: a resumed run may draw more or fewer
+        expected["num_examples"] = len(rows)
     if saved is not None and model is not None:  # else the server names the model: checked after asking it
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
     model, warnings = check_server_saying(client, model, notes)
     assert model is not None  # check_server names one or raises
     if saved is not None:
         check_resume(Path(str(resume_path)), saved, {**expected, "model": model})
-    if 0 < settings.num_examples and len(rows) < settings.num_examples:
+    if isinstance(rows, list) and 0 < settings.num_examples and len(rows) < settings.num_examples:
         warnings.append(f"-n {settings.num_examples}: {env.env_id} has {len(rows)} evaluation rows; evaluating all {len(rows)}")
     executor = None
     if settings.ray is not None:
@@ -691,6 +691,23 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
         )
     config = eval_config(settings, env, client, model, {"taskset": taskset_overrides, "harness": harness_overrides})
     return EvalPlan(env, settings, client, model, rows, writer, [*ignored, *warnings], config, executor, notes)
+
+
+def eval_inputs(env: Env, settings: EvalSettings) -> list[dict[str, Any]] | Iterable[dict[str, Any]]:
+    """The rows the run evaluates: a list, every row checked now (a bad row is bad input, found before the run
+    folder exists), or a stream's rows, drawn as the run takes them.
+
+    Raises:
+        ConfigError: the taskset is infinite and `-n` is not given (or is negative).
+    """
+    stream = env.row_stream("eval")
+    if stream is not None and stream.infinite and ("num_examples" not in settings.model_fields_set or settings.num_examples < 0):
+        raise ConfigError(f"{env.env_id}: its taskset is infinite: pass -n N, the number of examples to draw")
+    rows = env.eval_inputs(settings.num_examples)
+    if isinstance(rows, list):
+        for position, row in enumerate(rows):
+            env.to_task(row if "example_id" in row else {**row, "example_id": position})
+    return rows
 
 
 def check_server_saying(client: ClientConfig, model: str | None, notes: list[str]) -> tuple[str | None, list[str]]:
@@ -730,8 +747,12 @@ async def run_eval(plan: EvalPlan) -> tuple[GenerateMetadata, int, float]:
     if main_task is not None:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
             loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    examples = len(plan.rows) if isinstance(plan.rows, list) else plan.settings.num_examples
     view = LiveView(
-        Console(stderr=True), len(plan.rows) * config.rollouts_per_example, plan.env.env_id, live=not plan.settings.debug
+        Console(stderr=True),
+        examples * config.rollouts_per_example if examples >= 0 else None,
+        plan.env.env_id,
+        live=not plan.settings.debug,
     )
 
     def on_progress(outputs: list[Any], summary: Any) -> None:

@@ -27,7 +27,7 @@ class LiveView:
     with its message (the rest are counted, and listed by type in the summary table).
     """
 
-    def __init__(self, console: Console, total: int, title: str, live: bool = True) -> None:
+    def __init__(self, console: Console, total: int | None, title: str, live: bool = True) -> None:
         self.live, self.total = live, total
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),

@@ -425,7 +425,9 @@ SystemPromptLike = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 """A system prompt: its text, one system message, or a list of them."""
 
 RowSourceLike = Union[Iterable[Mapping[str, Any]], Callable[[], Iterable[Mapping[str, Any]]], str]
-"""Task rows: an iterable of mappings (a `datasets.Dataset` too), a zero-argument loader, or a `module:object` reference."""
+"""Task rows: an iterable of mappings (a `datasets.Dataset` too), a zero-argument loader (a generator function
+too), or a `module:object` reference. A list, tuple or `Dataset` is loaded once and kept; anything else is
+a stream, drawn on demand."""
 
 SandboxLike = Union[SandboxConfig, Mapping[str, Any]]
 """A sandbox: a `SandboxConfig` or a mapping of one."""
@@ -618,6 +620,9 @@ class TasksetConfig(_HandlerLists):
     system_prompt: object | None = None
     source: object | None = None
     eval_source: object | None = None
+    infinite: bool = False
+    """The stream sources (generators, loaders returning iterators) never end: `v1 eval` needs `-n`,
+    `Env.evaluate` needs `num_examples`, and `shuffle` needs a buffer. A list source is always finite."""
     user: UserConfig | None = None
     toolsets: list[ToolsetConfig] = []
     scoring: dict[str, ScoringConfig] = {}

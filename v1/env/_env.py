@@ -16,8 +16,8 @@ import datetime
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from v1._util import loop_scope as loop_scope
 from v1._util.calling import resize_pool
@@ -26,13 +26,13 @@ from v1._util.provenance import version_info
 from v1.clients import Client, resolve_client
 from v1.config import ClientConfig, EnvConfig
 from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
-from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, Unit, UnitJob, plan_units
+from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, StreamPlan, Unit, UnitJob, is_stream, plan_units
 from v1.errors import ConfigError, TaskError, error_class
 from v1.harness import Harness
 from v1.interception import upstream
 from v1.programs import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.rollout import Handler, State, Task, thaw
-from v1.taskset import Taskset, rows_to_dataset
+from v1.taskset import RowSource, Taskset, rows_to_dataset
 from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs
 
 if TYPE_CHECKING:
@@ -250,8 +250,11 @@ class Env:
     def eval_rows(self, n: int = -1, seed: int | None = None) -> list[dict[str, Any]]:
         """The first `n` evaluation rows (all when n < 0), shuffled with `seed` first if given.
 
-        Without an `eval_source`, the training rows are used, with a warning.
+        Without an `eval_source`, the training rows are used, with a warning. Of a stream, only
+        the first `n` rows are drawn (see `eval_inputs` to draw them one at a time).
         """
+        if self.row_stream("eval") is not None:
+            return list(self.eval_inputs(n, seed))
         rows = self.taskset.eval_rows()
         if not rows:
             logger.warning("%s has no eval split (eval_source); evaluating on its training rows", self.env_id)
@@ -260,7 +263,33 @@ class Env:
 
     def train_rows(self, n: int = -1, seed: int | None = None) -> list[dict[str, Any]]:
         """The first `n` training rows (all when n < 0), shuffled with `seed` first if given."""
+        stream = self.row_stream("train")
+        if stream is not None:
+            return list(_draw(stream, n, seed, self.env_id))
         return self._select(self.taskset.rows(), n, seed)
+
+    def row_stream(self, split: Literal["train", "eval"] = "train") -> RowSource | None:
+        """The rows of `split` when they are a stream, drawn on demand; None when they are a list.
+
+        The eval split without an `eval_source` is the training rows'.
+        """
+        source = self.taskset.row_source(split)
+        if split == "eval" and source.listed() == []:
+            source = self.taskset.row_source("train")
+        return None if source.listed() is not None else source
+
+    def eval_inputs(self, n: int = -1, seed: int | None = None) -> Iterable[dict[str, Any]]:
+        """What `evaluate` runs: `eval_rows(n, seed)`, except that a stream's rows are drawn as the run takes them.
+
+        Raises:
+            ConfigError: the rows are an infinite stream and `n` < 0, or `seed` asks to shuffle one.
+        """
+        stream = self.row_stream("eval")
+        if stream is None:
+            return self.eval_rows(n, seed)
+        if stream is self.taskset.row_source("train"):
+            logger.warning("%s has no eval split (eval_source); evaluating on its training rows", self.env_id)
+        return _draw(stream, n, seed, self.env_id)
 
     def get_dataset(self, n: int = -1, seed: int | None = None) -> Dataset:
         """The training rows as a `datasets.Dataset`: the first `n` (all when n < 0), shuffled with `seed` if given."""
@@ -525,7 +554,10 @@ class Env:
     ) -> GenerateOutputs:
         """Run `rollouts_per_example` rollouts of every input and return their outputs and metadata.
 
-        Inputs with the same `example_id` form one group (so `[row] * 4` is a group of four).
+        Inputs with the same `example_id` form one group (so `[row] * 4` is a group of four). Inputs
+        that are not a list or a `Dataset` (a generator, a stream taskset's rows) are drawn as the run
+        takes them, each row its own group (a repeated id gets `-2`, `-3`, ...), and the rollouts
+        running when drawing raises are finished and kept before the error propagates.
 
         Args:
             inputs: rows, tasks, or a `datasets.Dataset`.
@@ -554,19 +586,31 @@ class Env:
         """
         if rollouts_per_example < 1:
             raise ConfigError(f"rollouts_per_example must be at least 1, got {rollouts_per_example}")
-        plan = plan_units(inputs, self.to_task, rollouts_per_example, independent_scoring)
+        stream = StreamPlan(inputs, self.to_task, rollouts_per_example, independent_scoring) if is_stream(inputs) else None
+        plan = plan_units(inputs, self.to_task, rollouts_per_example, independent_scoring) if stream is None else None
         clients = await self.resolve_clients(None if client is None else client)
         model_name = self._model(model)
         merged_args = self._sampling_args(sampling_args)
         record = _GenerateRecorder(self.pass_threshold, results, keep_outputs, on_progress)
-        done = await asyncio.to_thread(results.load, plan.keys(), record.summary) if results is not None else set()
+        units: Iterable[tuple[Any, Unit]]
+        if stream is not None:
+            if results is not None:
+                stream.done = await asyncio.to_thread(
+                    results.load_stream, rollouts_per_example, independent_scoring, record.summary
+                )
+            units, task_of, example_order = stream.units(), stream.task, stream.example_order
+        else:
+            assert plan is not None
+            done = await asyncio.to_thread(results.load, plan.keys(), record.summary) if results is not None else set()
+            units = [(uid, unit) for uid, unit in plan.units.items() if uid not in done]
+            task_of, example_order = plan.task, plan.example_order
         record.metadata.update(
             {
                 "env_id": self.env_id,
                 "env_args": self.env_args,
                 "model": model_name,
                 "base_url": ",".join(_base_url(c) for c in clients),
-                "num_examples": len(plan.example_order),
+                "num_examples": len(example_order),
                 "rollouts_per_example": rollouts_per_example,
                 "sampling_args": merged_args,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -583,8 +627,8 @@ class Env:
 
         job = UnitJob(
             env=self,
-            units=[(uid, unit) for uid, unit in plan.units.items() if uid not in done],
-            task_of=plan.task,
+            units=units,
+            task_of=task_of,
             clients=clients,
             client_sources=client,
             model=model_name,
@@ -601,8 +645,9 @@ class Env:
         finally:
             if executor is not None:
                 record.metadata["executor"] = executor.describe()
+            record.metadata["num_examples"] = len(example_order)
             await record.close()
-        return GenerateOutputs(outputs=record.outputs_in_order(plan.example_order), metadata=record.current_metadata())
+        return GenerateOutputs(outputs=record.outputs_in_order(example_order), metadata=record.current_metadata())
 
     async def run_unit(
         self,
@@ -649,9 +694,12 @@ class Env:
         sampling_args: SamplingArgs | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
-        """`generate` over the first `num_examples` evaluation rows (see `eval_rows`); kwargs go to `generate`."""
+        """`generate` over the first `num_examples` evaluation rows (see `eval_inputs`); kwargs go to `generate`.
+
+        A stream's rows are drawn as the run takes them; an infinite one needs `num_examples`.
+        """
         return await self.generate(
-            self.eval_rows(num_examples),
+            self.eval_inputs(num_examples),
             client,
             model,
             sampling_args,
@@ -715,6 +763,18 @@ class Env:
                 + "advantages are 0 unless an @advantage function says otherwise"
             )
         return plan
+
+
+def _draw(source: RowSource, n: int, seed: int | None, env_id: str) -> Iterator[dict[str, Any]]:
+    """The first `n` rows of a stream (all when n < 0), shuffled with `seed` first if given, drawn on demand."""
+    if n is None or n < 0:
+        if source.infinite:
+            raise ConfigError(f"{env_id}: {source.field} is infinite: pass num_examples (v1 eval: -n N), the rows to draw")
+    if seed is not None:
+        source = source.shuffle(seed)
+    if n == 0:
+        return iter(())
+    return source.head(n).draw() if n is not None and n > 0 else source.draw()
 
 
 def _run_sync(coroutine: Any) -> Any:

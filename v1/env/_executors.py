@@ -320,16 +320,17 @@ class RayExecutor:
         """Run `job`'s units on the actors; each unit's outputs go to `job.finished` once, in the order they finish."""
         per_actor = self.actor_concurrency or (math.ceil(job.max_concurrent / self.actors) if job.max_concurrent > 0 else 0)
         self.stats["rerun_groups"] = self.stats["actors_lost"] = 0  # counted per run
-        if not job.units:
+        units = list(job.units)  # a stream's units are drawn here, all at once: Ray re-queues any unit whose actor died
+        if not units:
             return
         await self._start(job.env, job.client_sources, per_actor)
         ray = _import_ray()
-        queue: deque[tuple[int, Any, Unit]] = deque((position, uid, unit) for position, (uid, unit) in enumerate(job.units))
+        queue: deque[tuple[int, Any, Unit]] = deque((position, uid, unit) for position, (uid, unit) in enumerate(units))
         delivered: set[Any] = set()
         in_flight: dict[asyncio.Future[Any], tuple[_Actor, tuple[int, Any, Unit], Any]] = {}
         args = (job.model, dict(job.sampling_args), job.max_retries, list(job.state_columns))
         try:
-            while len(delivered) < len(job.units):
+            while len(delivered) < len(units):
                 while queue and (actor := self._pick(len(queue[0][2].indices))) is not None:
                     item = queue.popleft()
                     actor.in_flight += len(item[2].indices)

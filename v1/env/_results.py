@@ -322,28 +322,50 @@ class ResultsWriter:
         repeated or not part of the plan, and units holding an output `redo` picks. The file
         is rewritten through a temporary file.
         """
+        unit_of = {tuple(key): unit for unit, keys in planned.items() for key in keys}
+        expected = {unit: {tuple(key) for key in keys} for unit, keys in planned.items()}
+        return self._keep_finished(unit_of.get, expected.__getitem__, summary)
+
+    def load_stream(self, rollouts_per_example: int, independent_scoring: bool, summary: EvalSummary) -> set[Any]:
+        """`load` for a stream, whose rows are not known before they are drawn: every saved unit that is finished
+        (`rollouts_per_example` rollouts of an example, or one under independent scoring) is kept, whichever
+        example it is; its id is the example's id (`(example_id, rollout_index)` under independent scoring)."""
+
+        def unit_of(key: RolloutKey) -> Any:
+            if not 0 <= key[1] < rollouts_per_example:
+                return None
+            return key if independent_scoring else key[0]
+
+        def expected(unit: Any) -> set[RolloutKey]:
+            return {unit} if independent_scoring else {(unit, index) for index in range(rollouts_per_example)}
+
+        return self._keep_finished(unit_of, expected, summary)
+
+    def _keep_finished(
+        self, unit_of: Callable[[RolloutKey], Any], expected: Callable[[Any], set[RolloutKey]], summary: EvalSummary
+    ) -> set[Any]:
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.results_path.exists():
             return set()
-        unit_of = {tuple(key): unit for unit, keys in planned.items() for key in keys}
         saved: dict[Any, set[RolloutKey]] = {}
         to_redo: set[Any] = set()
         dropped = 0
         for output in self._read_lines(report=True):
             key = _key(output)
-            if key is None or key not in unit_of:
+            unit = None if key is None else unit_of(key)
+            if key is None or unit is None:
                 dropped += 1
                 continue
-            saved.setdefault(unit_of[key], set()).add(key)
+            saved.setdefault(unit, set()).add(key)
             if self.redo is not None and self.redo(output):
-                to_redo.add(unit_of[key])
-        done = {unit for unit, keys in saved.items() if keys == {tuple(k) for k in planned[unit]} and unit not in to_redo}
+                to_redo.add(unit)
+        done = {unit for unit, keys in saved.items() if keys == expected(unit) and unit not in to_redo}
         kept: set[RolloutKey] = set()
         temporary = self.results_path.with_suffix(".jsonl.tmp")
         with temporary.open("w", encoding="utf-8") as out:
             for output in self._read_lines():
                 key = _key(output)
-                if key is None or key in kept or unit_of.get(key) not in done:
+                if key is None or key in kept or unit_of(key) not in done:
                     continue
                 kept.add(key)
                 summary.add(output)

@@ -14,12 +14,14 @@ outputs to `UnitJob.finished`, which stays the one writer of results.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from v1.env._results import RolloutKey
+from v1.errors import Error, TaskError
 from v1.rollout import Task
 
 
@@ -113,6 +115,80 @@ def plan_units(
     return Plan(units, list(groups), task_at if rows is not None else kept.__getitem__)
 
 
+def is_stream(inputs: Iterable[Any]) -> bool:
+    """Whether `generate`'s inputs are drawn one at a time (a generator, an iterator): not a list or a `Dataset`."""
+    return not (isinstance(inputs, Sequence) or _indexable(inputs))
+
+
+@dataclass
+class StreamPlan:
+    """The units of a `generate` call over a stream, made as the run draws its input rows.
+
+    Only the example ids drawn so far are kept (for ordering kept outputs and counting), and the
+    tasks of units handed out but not yet started. A row whose `example_id` repeats an earlier
+    one's is the next occurrence: its id gets `-2`, `-3`, ... (rows of a stream form no groups).
+    Units in `done` (saved by a resumed run) are skipped. An exception raised while drawing a row
+    becomes a `TaskError` naming the row's position.
+    """
+
+    inputs: Iterable[Task | Mapping[str, Any]]
+    to_task: Callable[[Any], Task]
+    rollouts_per_example: int
+    independent_scoring: bool
+    done: set[Any] = field(default_factory=set)
+    example_order: list[Any] = field(default_factory=list)
+    _tasks: dict[int, Task] = field(default_factory=dict)
+    _seen: dict[Any, int] = field(default_factory=dict)
+
+    def units(self) -> Iterator[tuple[Any, Unit]]:
+        """Each drawn row's units (a group, or one unit per rollout under independent scoring) not yet done."""
+        for position, row in enumerate(_drawn(self.inputs)):
+            task = self.to_task(self._distinct(_with_example_id(row, position), position))
+            example_id = task.get("example_id")
+            self.example_order.append(example_id)
+            count = self.rollouts_per_example
+            made: list[tuple[Any, Unit]]
+            if self.independent_scoring:
+                made = [((example_id, index), Unit(example_id, [index], position)) for index in range(count)]
+            else:
+                made = [(example_id, Unit(example_id, list(range(count)), position))]
+            for uid, unit in made:
+                if uid not in self.done:
+                    self._tasks[id(unit)] = task
+                    yield uid, unit
+
+    def task(self, unit: Unit) -> Task:
+        """The task of a unit handed out by `units` (released once taken)."""
+        return self._tasks.pop(id(unit))
+
+    def _distinct(self, row: Any, position: int) -> Any:
+        example_id = row.get("example_id")
+        occurrence = self._seen.get(example_id, 0) + 1
+        self._seen[example_id] = occurrence
+        if occurrence == 1:
+            return row
+        if isinstance(row, Task):
+            raise TaskError(
+                f"input row {position}: example_id {example_id!r} repeats an earlier row's; a stream's rows need distinct ids"
+            )
+        return {**row, "example_id": f"{example_id}-{occurrence}"}
+
+
+def _drawn(inputs: Iterable[Any]) -> Iterator[Any]:
+    """The inputs, with anything but a `v1.Error` raised while drawing one turned into a `TaskError`."""
+    rows = iter(inputs)
+    for position in itertools.count():
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except Error:
+            raise
+        except Exception as exc:
+            raise TaskError(f"input row {position}: drawing it raised {type(exc).__name__}: {exc}") from exc
+        yield row
+
+
 def _with_example_id(row: Any, position: int) -> Any:
     """A row without an `example_id` gets its position as one (tasks and rows that have one pass as they are)."""
     if not isinstance(row, Task) and isinstance(row, Mapping) and "example_id" not in row:
@@ -129,13 +205,17 @@ RunUnit = Callable[[Unit, int, int], Coroutine[Any, Any, None]]
 """Runs one unit: `(unit, its position, the limiter slots it holds)`; it releases the slots."""
 
 
-async def run_units(units: list[Unit], limiter: RolloutLimiter, run_unit: RunUnit) -> None:
+async def run_units(units: Iterable[Unit], limiter: RolloutLimiter, run_unit: RunUnit) -> None:
     """Run every unit, at most `limiter.limit` rollouts in flight; the first unit to raise stops the rest.
 
-    The exception propagates after the units still running are cancelled and awaited.
+    The exception propagates after the units still running are cancelled and awaited. `units` is
+    drawn one unit at a time, as slots free up; when drawing the next one raises, no more are
+    drawn, the units running finish (their outputs are kept), and then the exception propagates.
     """
     pending: set[asyncio.Task[None]] = set()
     failures: list[BaseException] = []  # kept here: a failed job leaves `pending` when it ends
+    draw_error: Exception | None = None
+    drawn = iter(units)
 
     def settle(job: asyncio.Task[None]) -> None:
         pending.discard(job)
@@ -143,7 +223,14 @@ async def run_units(units: list[Unit], limiter: RolloutLimiter, run_unit: RunUni
             failures.append(job.exception())  # type: ignore[arg-type]
 
     try:
-        for position, unit in enumerate(units):
+        for position in itertools.count():
+            try:
+                unit = next(drawn)
+            except StopIteration:
+                break
+            except Exception as exc:
+                draw_error = exc
+                break
             slots = await limiter.acquire(len(unit.indices))
             if failures:
                 await limiter.release(slots)
@@ -156,6 +243,8 @@ async def run_units(units: list[Unit], limiter: RolloutLimiter, run_unit: RunUni
         await asyncio.sleep(0)  # let the done callbacks of the last jobs run
         if failures:
             raise failures[0]
+        if draw_error is not None:
+            raise draw_error
     except BaseException:
         for job in pending:
             job.cancel()
@@ -174,7 +263,8 @@ class UnitJob:
     """
 
     env: Any
-    units: list[tuple[Any, Unit]]
+    units: Iterable[tuple[Any, Unit]]
+    """The units to run with their ids: a list, or drawn one at a time from a stream (`StreamPlan.units`)."""
     task_of: Callable[[Unit], Task]
     """A unit's task, built when the unit is handed out (`Plan.task`)."""
     clients: list[Any]
@@ -228,7 +318,7 @@ class LocalExecutor:
                 await limiter.release(slots)
             await job.finished(outputs)
 
-        await run_units([unit for _, unit in job.units], limiter, run_unit)
+        await run_units((unit for _, unit in job.units), limiter, run_unit)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "local"}
@@ -239,4 +329,16 @@ class LocalExecutor:
         return await env.run_group(rows, client, model, dict(sampling_args or {}))
 
 
-__all__ = ["Executor", "LocalExecutor", "Plan", "RolloutLimiter", "RunUnit", "Unit", "UnitJob", "plan_units", "run_units"]
+__all__ = [
+    "Executor",
+    "LocalExecutor",
+    "Plan",
+    "RolloutLimiter",
+    "RunUnit",
+    "StreamPlan",
+    "Unit",
+    "UnitJob",
+    "is_stream",
+    "plan_units",
+    "run_units",
+]

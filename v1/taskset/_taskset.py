@@ -2,49 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig, import_ref
-from v1.errors import TaskError
+from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig
+from v1.errors import ConfigError, TaskError
 from v1.rollout import Handler, State, Task, apply_scoring, owned_handlers
+from v1.taskset._rows import LoadedRows, RowSource, RowView
 from v1.taskset._user import User, UserLike, resolve_user
 from v1.tools import Toolset, merge_toolsets
 
 if TYPE_CHECKING:
     from datasets import Dataset
-
-
-def _load_rows(source: Any, field: str) -> list[dict[str, Any]]:
-    if source is None:
-        return []
-    if isinstance(source, str):
-        source = import_ref(source, field)
-    if callable(source) and not _is_dataset(source):
-        source = source()
-    if isinstance(source, Mapping):
-        raise TaskError(f"{field}: expected rows (an iterable of mappings, a loader or a datasets.Dataset), got a single mapping")
-    rows = []
-    for index, row in enumerate(source):
-        if not isinstance(row, Mapping):
-            raise TaskError(f"{field} row {index}: expected a mapping, got {type(row).__name__}")
-        rows.append(dict(row))
-    return rows
-
-
-def _is_dataset(value: Any) -> bool:
-    return type(value).__name__ in ("Dataset", "IterableDataset") and hasattr(value, "column_names")
-
-
-def _prepare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    prepared = []
-    for index, row in enumerate(rows):
-        row = dict(row)
-        if "prompt" not in row and "question" in row:
-            row["prompt"] = [{"role": "user", "content": row["question"]}]
-        row.setdefault("example_id", index)
-        prepared.append(row)
-    return prepared
 
 
 class Taskset:
@@ -53,7 +23,11 @@ class Taskset:
     Args:
         source, eval_source: rows as an iterable of mappings, a zero-argument loader,
             a `datasets.Dataset`, or a `module:object` reference to any of them. A
-            `question` column becomes a user prompt; rows get an `example_id`.
+            `question` column becomes a user prompt; rows get an `example_id`. A list,
+            tuple or `Dataset` is loaded once and kept (ids are positions); a generator, a
+            loader returning an iterator or any other iterable is a stream, drawn on demand
+            (ids are `content_key`s), see `iter_rows`, `head`, `shuffle` and `view`.
+        infinite: the stream sources never end (`num_examples` / `-n` is then required).
         system_prompt: the default `system_prompt` of every task.
         user: a `User` simulator (or its function, `module:object` reference or `UserConfig`).
         toolsets: toolsets whose tools the tasks may use.
@@ -70,6 +44,7 @@ class Taskset:
         *,
         taskset_id: str | None = None,
         system_prompt: SystemPromptLike | None = None,
+        infinite: bool | None = None,
         user: UserLike | None = None,
         toolsets: Iterable[Toolset] = (),
         stops: Iterable[HandlerLike] = (),
@@ -88,6 +63,7 @@ class Taskset:
                 "eval_source": eval_source,
                 "taskset_id": taskset_id,
                 "system_prompt": system_prompt,
+                "infinite": infinite,
             }.items()
             if value is not None
         }
@@ -100,8 +76,10 @@ class Taskset:
         self._handlers: list[Handler] = apply_scoring(
             owned_handlers(self, self.config, lists, "taskset"), self.config.scoring, "taskset"
         )
-        self._rows: list[dict[str, Any]] | None = None
-        self._eval_rows: list[dict[str, Any]] | None = None
+        self._sources: dict[Split, RowSource] = {
+            "train": LoadedRows(self.config.source, "source", self.config.infinite),
+            "eval": LoadedRows(self.config.eval_source, "eval_source", self.config.infinite),
+        }
 
     @property
     def taskset_id(self) -> str:
@@ -115,17 +93,65 @@ class Taskset:
     def handlers(self) -> list[Handler]:
         return list(self._handlers)
 
+    def row_source(self, split: Split = "train") -> RowSource:
+        """Where the rows of `split` come from: `draw()` them one at a time, `listed()` when they are a finite list."""
+        return self._sources[split]
+
     def rows(self) -> list[dict[str, Any]]:
-        """The training rows (loaded once)."""
-        if self._rows is None:
-            self._rows = _prepare(_load_rows(self.config.source, "source"))
-        return self._rows
+        """The training rows as a list (a list source is loaded once; a finite stream is drawn whole).
+
+        Raises:
+            ConfigError: the source is infinite (draw with `iter_rows`, or take `head(n)`).
+        """
+        return self._listed("train")
 
     def eval_rows(self) -> list[dict[str, Any]]:
-        """The evaluation rows (loaded once); empty when there is no `eval_source`."""
-        if self._eval_rows is None:
-            self._eval_rows = _prepare(_load_rows(self.config.eval_source, "eval_source"))
-        return self._eval_rows
+        """The evaluation rows as a list, like `rows`; empty when there is no `eval_source`."""
+        return self._listed("eval")
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """The training rows, drawn one at a time (nothing of a stream is kept)."""
+        return self._sources["train"].draw()
+
+    def iter_eval_rows(self) -> Iterator[dict[str, Any]]:
+        """The evaluation rows, drawn one at a time."""
+        return self._sources["eval"].draw()
+
+    def _listed(self, split: Split) -> list[dict[str, Any]]:
+        source = self._sources[split]
+        rows = source.listed()
+        if rows is not None:
+            return rows
+        if source.infinite:
+            raise ConfigError(
+                f"{self.taskset_id}: {source.field} is infinite, so it has no list of rows; draw them with "
+                f"iter_rows() or take head(n)"
+            )
+        return list(source.draw())
+
+    def head(self, n: int) -> Taskset:
+        """This taskset with only the first `n` rows of each source (n >= 1); finite even when the source is not."""
+        return self._with_sources(lambda source: source.head(n))
+
+    def shuffle(self, seed: int, buffer: int | None = None) -> Taskset:
+        """This taskset with its rows in a seeded random order.
+
+        Args:
+            seed: the order's seed (the same seed, the same order).
+            buffer: rows held while shuffling; None shuffles all rows at once, which an
+                infinite source refuses.
+        """
+        return self._with_sources(lambda source: source.shuffle(seed, buffer))
+
+    def view(self, transform: RowView) -> Taskset:
+        """This taskset with each row passed through `transform` as it is drawn (it returns the row to use;
+        setting `example_id` there chooses the row's key)."""
+        return self._with_sources(lambda source: source.view(transform))
+
+    def _with_sources(self, wrap: Callable[[RowSource], RowSource]) -> Taskset:
+        composed = copy.copy(self)
+        composed._sources = {split: wrap(source) for split, source in self._sources.items()}
+        return composed
 
     def task(self, row: Mapping[str, Any]) -> Task:
         """A frozen `Task` from a row; errors name the row and the field."""
@@ -218,5 +244,6 @@ def _column_kind_mismatch(rows: list[dict[str, Any]], where: str) -> str | None:
 
 
 LoaderFn = Callable[[], Iterable[Mapping[str, Any]]]
+Split = Literal["train", "eval"]
 
 __all__ = ["LoaderFn", "Taskset", "rows_to_dataset"]

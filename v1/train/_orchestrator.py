@@ -1,8 +1,9 @@
 """The async off-policy orchestrator: rollout groups generated ahead of the trainer, with bounded staleness.
 
 Rollouts come from the same `Env` objects eval uses, through its public worker
-interface only (`ENV_INTERFACE`): `get_dataset` for the data, `run_group` for a scored
-group of `rollouts_per_example` rollouts of one example.
+interface only (`ENV_INTERFACE`): `get_dataset` for the data (or `row_stream`, when the
+training rows are a stream), `run_group` for a scored group of `rollouts_per_example`
+rollouts of one example.
 
 Generation runs ahead of training: while step n trains, groups for steps n+1..n+k
 are generated with the weights the server has (k = `max_staleness`). Each group
@@ -20,7 +21,10 @@ client's `endpoint_configs` round-robin.
 The data order is deterministic: epoch e visits the rows in the order
 `random.Random(seed + e)` shuffles them into; `checkpoint_state` records the next
 position and the positions started but not yet trained on, so a resumed run
-starts exactly those again, then continues where the order left off.
+starts exactly those again, then continues where the order left off. A stream's rows are
+drawn in the stream's own order as groups start (shuffle it with `Taskset.shuffle(seed,
+buffer=...)`), nothing else of it is held, and a finite stream is drawn again when it ends;
+a resumed run draws the positions before its cursor again and keeps only the pending ones.
 """
 
 from __future__ import annotations
@@ -28,15 +32,16 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from v1.env import Executor, LocalExecutor
 from v1.errors import Error
+from v1.taskset import RowSource
 from v1.train._config import RolloutsConfig
 
-ENV_INTERFACE = ("env_id", "get_dataset", "run_group", "evaluate")
+ENV_INTERFACE = ("env_id", "get_dataset", "row_stream", "run_group", "evaluate")
 """The whole of `Env` that training uses: its public worker interface (a test pins it)."""
 
 
@@ -84,6 +89,47 @@ class StepBatch:
     counts: StepCounts
 
 
+class StreamOrder:
+    """A stream's rows by position in the order they are drawn, drawn only as far as the positions asked for.
+
+    Positions are asked for in increasing order, except `pending` ones (before the cursor of a resumed
+    run), which are held when drawn past and handed out once.
+    """
+
+    def __init__(self, source: RowSource, pending: Sequence[int] = ()) -> None:
+        self.source = source
+        self.wanted = set(pending)
+        self.held: dict[int, dict[str, Any]] = {}
+        self.next_position = 0
+        self._rows: Iterator[dict[str, Any]] | None = None
+        self._drawn_this_pass = 0
+
+    def row_at(self, position: int) -> dict[str, Any]:
+        if position in self.held:
+            return self.held.pop(position)
+        while True:
+            row = self._next()
+            drawn, self.next_position = self.next_position, self.next_position + 1
+            if drawn == position:
+                self.wanted.discard(position)
+                return row
+            if drawn in self.wanted:
+                self.held[drawn] = row
+
+    def _next(self) -> dict[str, Any]:
+        for _ in range(2):
+            if self._rows is None:
+                self._rows, self._drawn_this_pass = self.source.draw(), 0
+            row = next(self._rows, None)
+            if row is not None:
+                self._drawn_this_pass += 1
+                return dict(row)
+            if self._drawn_this_pass == 0:
+                break
+            self._rows = None  # a finite stream ended: the next epoch draws it again
+        raise Error(f"the training rows ({self.source.field}) are an empty stream")
+
+
 def completion_tokens(state: Mapping[str, Any]) -> int:
     """Tokens the model generated in a rollout (from the recorded token ids, else the usage)."""
     total = 0
@@ -126,8 +172,10 @@ class Orchestrator:
         self.client = client
         self.model = model
         self.config = config
-        self.rows: list[dict[str, Any]] = list(env.get_dataset())
-        if not self.rows:
+        stream = env.row_stream("train")
+        self.stream = StreamOrder(stream, pending) if stream is not None else None
+        self.rows: list[dict[str, Any]] = list(env.get_dataset()) if stream is None else []
+        if stream is None and not self.rows:
             raise Error(f"environment {env.env_id}: the training dataset is empty")
         self.version = start_step
         self.consumed_steps = start_step
@@ -148,6 +196,8 @@ class Orchestrator:
 
     def row_at(self, position: int) -> dict[str, Any]:
         """The row at `position` of the data order."""
+        if self.stream is not None:
+            return self.stream.row_at(position)
         epoch, offset = divmod(position, len(self.rows))
         order = list(range(len(self.rows)))
         random.Random(self.config.seed + epoch).shuffle(order)
