@@ -36,6 +36,7 @@ EXPECTED = {
     "extract_hash_answer",
     "ensure_keys",
     "judge_reward",
+    "answer_gold",
     "load_example_dataset",
     "print_prompt_completions_sample",
     "Env",

@@ -33,12 +33,26 @@ from v1.env._results import (
     pass_at_k,
 )
 from v1.env._scheduling import Executor, LocalExecutor, Unit, UnitJob
+from v1.env._validate import (
+    GOLD_MODEL,
+    VALIDATION_FIELD,
+    NoModelClient,
+    ValidationWriter,
+    gold_env,
+    stage_of,
+    validate_threshold,
+    verdict,
+)
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",
     "DEFAULT_NUM_EXAMPLES",
     "DEFAULT_ROLLOUTS_PER_EXAMPLE",
     "Env",
+    "GOLD_MODEL",
+    "NoModelClient",
+    "VALIDATION_FIELD",
+    "ValidationWriter",
     "EnvOrigin",
     "EnvSource",
     "EvalConfig",
@@ -61,6 +75,7 @@ __all__ = [
     "check_ray_address",
     "create_run_folder",
     "environment_config_file",
+    "gold_env",
     "is_retryable",
     "k_values",
     "load_environment",
@@ -70,4 +85,7 @@ __all__ = [
     "pass_all_at_k",
     "pass_at_k",
     "set_rubric_view",
+    "stage_of",
+    "validate_threshold",
+    "verdict",
 ]
