@@ -18,7 +18,7 @@ from v1.view import RolloutIndex, find_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CHECKS = '''
+CHECKS = """
 from pathlib import Path
 
 import v1 as vf
@@ -53,7 +53,7 @@ async def asks_the_model(task, state):
     client = state.get_client()
     reply = await client.chat.completions.create(model=state.get_model(), messages=[{"role": "user", "content": "hi"}])
     return {"completion": [{"role": "assistant", "content": reply.choices[0].message.content}]}
-'''
+"""
 
 CONFIG = """
 [env.taskset]

@@ -17,6 +17,7 @@ from v1.cli import _demo as demo
 from v1.cli import _doctor as doctor_command
 from v1.cli import _eval as eval_command
 from v1.cli import _init as init_command
+from v1.cli import _rescore as rescore_command
 from v1.cli import _sandbox as sandbox_command
 from v1.cli import _serve as serve_command
 from v1.cli import _train as train_command
@@ -29,6 +30,7 @@ COMMANDS = (
     eval_command,
     init_command,
     validate_command,
+    rescore_command,
     train_command,
     serve_command,
     sandbox_command,

@@ -17,27 +17,22 @@ import datetime
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from v1._util import loop_scope as loop_scope
 from v1.cli._eval import load_env, parse_overrides
 from v1.env import (
-    GOLD_MODEL,
     METADATA_FILE,
     RESULTS_FILE,
-    VALIDATION_FIELD,
     Env,
-    NoModelClient,
     ValidationWriter,
     create_run_folder,
     environment_config_file,
     gold_env,
+    run_gold,
     validate_threshold,
-    verdict,
 )
 from v1.errors import ConfigError, Error
-from v1.types import GenerateMetadata
 
 DEFAULT_OUTPUT_DIR = "outputs/validate"
 SAVED_FIELD = "validate_settings"
@@ -56,7 +51,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("-n", "--num-examples", type=int, default=-1, help="tasks to check (-1: all; default -1)")
     parser.add_argument("-c", "--max-concurrent", type=int, default=8, help="most tasks in flight (default 8)")
     parser.add_argument("--only-setup", action="store_true", help="run each task's setup (and cleanup) only: no gold, no scoring")
-    parser.add_argument("--resume", metavar="PATH", help="finish the validation in PATH: tasks that passed are kept, the rest run again")
+    parser.add_argument(
+        "--resume", metavar="PATH", help="finish the validation in PATH: tasks that passed are kept, the rest run again"
+    )
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"where run folders go (default {DEFAULT_OUTPUT_DIR})")
     parser.set_defaults(run=run, accepts_extra_args=True)
 
@@ -81,7 +78,9 @@ def _writer(args: argparse.Namespace, env: Env, settings: dict[str, Any], thresh
     saved = writer.read_metadata().get(SAVED_FIELD)
     if not isinstance(saved, dict):
         raise ConfigError(f"--resume {args.resume}: not a validation run folder (its {METADATA_FILE} has no {SAVED_FIELD})")
-    differences = [f"{key} (saved {saved.get(key)!r}, now {value!r})" for key, value in settings.items() if saved.get(key) != value]
+    differences = [
+        f"{key} (saved {saved.get(key)!r}, now {value!r})" for key, value in settings.items() if saved.get(key) != value
+    ]
     if differences:
         raise ConfigError(f"--resume {args.resume}: the saved validation differs in {'; '.join(differences)}")
     return writer
@@ -92,22 +91,6 @@ def _saved_outputs(writer: ValidationWriter) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-async def _run(env: Env, rows: list[dict[str, Any]], writer: ValidationWriter, max_concurrent: int) -> GenerateMetadata:
-    try:
-        result = await env.generate(
-            rows,
-            NoModelClient(),
-            GOLD_MODEL,
-            rollouts_per_example=1,
-            max_concurrent=max_concurrent,
-            results=writer,
-            keep_outputs=False,
-        )
-    finally:
-        await env.teardown()
-    return result["metadata"]
 
 
 def _rows(env: Env, n: int) -> list[dict[str, Any]]:
@@ -157,15 +140,14 @@ def run(args: argparse.Namespace) -> int:
     except Error as exc:
         say(f"v1 validate: error: {exc}")
         return 2
-    checked.pass_threshold = threshold
-    metadata = loop_scope.run(_run(checked, rows, writer, args.max_concurrent))
+    metadata = loop_scope.run(run_gold(checked, rows, writer, args.max_concurrent))
     outputs = _saved_outputs(writer)
     total = len(outputs) + len(failures)
     for output in outputs:
-        result = output.get(VALIDATION_FIELD) or verdict(output, threshold, only_setup=args.only_setup)
+        result = writer.verdict(output)
         if not result["passed"]:
             failures.append(f"FAIL example {output.get('example_id')} [{result['stage']}]: {result['reason']}")
-    writer.extra_metadata[VALIDATION_FIELD] = {"checked": total, "failed": len(failures), "threshold": threshold}
+    writer.extra_metadata[writer.field] = {"checked": total, "failed": len(failures), "threshold": threshold}
     writer.write_metadata_now(metadata)
     for line in failures:
         print(line, flush=True)

@@ -21,6 +21,7 @@ from v1.env._loading import (
     load_id_environment,
     load_toml_environment,
 )
+from v1.env._rescore import RescoreReport, SavedRun, rescore_run
 from v1.env._results import (
     METADATA_FILE,
     RESULTS_FILE,
@@ -33,25 +34,13 @@ from v1.env._results import (
     pass_at_k,
 )
 from v1.env._scheduling import Executor, LocalExecutor, Unit, UnitJob
-from v1.env._validate import (
-    GOLD_MODEL,
-    VALIDATION_FIELD,
-    NoModelClient,
-    ValidationWriter,
-    gold_env,
-    stage_of,
-    validate_threshold,
-    verdict,
-)
+from v1.env._validate import ValidationWriter, gold_env, run_gold, validate_threshold
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",
     "DEFAULT_NUM_EXAMPLES",
     "DEFAULT_ROLLOUTS_PER_EXAMPLE",
     "Env",
-    "GOLD_MODEL",
-    "NoModelClient",
-    "VALIDATION_FIELD",
     "ValidationWriter",
     "EnvOrigin",
     "EnvSource",
@@ -70,6 +59,8 @@ __all__ = [
     "ResultsWriter",
     "RolloutKey",
     "RolloutsPerExample",
+    "RescoreReport",
+    "SavedRun",
     "Unit",
     "UnitJob",
     "check_ray_address",
@@ -84,8 +75,8 @@ __all__ = [
     "load_toml_environment",
     "pass_all_at_k",
     "pass_at_k",
+    "rescore_run",
+    "run_gold",
     "set_rubric_view",
-    "stage_of",
     "validate_threshold",
-    "verdict",
 ]

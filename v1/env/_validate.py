@@ -20,7 +20,7 @@ from v1.env._env import Env
 from v1.env._results import ResultsWriter
 from v1.errors import ConfigError, ModelRequestError
 from v1.rollout import State, Task
-from v1.types import Messages, Response, SamplingArgs, Tool
+from v1.types import GenerateMetadata, Messages, Response, SamplingArgs, Tool
 
 STAGES = ("task", "setup", "gold", "scoring", "cleanup")
 """Where a validation fails: the row itself, the setup handlers, the gold program, the rewards, the cleanups."""
@@ -134,21 +134,50 @@ def verdict(output: Mapping[str, Any], threshold: float, *, only_setup: bool = F
 
 
 class ValidationWriter(ResultsWriter):
-    """A run folder whose outputs each carry their verdict (`VALIDATION_FIELD`)."""
+    """A run folder whose outputs each carry their verdict (`field`): `{"passed", "stage", "reason"}`.
+
+    Args:
+        path, extra_metadata: as `ResultsWriter`'s.
+        threshold: the reward a gold run must reach.
+        only_setup: the run checks setups alone (no gold, no scoring).
+    """
+
+    field = VALIDATION_FIELD
 
     def __init__(self, path: Any, extra_metadata: Mapping[str, Any] | None = None, *, threshold: float, only_setup: bool) -> None:
-        super().__init__(path, extra_metadata, redo=lambda output: not self.passed(output))
+        super().__init__(path, extra_metadata, redo=lambda output: not self.verdict(output)["passed"])
         self.threshold = threshold
         self.only_setup = only_setup
 
-    def passed(self, output: Mapping[str, Any]) -> bool:
-        """Whether a saved output passed (a resumed validation runs the others again)."""
-        return bool(verdict(output, self.threshold, only_setup=self.only_setup)["passed"])
+    def verdict(self, output: Mapping[str, Any]) -> dict[str, Any]:
+        """Whether one gold rollout passed, and if not the stage that failed and why (see `verdict`)."""
+        return verdict(output, self.threshold, only_setup=self.only_setup)
 
     async def write(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         for output in outputs:
-            output[VALIDATION_FIELD] = verdict(output, self.threshold, only_setup=self.only_setup)  # type: ignore[index]
+            output[VALIDATION_FIELD] = self.verdict(output)  # type: ignore[index]
         await super().write(outputs)
+
+
+async def run_gold(env: Env, rows: list[dict[str, Any]], writer: ValidationWriter, max_concurrent: int) -> GenerateMetadata:
+    """Run `rows` through a `gold_env` as an eval runs them, `NoModelClient` the only upstream; the run's metadata.
+
+    The env's teardown runs at the end. Tasks `writer` already holds as passed (a resumed run) are kept.
+    """
+    env.pass_threshold = writer.threshold
+    try:
+        result = await env.generate(
+            rows,
+            NoModelClient(),
+            GOLD_MODEL,
+            rollouts_per_example=1,
+            max_concurrent=max_concurrent,
+            results=writer,
+            keep_outputs=False,
+        )
+    finally:
+        await env.teardown()
+    return result["metadata"]
 
 
 __all__ = [
@@ -158,6 +187,7 @@ __all__ = [
     "VALIDATION_FIELD",
     "ValidationWriter",
     "gold_env",
+    "run_gold",
     "stage_of",
     "validate_threshold",
     "verdict",
