@@ -67,6 +67,17 @@ def sorted_lists(completion: list[dict[str, Any]], info: dict[str, Any]) -> floa
     return sum(scores) / len(expected)
 
 
+def gold(task: vf.Task, state: vf.State) -> dict[str, Any]:
+    """The gold solution: each turn's sorted list, with the user's requests between them, as the completion."""
+    turns = task["info"]["turns"]
+    completion: list[dict[str, Any]] = []
+    for index, answer in enumerate(expected_lists(turns)):
+        if index:
+            completion.append({"role": "user", "content": _ask(list(turns[index]), False)})
+        completion.append({"role": "assistant", "content": "\n".join(answer)})
+    return {"completion": completion}
+
+
 DEFAULTS: dict[str, Any] = {
     "taskset_id": "alphabet_sort",
     "source": "tasksets.alphabet_sort:load_rows",
@@ -74,6 +85,7 @@ DEFAULTS: dict[str, Any] = {
     "system_prompt": SYSTEM_PROMPT,
     "user": {"fn": "tasksets.alphabet_sort:add_names", "bindings": {"turns": "task.info.turns"}},
     "rewards": [{"fn": "tasksets.alphabet_sort:sorted_lists", "weight": 1.0}],
+    "gold": "tasksets.alphabet_sort:gold",
 }
 
 
@@ -82,4 +94,4 @@ def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
-__all__ = ["DEFAULTS", "SYSTEM_PROMPT", "add_names", "expected_lists", "load_rows", "load_taskset", "sorted_lists"]
+__all__ = ["DEFAULTS", "SYSTEM_PROMPT", "add_names", "expected_lists", "gold", "load_rows", "load_taskset", "sorted_lists"]

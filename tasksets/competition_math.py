@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_source": "tasksets.competition_math:load_rows",
     "system_prompt": SYSTEM_PROMPT,
     "rewards": [{"fn": "tasksets.math_answers:correct_answer", "weight": 1.0}],
+    "gold": "tasksets.math_answers:gold",
 }
 
 

@@ -40,11 +40,15 @@ def first_letter(completion: list[dict[str, Any]], answer: str) -> float:
     return float(text == answer)
 
 
+gold = vf.answer_gold()
+"""The gold solution: the first letter (`v1 validate first_letter`)."""
+
 DEFAULTS: dict[str, Any] = {
     "taskset_id": "first_letter",
     "source": "tasksets.first_letter:train_rows",
     "eval_source": "tasksets.first_letter:eval_rows",
     "rewards": [{"fn": "tasksets.first_letter:first_letter", "weight": 1.0}],
+    "gold": "tasksets.first_letter:gold",
 }
 
 
@@ -53,4 +57,4 @@ def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
-__all__ = ["DEFAULTS", "LETTERS", "eval_rows", "first_letter", "load_taskset", "train_rows"]
+__all__ = ["DEFAULTS", "LETTERS", "eval_rows", "first_letter", "gold", "load_taskset", "train_rows"]

@@ -105,6 +105,7 @@ DEFAULTS: dict[str, Any] = {
     "source": "tasksets.harbor:load_rows",
     "eval_source": "tasksets.harbor:load_rows",
     "rewards": [{"fn": "tasksets.harbor:tests_pass", "weight": 1.0}],
+    "gold": ORACLE_PROGRAM,
 }
 HARNESS_DEFAULTS: dict[str, Any] = {"program": AGENT_PROGRAM, "sandbox": SANDBOX, "max_turns": 4, "timeout_seconds": 300}
 

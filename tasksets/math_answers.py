@@ -40,10 +40,13 @@ def equivalent(answer: str, gold: str) -> bool:
 
 PARSER = vf.MaybeThinkParser(final_answer)
 
+gold = vf.answer_gold("\\boxed{{{answer}}}")
+"""The gold solution of the math tasksets: the row's answer in ``\\boxed{}``."""
+
 
 def correct_answer(completion: list[dict[str, Any]], answer: str) -> float:
     """1.0 when the final answer of the last assistant message equals `answer` (math equivalence)."""
     return float(equivalent(PARSER.parse_answer(completion) or "", str(answer)))
 
 
-__all__ = ["MAX_ANSWER_CHARS", "PARSER", "correct_answer", "equivalent", "final_answer"]
+__all__ = ["MAX_ANSWER_CHARS", "PARSER", "correct_answer", "equivalent", "final_answer", "gold"]

@@ -35,12 +35,16 @@ def exact(completion: list[dict[str, Any]], answer: str) -> float:
     return float(similarity(completion, answer) == 1.0)
 
 
+gold = vf.answer_gold()
+"""The gold solution: the exact reversal (`v1 validate reverse_text`)."""
+
 DEFAULTS: dict[str, Any] = {
     "taskset_id": "reverse_text",
     "source": "tasksets.reverse_text:load_rows",
     "system_prompt": SYSTEM_PROMPT,
     "rewards": [{"fn": "tasksets.reverse_text:similarity", "weight": 1.0}],
     "metrics": [{"fn": "tasksets.reverse_text:exact"}],
+    "gold": "tasksets.reverse_text:gold",
 }
 
 
@@ -49,4 +53,4 @@ def load_taskset(config: vf.TasksetConfig | None = None) -> vf.Taskset:
     return vf.Taskset(config=vf.TasksetConfig.with_defaults(DEFAULTS, config))
 
 
-__all__ = ["DEFAULTS", "SYSTEM_PROMPT", "exact", "load_rows", "load_taskset", "similarity"]
+__all__ = ["DEFAULTS", "SYSTEM_PROMPT", "exact", "gold", "load_rows", "load_taskset", "similarity"]

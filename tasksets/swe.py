@@ -169,6 +169,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_source": "tasksets.swe:load_rows",
     "setups": [{"fn": "tasksets.swe:make_repo"}],
     "rewards": [{"fn": "tasksets.swe:tests_pass", "weight": 1.0}],
+    "gold": GOLD_PROGRAM,
 }
 HARNESS_DEFAULTS: dict[str, Any] = {"program": AGENT_PROGRAM, "sandbox": SANDBOX, "max_turns": 4, "timeout_seconds": 300}
 

@@ -105,7 +105,7 @@ from v1.rollout import (
     teardown,
     update,
 )
-from v1.taskset import Taskset, User
+from v1.taskset import Taskset, User, answer_gold
 from v1.tools import MCPTool, Toolset
 from v1.types import (
     ChatMessage,
@@ -248,6 +248,7 @@ __all__ = [
     "XMLParser",
     "__version__",
     "advantage",
+    "answer_gold",
     "batch_gc",
     "cleanup",
     "ensure_keys",

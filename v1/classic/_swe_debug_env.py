@@ -8,6 +8,9 @@ last `output_tail_chars`) and how it ended go to the state, so a broken task
 shows where it breaks: `setup_seconds`, `debug_exit_code`, `debug_output`,
 `test_exit_code`, `test_output`, `tests_passed`; a setup that raises is the
 rollout's recorded error.
+
+The debug program is also the taskset's `gold`, so `v1 validate` runs it through the same machinery
+as any taskset's gold solution (no model behind the endpoint; a task passes when its tests do).
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ class SWEDebugEnv(SandboxMixin, MultiTurnEnv):
         self.init_sandboxes(SandboxConfig(**self.sandbox_overrides))
         rows = dataset if dataset is not None else taskset.get_dataset()
         super().__init__(dataset=rows, max_turns=1, timeout_seconds=timeout_seconds, **environment_kwargs)
+        self.taskset.config.gold = self.rollout_program
 
     def task_sandbox_config(self, info: Mapping[str, Any]) -> SandboxConfig:
         """The task's sandbox with this environment's overrides applied."""

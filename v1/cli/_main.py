@@ -17,13 +17,26 @@ from v1.cli import _demo as demo
 from v1.cli import _doctor as doctor_command
 from v1.cli import _eval as eval_command
 from v1.cli import _init as init_command
+from v1.cli import _rescore as rescore_command
 from v1.cli import _sandbox as sandbox_command
 from v1.cli import _serve as serve_command
 from v1.cli import _train as train_command
+from v1.cli import _validate as validate_command
 from v1.cli import _view as view_command
 from v1.cli._standalone import OneLineErrorParser
 
-COMMANDS = (demo, eval_command, init_command, train_command, serve_command, sandbox_command, view_command, doctor_command)
+COMMANDS = (
+    demo,
+    eval_command,
+    init_command,
+    validate_command,
+    rescore_command,
+    train_command,
+    serve_command,
+    sandbox_command,
+    view_command,
+    doctor_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -627,6 +627,12 @@ class TasksetConfig(_HandlerLists):
     toolsets: list[ToolsetConfig] = []
     scoring: dict[str, ScoringConfig] = {}
     artifacts: list[ArtifactConfig] = []
+    gold: object | None = None
+    """The gold solution `v1 validate` runs in place of the policy: a program (a callable `(task, state)`,
+    a `"module:fn"` reference, or a program table such as a command applying the task's patch)."""
+    validate_threshold: float | None = Field(None, allow_inf_nan=False)
+    """The reward at which a gold run passes `v1 validate` (None: the most the rewards can give, the sum of
+    their positive weights)."""
 
 
 MAX_STAGE_SECONDS = 7 * 24 * 3600.0

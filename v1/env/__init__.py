@@ -21,6 +21,7 @@ from v1.env._loading import (
     load_id_environment,
     load_toml_environment,
 )
+from v1.env._rescore import RescoreReport, SavedRun, rescore_run
 from v1.env._results import (
     METADATA_FILE,
     RESULTS_FILE,
@@ -33,12 +34,14 @@ from v1.env._results import (
     pass_at_k,
 )
 from v1.env._scheduling import Executor, LocalExecutor, Unit, UnitJob
+from v1.env._validate import ValidationWriter, gold_env, run_gold, validate_threshold
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",
     "DEFAULT_NUM_EXAMPLES",
     "DEFAULT_ROLLOUTS_PER_EXAMPLE",
     "Env",
+    "ValidationWriter",
     "EnvOrigin",
     "EnvSource",
     "EvalConfig",
@@ -56,11 +59,14 @@ __all__ = [
     "ResultsWriter",
     "RolloutKey",
     "RolloutsPerExample",
+    "RescoreReport",
+    "SavedRun",
     "Unit",
     "UnitJob",
     "check_ray_address",
     "create_run_folder",
     "environment_config_file",
+    "gold_env",
     "is_retryable",
     "k_values",
     "load_environment",
@@ -69,5 +75,8 @@ __all__ = [
     "load_toml_environment",
     "pass_all_at_k",
     "pass_at_k",
+    "rescore_run",
+    "run_gold",
     "set_rubric_view",
+    "validate_threshold",
 ]

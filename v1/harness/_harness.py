@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from v1._util.entropy import uuid4_hex
@@ -325,6 +326,18 @@ class Harness:
         override keeps the wrapper.
         """
         return resolve_program(spec, self.config.sandbox, task_sandbox)
+
+    def with_program(self, program: ProgramConfig | Callable[..., Any]) -> Harness:
+        """A copy of this harness that runs `program` for every task, everything else (sandbox, tools,
+        handlers, limits) unchanged: how `v1 validate` runs a taskset's gold solution.
+
+        The copy offers no `task_programs`, so a row can't choose another program; a row's data fields
+        and `sandbox` still narrow it as they narrow the harness's own program.
+        """
+        copied = copy.copy(self)
+        copied.config = self.config.model_copy(update={"program": program, "task_programs": {}})
+        copied.program = resolve_program(program, self.config.sandbox)
+        return copied
 
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:
         """This rollout's program and its sandbox: the harness's, narrowed by the task's fields (see `v1.programs`)."""

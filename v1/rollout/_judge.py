@@ -96,6 +96,8 @@ def judge_reward(
     parser: AnswerParser | None = None,
     name: str = "judge",
     sampling_args: Mapping[str, Any] | None = None,
+    client: Any = None,
+    model: str | None = None,
 ) -> Callable[..., Awaitable[float]]:
     """A reward asking the model whether the response is right: 1.0 when its reply starts with "yes".
 
@@ -104,6 +106,9 @@ def judge_reward(
         parser: picks the response out of the completion (default: the last assistant message).
         name: the reward's name in `state["metrics"]` and in ``scoring`` overrides.
         sampling_args: sent with the judge's call (the harness's own still win at the endpoint).
+        client: the judge's own client (as `ask_judge` takes it); None asks the rollout's model, which
+            `v1 rescore` never calls: give a judge its own client to re-score with it.
+        model: the judge's model (with `client`).
 
     The judge's verdict text is kept in ``state["judge_responses"][name]``.
     """
@@ -112,7 +117,7 @@ def judge_reward(
         response = (parser.parse_answer(completion) if parser is not None else last_assistant_text(completion)) or ""
         question = judge_question(task.get("prompt")) or str(task.get("question") or "")
         content = prompt.format(question=question, answer="" if answer is None else answer, response=response)
-        verdict = await ask_judge(state, content, name=name, sampling_args=sampling_args)
+        verdict = await ask_judge(state, content, name=name, client=client, model=model, sampling_args=sampling_args)
         return float(verdict.strip().lower().startswith("yes"))
 
     judge.__name__ = judge.__qualname__ = name

@@ -6,7 +6,15 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from v1.config import HandlerLike, RowSourceLike, SystemPromptLike, TasksetConfig
+from v1.config import (
+    HandlerLike,
+    ProgramConfig,
+    ProgramLike,
+    RowSourceLike,
+    SystemPromptLike,
+    TasksetConfig,
+    resolve_callable,
+)
 from v1.errors import ConfigError, TaskError
 from v1.rollout import Handler, State, Task, apply_scoring, owned_handlers
 from v1.taskset._rows import LoadedRows, RowSource, RowView
@@ -32,6 +40,8 @@ class Taskset:
         user: a `User` simulator (or its function, `module:object` reference or `UserConfig`).
         toolsets: toolsets whose tools the tasks may use.
         stops, setups, updates, metrics, rewards, advantages, cleanups: handler lists.
+        gold: the gold solution `v1 validate` runs in place of the policy model (see `gold`).
+        validate_threshold: the reward a gold run must reach (default: the sum of the rewards' positive weights).
         config: a `TasksetConfig` (or mapping); keyword arguments override it.
     """
 
@@ -54,6 +64,8 @@ class Taskset:
         rewards: Iterable[HandlerLike] = (),
         advantages: Iterable[HandlerLike] = (),
         cleanups: Iterable[HandlerLike] = (),
+        gold: ProgramLike | str | None = None,
+        validate_threshold: float | None = None,
         config: TasksetConfig | Mapping[str, object] | None = None,
     ) -> None:
         overrides = {
@@ -64,6 +76,8 @@ class Taskset:
                 "taskset_id": taskset_id,
                 "system_prompt": system_prompt,
                 "infinite": infinite,
+                "gold": gold,
+                "validate_threshold": validate_threshold,
             }.items()
             if value is not None
         }
@@ -96,6 +110,31 @@ class Taskset:
     def row_source(self, split: Split = "train") -> RowSource:
         """Where the rows of `split` come from: `draw()` them one at a time, `listed()` when they are a finite list."""
         return self._sources[split]
+
+    @property
+    def gold(self) -> ProgramConfig | Callable[..., Any] | None:
+        """The gold solution, resolved: what `v1 validate` runs in place of the program and its model.
+
+        A callable `(task, state)` (a `"module:fn"` reference resolves to one) runs in process; a
+        program table (a `ProgramConfig` or mapping, e.g. a command applying the task's patch) runs
+        as the harness would run it, in the harness's sandbox. None when the taskset declares none.
+
+        Raises:
+            ConfigError: a reference that does not resolve, or a value that is not a program.
+        """
+        value = self.config.gold
+        if value is None or isinstance(value, ProgramConfig):
+            return value
+        if isinstance(value, str):
+            return resolve_callable(value, f"{self.taskset_id}: gold")
+        if isinstance(value, Mapping):
+            return ProgramConfig.from_config(value)
+        if callable(value):
+            return value
+        raise ConfigError(
+            f"{self.taskset_id}: gold: expected a program (a callable, a 'module:fn' reference or a program table), "
+            f"got {type(value).__name__}"
+        )
 
     def rows(self) -> list[dict[str, Any]]:
         """The training rows as a list (a list source is loaded once; a finite stream is drawn whole).
