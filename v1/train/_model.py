@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from v1.errors import ConfigError
 from v1.config import TinyModelConfig
+from v1.errors import ConfigError
 from v1.inference import build_tiny_model, build_tiny_tokenizer
 from v1.train._config import ModelConfig
 from v1.train._data_only import unpickling_reason
