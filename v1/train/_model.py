@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+from v1.config import TinyModelConfig
 from v1.errors import ConfigError
-from v1.inference import build_tiny_model
+from v1.inference import build_tiny_model, build_tiny_tokenizer
 from v1.train._config import ModelConfig
 from v1.train._data_only import unpickling_reason
 from v1.train._lora import is_adapter_folder, with_lora
@@ -45,21 +46,44 @@ def autocast_dtype(config: ModelConfig, device: torch.device) -> torch.dtype | N
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
 
 
+def configured_tokenizer(config: ModelConfig) -> Any:
+    """The configured model's tokenizer and chat template: `config.path`'s, or the tiny one rebuilt from `config.tiny`.
+
+    A checkpoint's own tokenizer files are never read: a checkpoint is outside data, and its chat
+    template would render every prompt the run trains on (one can hang the run or add an instruction
+    to each prompt). The checkpoint narrows the weights, never the prompt.
+
+    Raises:
+        ConfigError: neither is set, or `config.path` holds no loadable tokenizer.
+    """
+    if config.path is not None:
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(config.path)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"model.path {config.path}: cannot load a tokenizer: {exc}") from None
+    if config.tiny is not None:
+        return build_tiny_tokenizer(TinyModelConfig.model_validate(config.tiny).vocab_size)
+    raise ConfigError("[model]: set path (a save_pretrained folder) or tiny (a tiny-model config)")
+
+
 def build_policy(config: ModelConfig, source: str | None, device: torch.device) -> tuple[Any, Any]:
     """The model (fp32, on the current default device: the CPU, or ``meta`` for a skeleton) and its tokenizer.
 
-    With ``meta`` as the default device (``with torch.device("meta")``), a folder's config is read
-    and the model built without weights.
+    The weights come from `source` (a checkpoint's folder, or the configured model's), the tokenizer
+    from the configured model always (`configured_tokenizer`). With ``meta`` as the default device
+    (``with torch.device("meta")``), a folder's config is read and the model built without weights.
 
     Raises:
         ConfigError: when neither `source` nor a tiny config is given, or the folder can't be loaded.
     """
     if source is not None:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         attention = attention_implementation(config, device)
+        tokenizer = configured_tokenizer(config)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
             if torch.get_default_device().type == "meta":
                 model_config = AutoConfig.from_pretrained(source)
                 return AutoModelForCausalLM.from_config(
@@ -171,6 +195,7 @@ __all__ = [
     "autocast_dtype",
     "broadcast_weights",
     "build_policy",
+    "configured_tokenizer",
     "copy_weights",
     "enable_checkpointing",
     "load_policy",

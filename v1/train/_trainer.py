@@ -85,6 +85,13 @@ class TrainingDiverged(Error):
 
 TRAINER_STATE_FIELDS = ("optimizer", "scheduler", "step")
 
+OPTIMIZER_SETTINGS = ("initial_lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
+"""The param-group settings a checkpoint must agree on with the config: AdamW's arithmetic (the configured
+learning rate, before the schedule), not its kernel (``fused``, ``foreach``: this process's choice)."""
+
+OPTIMIZER_STATE_KEYS = frozenset({"step", "exp_avg", "exp_avg_sq"})
+"""What a checkpoint may restore of each parameter's AdamW state: its moments and its step count."""
+
 UPDATE_SUMS = (
     "loss",
     "entropy",
@@ -204,11 +211,20 @@ class PolicyTrainer:
             foreach=self.device.type == "cuda",
             fused=self.device.type == "cpu" and not is_distributed(),  # one pass per tensor: 2 updates at 0.5B 10 -> 2.9 s
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, optim, max_steps))
+        self.scheduler = self._schedule(self.step)
         if loss.kl_coef > 0 and ref_model is None:
             raise ValueError("loss.kl_coef > 0 needs a ref_model")
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
+
+    def _schedule(self, step: int) -> torch.optim.lr_scheduler.LambdaLR:
+        """The configured schedule positioned at `step` (it sets every group's learning rate for that step)."""
+        optim, max_steps = self.optim_config, self.max_steps
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda at: lr_factor(at, optim, max_steps), last_epoch=step - 1)
+
+    def optimizer_settings(self) -> list[dict[str, Any]]:
+        """Each param group's `OPTIMIZER_SETTINGS` as this trainer's config makes them."""
+        return [{key: _plain(group.get(key)) for key in OPTIMIZER_SETTINGS} for group in self.optimizer.param_groups]
 
     @classmethod
     def from_config(
@@ -515,18 +531,80 @@ class PolicyTrainer:
         torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "step": self.step}, folder / "trainer.pt")
 
     def load(self, folder: Path) -> None:
-        """Restore what `save` wrote (the model's weights must already be loaded; every rank reads the file).
+        """Restore what `save` wrote: the optimizer's state (moments and step counts) and the step, never its settings.
 
-        The file is read as tensors and plain data only (``weights_only``): a checkpoint is data, never code.
+        The model's weights must already be loaded; every rank reads the file. The file is read as tensors
+        and plain data only (``weights_only``): a checkpoint is data, never code. Its learning rate, betas,
+        schedule and other settings must be the config's (`check_settings`): the optimizer keeps the
+        config's, and the schedule is the config's, positioned at the checkpoint's step.
 
         Raises:
-            ConfigError: the file holds anything else (a pickled object, a function) or is not a trainer state.
+            ConfigError: the file holds anything else (a pickled object, a function), is not a trainer state,
+                or records settings other than the config's.
         """
-        state = read_trainer_state(folder / "trainer.pt")
+        path = folder / "trainer.pt"
+        state = read_trainer_state(path)
+        step = self.check_settings(path, state)
+        optimizer = state["optimizer"]
+        configured = self.optimizer.state_dict()["param_groups"]
+        groups = [{**settings, "params": group["params"]} for settings, group in zip(configured, optimizer["param_groups"])]
         options = StateDictOptions(full_state_dict=True) if is_sharded(self.model) else None
-        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
+        set_optimizer_state_dict(
+            self.model, self.optimizer, {"state": optimizer["state"], "param_groups": groups}, options=options
+        )
+        self.step = step
+        self.scheduler = self._schedule(step)
+
+    def check_settings(self, path: Path, state: dict[str, Any]) -> int:
+        """`state`'s step, once its optimizer settings and schedule are found to be the config's (a checkpoint is
+        outside data: it may restore where a run is, never change how it trains).
+
+        Raises:
+            ConfigError: one line naming the first setting that differs, or a part that is not what `save` writes.
+        """
+        step, optimizer, scheduler = state["step"], state["optimizer"], state["scheduler"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ConfigError(f"--resume: {path}: 'step' is not a non-negative integer")
+        groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
+        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
+            raise ConfigError(f"--resume: {path}: the optimizer's param groups are not the ones this config builds")
+        if not isinstance(optimizer.get("state"), dict) or not all(
+            isinstance(entry, dict) and set(entry) <= OPTIMIZER_STATE_KEYS for entry in optimizer["state"].values()
+        ):
+            raise ConfigError(f"--resume: {path}: the optimizer state holds more than {', '.join(sorted(OPTIMIZER_STATE_KEYS))}")
+        recorded = [
+            {key: _plain(group.get(key)) for key in OPTIMIZER_SETTINGS} if isinstance(group, dict) else {} for group in groups
+        ]
+        if not isinstance(scheduler, dict):
+            raise ConfigError(f"--resume: {path}: 'scheduler' is not what v1 writes")
+        differences = [
+            (f"optimizer {key}", found.get(key), wanted[key])
+            for found, wanted in zip(recorded, self.optimizer_settings())
+            for key in OPTIMIZER_SETTINGS
+            if found.get(key) != wanted[key]
+        ]
+        configured_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
+        differences += [
+            (f"schedule {key}", _plain(scheduler.get(key)), wanted)
+            for key, wanted in (("base_lrs", _plain(configured_lrs)), ("last_epoch", step))
+            if _plain(scheduler.get(key)) != wanted
+        ]
+        if differences:
+            name, found, wanted = differences[0]
+            raise ConfigError(
+                f"--resume: {path}: {name} is {found!r:.60} in the checkpoint but {wanted!r:.60} in the config; a checkpoint "
+                "restores the optimizer's state, never its settings: resume with the config that wrote it"
+            )
+        return step
+
+
+def _plain(value: Any) -> Any:
+    """`value` with tuples as lists and tensors as numbers, so a setting compares equal however it was stored."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value
 
 
 __all__ = [
