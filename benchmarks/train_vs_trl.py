@@ -13,7 +13,9 @@ TRL: `num_iterations = 2`, `gradient_accumulation_steps = 2`); the GRPO loss (pe
 mean, clip 0.2), advantages reward minus the group mean without std scaling (v1's default;
 TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at the recipe's learning rate (2e-3,
 reached linearly over its first 10 steps; TRL gets the same schedule as a `LambdaLR` over its
-optimizer updates, two per step), gradient norm clipped at 1.0; the same seed for each pair. v1 keeps every group (`filter_zero_variance =
+optimizer updates, two per step), gradient norm clipped at 1.0; the same seed for each pair; the
+same optimizer (`torch.optim.AdamW` with v1's CPU arguments, `fused=True`, TRL's given through
+`optimizers=`). v1 keeps every group (`filter_zero_variance =
 false`: TRL trains on every group too) and is on-policy like TRL (`max_staleness = 0`;
 `--max-staleness 1` is the recipe's overlap, generating one step ahead); every rollout goes
 through the harness and the interception endpoint (recorded) to the built-in server. TRL generates each round in process with
@@ -50,7 +52,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "configs" / "train" / "tiny_first_letter.toml"
@@ -192,6 +194,16 @@ def recipe_config(
     return config.model_copy(update=update)
 
 
+def shape_model(shape: Shape) -> Any:
+    """The shape's model config, past the tiny bound on purpose: this script's own shapes, never a config file's."""
+    from v1.config import TinyModelConfig
+
+    class ShapeModelConfig(TinyModelConfig):
+        max_parameters: ClassVar[int] = 1_000_000_000
+
+    return ShapeModelConfig(shape.tiny or {})
+
+
 def make_checkpoint(out: Path, shape: Shape) -> Path:
     """The recipe's SFT warm-up, once: ``out/sft/model`` (model and tokenizer); or the shape's random model."""
     if shape.tiny is not None:
@@ -199,7 +211,7 @@ def make_checkpoint(out: Path, shape: Shape) -> Path:
 
         folder = out / "random_model"
         if not (folder / "config.json").exists():
-            save_tiny_model(shape.tiny, folder)
+            save_tiny_model(shape_model(shape), folder)
         return folder
     from v1.train import run_sft
 
@@ -259,7 +271,7 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
     tokens_per_round: list[int] = []
     ends: list[float] = []
 
-    def reward(completions: list[Any], answer: list[str], completion_ids: list[list[int]], **_: Any) -> list[float]:
+    def reward(completions: list[Any], answer: list[str], completion_ids: list[list[int]], **_: Any) -> list[float | None]:
         tokens_per_round.append(sum(len(ids) for ids in completion_ids))
         return [first_letter(completion, expected) for completion, expected in zip(completions, answer)]
 
@@ -302,7 +314,10 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=0.0)
+    # v1's trainer's AdamW on CPU, argument for argument (`PolicyTrainer`: fused, one pass per tensor)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=0.0, foreach=False, fused=True
+    )
     # v1's schedule counts steps of UPDATES_PER_STEP updates; TRL's scheduler steps once per update
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda update: lr_factor(update // UPDATES_PER_STEP, config.optim, steps)
@@ -321,7 +336,9 @@ def run_trl(out: Path, seed: int, steps: int, checkpoint: Path, options: argpars
     wall = time.perf_counter() - started
     step_s = [ends[i + UPDATES_PER_STEP] - ends[i] for i in range(0, len(ends) - UPDATES_PER_STEP, UPDATES_PER_STEP)]
     rss = peak_rss_mib()  # before the eval's server
-    eval_after = asyncio.run(held_out_reward(trainer.model.eval(), tokenizer, config)) if config.eval.at_end else None
+    trained = trainer.model
+    assert trained is not None
+    eval_after = asyncio.run(held_out_reward(trained.eval(), tokenizer, config)) if config.eval.at_end else None
     return {
         "step_s": step_s,
         "rollout_tokens_per_s": [tokens / s for tokens, s in zip(tokens_per_round, step_s)],

@@ -19,6 +19,9 @@ from tests.tools.patience import HANG_S
 
 EXPECTED = {
     "install_verifiers_alias",
+    "RLConfig",
+    "RLTrainer",
+    "TrainerCallback",
     "ReasoningGymEnv",
     "CodeMathEnv",
     "Endpoint",
@@ -377,8 +380,9 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     # Before the packages (d6fccb4): 150 public modules, 1091 names; after issue 37's first pass: 103 modules, 898
     # names; with classic/, clients/, inference/, interception/ and train/ closed too: 20 modules, 504 names;
     # stream tasksets (issue 44) added v1.taskset's RowSource and content_key: 506;
-    # validate and rescore: answer_gold (v1, v1.taskset) and seven names of v1.env: 515.
-    assert len(surface) <= 20 and names <= 515, f"the surface grew back: {len(surface)} modules, {names} names"
+    # validate and rescore: answer_gold (v1, v1.taskset) and seven names of v1.env;
+    # the Python trainer (RLTrainer, RLConfig, TrainerCallback): 518.
+    assert len(surface) <= 20 and names <= 518, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

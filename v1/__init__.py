@@ -193,6 +193,8 @@ __all__ = [
     "ProgramConfig",
     "ProgramError",
     "PythonEnv",
+    "RLConfig",
+    "RLTrainer",
     "ReasoningGymEnv",
     "RendererClient",
     "Response",
@@ -237,6 +239,7 @@ __all__ = [
     "ToolRubric",
     "Toolset",
     "ToolsetConfig",
+    "TrainerCallback",
     "TrajectoryStep",
     "TrajectoryStepTokens",
     "UnknownNameError",
@@ -275,6 +278,7 @@ from v1._util.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from v1.classic import install_verifiers_alias
+    from v1.train._rl_trainer import RLConfig, RLTrainer, TrainerCallback
 
 _LAZY = {
     "CodeMathEnv": "v1.classic._code_math_env",
@@ -282,6 +286,7 @@ _LAZY = {
     "RendererClient": "v1.clients._renderer",
     "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
     "install_verifiers_alias": "v1.classic._verifiers_alias",
+    **dict.fromkeys(["RLConfig", "RLTrainer", "TrainerCallback"], "v1.train._rl_trainer"),  # torch loads only when a run starts
 }
 
 

@@ -113,9 +113,9 @@ def build_tiny_model(config: TinyModelConfig | dict[str, Any] | None = None) -> 
     """A randomly initialised causal LM and its tokenizer, deterministic from `config.seed`.
 
     Args:
-        config: a `TinyModelConfig` (or its fields as a dict); defaults build a ~150k-parameter Qwen2.
+        config: a `TinyModelConfig` (or its fields as a dict, bounded to tiny); defaults build a ~150k-parameter Qwen2.
     """
-    config = TinyModelConfig(config)
+    config = config if isinstance(config, TinyModelConfig) else TinyModelConfig(config)
     tokenizer = build_tiny_tokenizer(config.vocab_size)
     fields: dict[str, Any] = {
         "vocab_size": len(tokenizer),

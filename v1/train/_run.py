@@ -104,6 +104,9 @@ class TrainResult:
     """Where the rollout groups ran: ``{"kind": "local"}``, or the Ray executor's `describe()` (actors, nodes, start-up)."""
     inference: dict[str, Any] = field(default_factory=dict)
     """What served the rollouts: ``engine`` (builtin / vllm), vLLM's ``version`` and ``log`` when the run started it."""
+    model: Any = field(default=None, repr=False, compare=False)
+    """Rank 0's trained policy (a shard of it under torchrun) and its `tokenizer`, for `RLTrainer`."""
+    tokenizer: Any = field(default=None, repr=False, compare=False)
 
 
 @contextlib.asynccontextmanager
@@ -478,9 +481,9 @@ class Prepared:
     """The forward passes' dtype (bf16 on GPUs), whether autocast or FSDP2's policy casts."""
 
 
-def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -> Prepared:
+def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None, env: Any = None) -> Prepared:
     """Model (from the latest checkpoint when resuming), sharded with FSDP2 across `group`, and trainer; on rank 0
-    also the environment, the built-in server's copy of the model and the metrics log."""
+    also the environment (`env` when given, else loaded from ``[env]``), the built-in server's copy of the model and the metrics log."""
     group = group or RankGroup.single()
     if not config.loss.policy_gradient:
         raise ConfigError(
@@ -489,7 +492,8 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
     processing = rollout_processing(config)
     output_dir = config.make_output_dir()
     torch.manual_seed(config.seed)
-    env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness) if group.is_leader else None
+    if group.is_leader and env is None:
+        env = load_environment(config.env.id, taskset=config.env.taskset, harness=config.env.harness)
     checkpoint = latest_checkpoint(output_dir) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
@@ -526,7 +530,12 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None) -
 
 
 async def train(
-    config: TrainConfig, *, resume: bool = False, progress: bool = False, on_step: StepCallback | None = None
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    progress: bool = False,
+    on_step: StepCallback | None = None,
+    env: Any = None,
 ) -> TrainResult:
     """Run RL training as `config` says (see the module docs); returns what it did.
 
@@ -539,6 +548,7 @@ async def train(
             data order and metrics log restored).
         progress: show a live progress bar (rank 0).
         on_step: called with each step's metrics (rank 0).
+        env: the environment as an `Env` already loaded (`RLTrainer`); None: loaded from ``[env]``.
     """
     started = time.time()
     if config.ray is not None and config.ray.address != "local":  # before any model loads: every rank alike
@@ -550,7 +560,7 @@ async def train(
     loop = asyncio.get_running_loop()
     group = await loop.run_in_executor(rank_thread, RankGroup.start, config.distributed)
     try:
-        prepared = await loop.run_in_executor(rank_thread, prepare, config, resume, group)
+        prepared = await loop.run_in_executor(rank_thread, prepare, config, resume, group, env)
         if not group.is_leader:
             threads = rank_cpu_threads(config, group, prepared.worker.trainer.device)
             await loop.run_in_executor(rank_thread, call_with_torch_threads, threads, group.follow, prepared.worker)
@@ -560,7 +570,9 @@ async def train(
             recipe = TrainRecipe(
                 config, prepared, group, progress=progress, on_step=on_step, started=started, rank_thread=rank_thread
             )
-            return await recipe.run()
+            result = await recipe.run()
+        result.model, result.tokenizer = prepared.worker.model, prepared.worker.tokenizer
+        return result
     except Exception as exc:
         if watch is not None:  # the launcher died and another rank left first: its line, not this error
             watch.exit_if_parent_gone()
