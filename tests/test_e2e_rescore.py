@@ -53,6 +53,10 @@ def lenient(completion, answer):
     return float(bool(completion) and completion[-1]["content"].lower() == answer)
 
 
+def broken(completion):
+    raise KeyError("score")
+
+
 def used_the_tool(trajectory):
     """1.0 when a model turn of the trajectory called `shout` (the tool calls as the run recorded them)."""
     calls = [call for step in trajectory for message in step["completion"] for call in message.get("tool_calls") or []]
@@ -163,6 +167,21 @@ def test_rescore_gives_the_new_rewards_without_calling_the_policy(project: Path,
     index = RolloutIndex(new_run / "results.jsonl")  # what `v1 view` reads: old and new side by side
     index.refresh()
     assert [index.read(i)["previous_reward"] for i in range(6)] and len(index.rows) == 6
+
+
+def test_a_fixed_reward_clears_the_error_the_broken_one_recorded(project: Path, server: MockModelServer) -> None:
+    broken = ["--taskset.rewards", json.dumps([{"fn": "scored:broken", "weight": 1.0}])]
+    result = v1_cli("eval", "scored.toml", *broken, "-b", server.url, "-m", POLICY, "-n", "2", "-r", "1", "--output-dir", "evals",
+                    cwd=project, judge_url=server.url)  # fmt: skip
+    assert result.returncode == 1, result.stderr  # every rollout failed
+    (run,) = find_runs(project / "evals")
+    assert {output["error"]["where"] for output in outputs_of(run).values()} == {"reward:broken"}
+    fixed = v1_cli("rescore", str(run), "scored.toml", *CHANGED, "--output-dir", "re", cwd=project, judge_url=server.url)
+    assert fixed.returncode == 0, fixed.stderr
+    (new_run,) = find_runs(project / "re")
+    for output in outputs_of(new_run).values():
+        assert output["error"] is None and output["reward"] == 1.5
+        assert output["previous_metrics"] == {"broken": 0.0}
 
 
 def test_repeats_report_a_noisy_judges_spread(project: Path, server: MockModelServer) -> None:

@@ -87,6 +87,7 @@ def test_toml_and_python_build_equal_configs() -> None:
                 system_prompt=reverse_text.SYSTEM_PROMPT,
                 rewards=[{"fn": "tasksets.reverse_text:similarity", "weight": 1.0}],
                 metrics=[{"fn": "tasksets.reverse_text:exact"}],
+                gold="tasksets.reverse_text:gold",
             )
         ),
         vf.Harness(max_turns=1, sampling_args={"temperature": 0.0}),

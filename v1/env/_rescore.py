@@ -32,6 +32,8 @@ SCORE_FIELDS = ("reward", "metrics", "advantage")
 REQUIRED_FIELDS = ("example_id", "rollout_index", "prompt", "completion", "trajectory")
 """What a saved output needs to be rebuilt (an output without them is left out, as one problem)."""
 NOT_STATE_FIELDS = frozenset({*SCORE_FIELDS, "answer", "info", "rollout_index", "attempts", "rescore_spread"})
+SCORING_PLACES = ("reward:", "metric:", "advantage:")
+"""Where a recorded error came from scoring (the `where` of `State.record_error`)."""
 SPREAD_FIELD = "rescore_spread"
 """Per output, with repeats: each function's `{"values", "mean", "std", "min", "max"}` over the repeats."""
 
@@ -139,11 +141,18 @@ def task_for(output: Mapping[str, Any], tasks: Mapping[str, Task | Error], env_i
     return task
 
 
+def _scoring_error(value: Any) -> bool:
+    return isinstance(value, Mapping) and str(value.get("where") or "").startswith(SCORING_PLACES)
+
+
 def rebuild_state(env: Env, task: Task, output: Mapping[str, Any]) -> State:
-    """The state a saved rollout ended with, scores cleared: every saved field but the scores and task fields."""
+    """The state a saved rollout ended with, scores cleared: every saved field but the scores and task fields.
+
+    An error the old scoring recorded is cleared too: the scoring runs again.
+    """
     state = env.state_type.for_task(task)
     for key, value in output.items():
-        if key in NOT_STATE_FIELDS or key.startswith("previous_"):
+        if key in NOT_STATE_FIELDS or key.startswith("previous_") or (key == "error" and _scoring_error(value)):
             continue
         dict.__setitem__(state, key, copy.deepcopy(value))  # the framework restoring its own record, guarded fields too
     return state
@@ -267,6 +276,7 @@ __all__ = [
     "KEPT_METADATA",
     "REQUIRED_FIELDS",
     "SCORE_FIELDS",
+    "SCORING_PLACES",
     "SPREAD_FIELD",
     "RescoreReport",
     "SavedRun",
