@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 
@@ -95,17 +95,14 @@ class Recorder(TrainerCallback):
         self.ended.append(result)
 
 
-def cli_train(output_dir: Path) -> dict[str, Any]:
-    """``v1 train`` on the recipe, in a subprocess; its summary.json."""
+def start_cli_train(output_dir: Path, log: TextIO) -> subprocess.Popen[str]:
+    """``v1 train`` on the recipe, in a subprocess (it runs while the test trains through `RLTrainer`)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "v1.cli", "train", str(RECIPE), "--output-dir", str(output_dir), "--no-progress"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return dict(json.loads((output_dir / "summary.json").read_text()))
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def test_rl_trainer_trains_the_tiny_recipe_as_far_as_v1_train(tmp_path: Path) -> None:
-    cli = cli_train(tmp_path / "cli")
     recorder, rewards = Recorder(), []
     trainer = RLTrainer(
         model=TINY,
@@ -113,7 +110,14 @@ def test_rl_trainer_trains_the_tiny_recipe_as_far_as_v1_train(tmp_path: Path) ->
         args=recipe_args(tmp_path / "api"),
         callbacks=[recorder, lambda metrics: rewards.append(metrics["reward"])],
     )
-    result = trainer.train()
+    with (tmp_path / "cli.log").open("w") as log:
+        process = start_cli_train(tmp_path / "cli", log)
+        try:
+            result = trainer.train()
+        finally:
+            process.wait(timeout=HANG_S)
+    assert process.returncode == 0, (tmp_path / "cli.log").read_text()[-2000:]
+    cli = json.loads((tmp_path / "cli" / "summary.json").read_text())
 
     # the same seed, the same SFT warm-up, the same greedy eval: the same start
     assert result.eval_before == cli["eval_before"]
