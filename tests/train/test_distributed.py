@@ -202,7 +202,10 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
             assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
     assert sharded[-1]["kl"] > 0.0  # the policy moved away from the sharded reference: the term is live
     checkpoint = tmp_path / "two" / "out" / "checkpoints" / "step_3"
-    assert sorted(path.name for path in (checkpoint / "shards").iterdir()) == ["rank_0-of-2.safetensors", "rank_1-of-2.safetensors"]
+    assert sorted(path.name for path in (checkpoint / "shards").iterdir()) == [
+        "rank_0-of-2.safetensors",
+        "rank_1-of-2.safetensors",
+    ]
     assert json.loads((checkpoint / "hf" / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     from transformers import AutoModelForCausalLM
 
