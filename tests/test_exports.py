@@ -375,7 +375,9 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     names = sum(len(entry["all"]) for entry in surface.values())
     # Before the packages (d6fccb4): 150 public modules, 1091 names; after issue 37's first pass: 103 modules, 898
     # names; with classic/, clients/, inference/, interception/ and train/ closed too: 20 modules, 504 names.
-    assert len(surface) <= 20 and names <= 504, f"the surface grew back: {len(surface)} modules, {names} names"
+    # issue 43's per-rank checkpoints added two: `v1.train.export_checkpoint` (behind `v1 train export`) and
+    # `v1.inference.SafetensorsWriter` (the streamed file the weight syncs and the checkpoints write).
+    assert len(surface) <= 20 and names <= 506, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

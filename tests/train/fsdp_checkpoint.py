@@ -25,7 +25,8 @@ from fsdp_memory import watching  # this script's folder is on sys.path
 from fsdp_steps import batch, new_trainer
 from torch.profiler import ProfilerActivity, profile
 
-from v1.inference import HTTPWeightSync, Streamed
+from v1.inference import Streamed
+from v1.inference._weight_sync import HTTPWeightSync
 from v1.train import DistributedConfig, TrainConfig
 from v1.train._model import load_sharded_policy, sharded_skeleton
 from v1.train._ranks import RankGroup, RankWorker, share_samples, weights_out

@@ -11,21 +11,14 @@ from v1._util.lazy import lazy_attributes
 from v1.inference._engine import Engine, EngineStats, SamplingParams
 from v1.inference._server import InferenceServer, serve_in_thread
 from v1.inference._tiny import build_tiny_model, build_tiny_tokenizer, save_tiny_model
-from v1.inference._weights import SafetensorsWriter, load_state_dict, write_safetensors
+from v1.inference._weights import SafetensorsWriter, load_state_dict
 
 if TYPE_CHECKING:
     from v1.inference._sampling import LogitProcessing, entropy_of, processed_logits
     from v1.inference._vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
     from v1.inference._vllm_env import cache_root, vllm_python
     from v1.inference._vllm_server import VLLMServer, port_is_free, startup_error
-    from v1.inference._weight_sync import (
-        WEIGHTS_FILE,
-        HTTPWeightSync,
-        InProcessWeightSync,
-        Streamed,
-        WeightReceiver,
-        WeightSync,
-    )
+    from v1.inference._weight_sync import InProcessWeightSync, Streamed, WeightReceiver, WeightSync
 
 __getattr__ = lazy_attributes(
     __name__,
@@ -34,19 +27,14 @@ __getattr__ = lazy_attributes(
         **dict.fromkeys(["VLLM_CPU_THREADS", "server_sync", "vllm_endpoint"], "v1.inference._vllm_engine"),
         **dict.fromkeys(["cache_root", "vllm_python"], "v1.inference._vllm_env"),
         **dict.fromkeys(["VLLMServer", "port_is_free", "startup_error"], "v1.inference._vllm_server"),
-        **dict.fromkeys(
-            ["WEIGHTS_FILE", "HTTPWeightSync", "InProcessWeightSync", "Streamed", "WeightReceiver", "WeightSync"],
-            "v1.inference._weight_sync",
-        ),
+        **dict.fromkeys(["InProcessWeightSync", "Streamed", "WeightReceiver", "WeightSync"], "v1.inference._weight_sync"),
     },
 )
 
 __all__ = [
     "VLLM_CPU_THREADS",
-    "WEIGHTS_FILE",
     "Engine",
     "EngineStats",
-    "HTTPWeightSync",
     "InProcessWeightSync",
     "InferenceServer",
     "LogitProcessing",
@@ -69,5 +57,4 @@ __all__ = [
     "startup_error",
     "vllm_endpoint",
     "vllm_python",
-    "write_safetensors",
 ]

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from v1.errors import ConfigError, Error
-from v1.inference import WEIGHTS_FILE, SafetensorsWriter, Streamed, WeightReceiver
+from v1.inference import SafetensorsWriter, Streamed, WeightReceiver
 from v1.train._batch import Sample
 from v1.train._config import DistributedConfig, TrainConfig
 from v1.train._logprobs import is_sharded
@@ -143,7 +143,7 @@ class RankWorker:
                 self.model.save_pretrained(folder)
                 self.tokenizer.save_pretrained(folder)
             return folder
-        with SafetensorsWriter(folder / WEIGHTS_FILE) if self.rank == 0 else contextlib.nullcontext() as writer:
+        with SafetensorsWriter(folder / "model.safetensors") if self.rank == 0 else contextlib.nullcontext() as writer:
             for name, tensor in self.trainer.whole_weights():
                 if writer is not None:
                     writer.add(name, tensor)

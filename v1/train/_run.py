@@ -43,7 +43,6 @@ from v1.env import RayExecutor, check_ray_address, load_environment
 from v1.errors import ConfigError
 from v1.inference import (
     VLLM_CPU_THREADS,
-    HTTPWeightSync,
     InferenceServer,
     InProcessWeightSync,
     LogitProcessing,
@@ -704,7 +703,8 @@ class TrainRecipe:
         try:
             async with self.endpoint() as (url, sync):
                 self.sync, self.client = sync, config.inference.client_config(url)
-                self.worker.weight_receiver = sync.receiving if isinstance(sync, (InProcessWeightSync, HTTPWeightSync)) else None
+                # the syncs that take a streamed update (the engine's, the file syncs'); vLLM's NCCL broadcast does not
+                self.worker.weight_receiver = getattr(sync, "receiving", None)
                 await self.set_up()
                 async with await self.orchestrator() as orchestrator:
                     await self.steps(orchestrator)
