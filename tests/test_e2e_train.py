@@ -133,15 +133,19 @@ async def test_torchrun_two_ranks_train_with_fsdp2_and_the_server_serves_the_gat
         assert server.weight_version == 3
         ids_after, served_after = await served_logprobs(server)
 
-    start, end = (tmp_path / "checkpoints" / f"step_{step}" / "model" for step in (0, 2))
     from transformers import AutoModelForCausalLM
+
+    from v1.train import export_checkpoint
+
+    # the ranks wrote their own shards; `v1 train export`'s function joins each into one folder
+    start, end = (export_checkpoint(tmp_path / "checkpoints" / f"step_{step}", tmp_path / f"hf_{step}") for step in (0, 2))
 
     start_model, end_model = (AutoModelForCausalLM.from_pretrained(path).eval() for path in (start, end))
     assert any(not torch.equal(p, start_model.state_dict()[name]) for name, p in end_model.state_dict().items())
     assert json.loads((end / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     assert served_after != served_before
     assert served_after == pytest.approx(model_logprobs(end_model, ids_after, len(served_after)), abs=1e-3)
-    # the checkpoint the two ranks wrote (weights and optimizer gathered on rank 0) resumes in one process
+    # the checkpoint the two ranks wrote (a shard each) resumes in one process, reading both ranks' rows
     resumed = await train(few_steps(tmp_path, None, 3), resume=True)
     assert resumed.steps == 3
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]

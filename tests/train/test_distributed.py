@@ -201,11 +201,17 @@ def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_
         for key in (*COMPARED, "kl"):  # rank 0 samples the rollouts either way: the same data, split, same denominators
             assert step_two[key] == pytest.approx(step_one[key], rel=1e-4, abs=1e-6), key
     assert sharded[-1]["kl"] > 0.0  # the policy moved away from the sharded reference: the term is live
-    model_dir = tmp_path / "two" / "out" / "checkpoints" / "step_3" / "model"
-    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    checkpoint = tmp_path / "two" / "out" / "checkpoints" / "step_3"
+    assert sorted(path.name for path in (checkpoint / "shards").iterdir()) == [
+        "rank_0-of-2.safetensors",
+        "rank_1-of-2.safetensors",
+    ]
+    assert json.loads((checkpoint / "hf" / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     from transformers import AutoModelForCausalLM
 
-    AutoModelForCausalLM.from_pretrained(model_dir)
+    from v1.train import export_checkpoint
+
+    AutoModelForCausalLM.from_pretrained(export_checkpoint(checkpoint, tmp_path / "exported"))
 
 
 def children(pid: int) -> list[int]:
@@ -405,7 +411,7 @@ def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes
     assert [line["step"] for line in metrics(finishing.config)] == [1, 2]
     out = tmp_path / "finishing" / "out"
     assert json.loads((out / "summary.json").read_text())["inference"]["engine"] == "vllm"
-    config = json.loads((out / "checkpoints" / "step_2" / "model" / "config.json").read_text())
+    config = json.loads((out / "checkpoints" / "step_2" / "hf" / "config.json").read_text())
     assert config["architectures"] == ["Qwen2ForCausalLM"]
     assert session_members(session) == []
     for victim in victims:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -23,7 +24,12 @@ EXIT_INTERRUPTED = 130
 
 def add_parser(commands: Any) -> None:
     train = commands.add_parser("train", help="RL-train a model on an environment (TOML training config)")
-    train.add_argument("config", metavar="CONFIG", help="a training config (configs/train/*.toml)")
+    train.add_argument(
+        "config",
+        metavar="CONFIG",
+        help="a training config (configs/train/*.toml); or `export CHECKPOINT OUT`: a checkpoint as one Hugging Face folder",
+    )
+    train.add_argument("export_paths", nargs="*", metavar="CHECKPOINT OUT", help=argparse.SUPPRESS)
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the output folder")
     train.add_argument("--max-steps", type=int, default=None, help="override max_steps")
     train.add_argument("--output-dir", default=None, help="override output_dir")
@@ -87,9 +93,31 @@ def launch_ranks(args: argparse.Namespace, errors: Console) -> int:
     return 0
 
 
+def run_export(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    """``v1 train export CHECKPOINT OUT``: a checkpoint (sharded per rank, or one process's) as one Hugging Face folder."""
+    try:
+        if len(args.export_paths) != 2:
+            raise ConfigError("v1 train export takes CHECKPOINT OUT: a checkpoints/step_N folder and a new folder")
+        checkpoint, out = (Path(path) for path in args.export_paths)
+        if not (checkpoint / "run.json").is_file():
+            raise ConfigError(f"v1 train export: {checkpoint}: not a complete checkpoint (no run.json in it)")
+        from v1.train import export_checkpoint
+
+        folder = export_checkpoint(checkpoint, out)
+    except (Error, ImportError) as exc:
+        errors.print(f"v1 train: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    console.print(f"v1 train export: {checkpoint} -> {folder}", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
 def run_train(args: argparse.Namespace) -> int:
     console, errors = Console(), Console(stderr=True)
+    if args.config == "export":
+        return run_export(args, console, errors)
     try:
+        if args.export_paths:
+            raise ConfigError(f"unrecognized arguments: {' '.join(args.export_paths)}")
         config = load_config(args)
         if args.nproc < 1:
             raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")

@@ -11,7 +11,7 @@ from v1._util.lazy import lazy_attributes
 from v1.inference._engine import Engine, EngineStats, SamplingParams
 from v1.inference._server import InferenceServer, serve_in_thread
 from v1.inference._tiny import build_tiny_model, build_tiny_tokenizer, save_tiny_model
-from v1.inference._weights import load_state_dict
+from v1.inference._weights import SafetensorsWriter, load_state_dict
 
 if TYPE_CHECKING:
     from v1.inference._sampling import LogitProcessing, entropy_of, processed_logits
@@ -38,6 +38,7 @@ __all__ = [
     "InProcessWeightSync",
     "InferenceServer",
     "LogitProcessing",
+    "SafetensorsWriter",
     "SamplingParams",
     "Streamed",
     "VLLMServer",

@@ -70,6 +70,10 @@ def vllm_version(root: str) -> str:
         return str(json.loads(response.read())["version"])
 
 
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""vLLM's ``--dtype`` names (`serving_dtype`) as torch dtypes."""
+
+
 def serving_dtype(model: torch.nn.Module, mixed: torch.dtype | None = None) -> str:
     """vLLM's ``--dtype``: the trainer's forward dtype (`mixed`: bf16 on GPUs, which vLLM's attention
     kernels need), else the policy's parameters' (fp32 on CPU), so its logprobs are the trainer's own."""
@@ -120,7 +124,8 @@ async def vllm_endpoint(
         await asyncio.to_thread(tokenizer.save_pretrained, folder)
     python = await asyncio.to_thread(vllm_python)
     nccl = inference.weight_sync == "vllm_nccl"
-    extra = ["--dtype", serving_dtype(model, mixed), *(["--weight-transfer-config", '{"backend": "nccl"}'] if nccl else [])]
+    dtype = serving_dtype(model, mixed)
+    extra = ["--dtype", dtype, *(["--weight-transfer-config", '{"backend": "nccl"}'] if nccl else [])]
     server = VLLMServer(
         python, folder, served_name=inference.model_name, dev_mode=True, log_path=output_dir / "vllm.log",
         extra_args=[*extra, *inference.vllm_args], startup_timeout=inference.vllm_startup_timeout,
@@ -133,15 +138,15 @@ async def vllm_endpoint(
         server.extra_args = [*gpu_args, *server.extra_args]
     with cleanup_on_exit(server.stop):
         server.start()
-        async with _serving(server, config, folder, info) as endpoint:
+        async with _serving(server, config, folder, info, TORCH_DTYPES.get(dtype)) as endpoint:
             yield endpoint
 
 
 @contextlib.asynccontextmanager
 async def _serving(
-    server: VLLMServer, config: VLLMRun, folder: Path, info: dict[str, Any]
+    server: VLLMServer, config: VLLMRun, folder: Path, info: dict[str, Any], dtype: torch.dtype | None
 ) -> AsyncIterator[tuple[str, WeightSync]]:
-    """The started `server` once it answers, watched; stopped on the way out."""
+    """The started `server` once it answers, watched; stopped on the way out (its file sync writes `dtype`)."""
     nccl = config.inference.weight_sync == "vllm_nccl"
     died = asyncio.Event()
     try:
@@ -149,7 +154,7 @@ async def _serving(
         info.update(engine="vllm", version=await asyncio.to_thread(vllm_version, server.root), log=str(server.log_path))
         watchdog = asyncio.create_task(watch(server, asyncio.current_task(), died))
         try:
-            yield server.url, (nccl_sync(config, server.url) if nccl else VLLMWeightSync(server.url, folder))
+            yield server.url, (nccl_sync(config, server.url) if nccl else VLLMWeightSync(server.url, folder, dtype))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not died.is_set() or task is None:

@@ -7,15 +7,17 @@ writes the same folder and asks a vLLM server started with ``VLLM_SERVER_DEV_MOD
 to reload it through ``POST /collective_rpc`` (the workers' ``reload_weights``), then
 resets its prefix cache, preempting running requests so none continues on KV computed
 by the old weights (verified on CPU with vLLM 0.32.0: tests/inference/test_vllm.py).
-Writing the folder costs a full copy of the weights on disk per step (fp32: 4 bytes per
-parameter); on GPUs the NCCL broadcast avoids it.
+The folder's file is written one tensor at a time, in the serving dtype (`SafetensorsWriter`):
+under FSDP2 the ranks gather each tensor in turn and rank 0 writes it before the next
+(`receiving`), so no host ever holds a whole copy of the weights. It still costs a full copy of
+the weights on disk per step; on GPUs the NCCL broadcast avoids it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -23,6 +25,7 @@ import httpx
 import torch
 
 from v1.errors import ModelError
+from v1.inference._weights import SafetensorsWriter, write_safetensors
 
 
 class WeightSync(Protocol):
@@ -62,14 +65,12 @@ class InProcessWeightSync:
         await asyncio.to_thread(self.server.load_weights, state_dict)
 
 
-def save_weights(state_dict: dict[str, torch.Tensor], folder: Path) -> Path:
-    """`state_dict` as ``folder/model.safetensors`` (tied tensors saved once per name, contiguous)."""
-    from safetensors.torch import save_file
+WEIGHTS_FILE = "model.safetensors"
 
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {name: tensor.detach().contiguous().clone() for name, tensor in state_dict.items()}, str(folder / "model.safetensors")
-    )
+
+def save_weights(state_dict: dict[str, torch.Tensor], folder: Path, dtype: torch.dtype | None = None) -> Path:
+    """`state_dict` as ``folder/model.safetensors``, one tensor at a time (cast to `dtype` when given), never copied whole."""
+    write_safetensors(folder / WEIGHTS_FILE, state_dict.items(), dtype)
     return folder
 
 
@@ -79,19 +80,29 @@ class HTTPWeightSync:
     Args:
         base_url: the server's OpenAI base URL (ending in ``/v1``); the route is at its root.
         folder: where the weights are written (overwritten each step).
+        dtype: the dtype the server serves in (tensors are cast one at a time as they are written); None: as trained.
     """
 
     route = "/update_weights"
 
-    def __init__(self, base_url: str, folder: Path) -> None:
+    def __init__(self, base_url: str, folder: Path, dtype: torch.dtype | None = None) -> None:
         self.root = base_url.rstrip("/").removesuffix("/v1")
         self.folder = folder
+        self.dtype = dtype
 
     def request_body(self) -> dict[str, Any]:
         return {"path": str(self.folder.resolve())}
 
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[WeightCopy]:
+        """A streamed write of the folder's weights: ``copy(name, tensor)`` per tensor as the ranks gather it
+        (the `push` that follows sends the request only)."""
+        with SafetensorsWriter(self.folder / WEIGHTS_FILE, self.dtype) as writer:
+            yield writer.add
+
     async def push(self, state_dict: dict[str, torch.Tensor], step: int) -> None:
-        await asyncio.to_thread(save_weights, state_dict, self.folder)
+        if not isinstance(state_dict, Streamed):
+            await asyncio.to_thread(save_weights, state_dict, self.folder, self.dtype)
         async with httpx.AsyncClient(timeout=600) as client:
             response = await client.post(self.root + self.route, json=self.request_body())
         if response.status_code != 200:
@@ -120,6 +131,7 @@ __all__ = [
     "InProcessWeightSync",
     "Streamed",
     "VLLMWeightSync",
+    "WEIGHTS_FILE",
     "WeightCopy",
     "WeightReceiver",
     "WeightSync",

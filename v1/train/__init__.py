@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from v1.train._orchestrator import Orchestrator
     from v1.train._ranks import under_torchrun
     from v1.train._run import run_sft, train
+    from v1.train._shards import export_checkpoint
     from v1.train._trainer import PolicyTrainer
 
 __getattr__ = lazy_attributes(
@@ -28,6 +29,7 @@ __getattr__ = lazy_attributes(
         "Orchestrator": "v1.train._orchestrator",
         "under_torchrun": "v1.train._ranks",
         **dict.fromkeys(["run_sft", "train"], "v1.train._run"),
+        "export_checkpoint": "v1.train._shards",
         "PolicyTrainer": "v1.train._trainer",
     },
 )
@@ -41,6 +43,7 @@ __all__ = [
     "PolicyTrainer",
     "Sample",
     "TrainConfig",
+    "export_checkpoint",
     "load_policy",
     "policy_loss",
     "run_sft",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from v1.inference import build_tiny_model, build_tiny_tokenizer
 from v1.train._config import ModelConfig
 from v1.train._data_only import unpickling_reason
 from v1.train._lora import is_adapter_folder, with_lora
+from v1.train._shards import ShardFiles, read_model_shards
 from v1.train._trainer import shard_with_fsdp2
 
 
@@ -168,26 +170,41 @@ def copy_weights(target: torch.nn.Module, source: torch.nn.Module) -> None:
 
 
 def load_sharded_policy(
-    config: ModelConfig, path: str | None, *, bf16: bool, keep_whole: bool
+    config: ModelConfig, path: str | None, *, bf16: bool, keep_whole: bool, shards: Path | None = None
 ) -> tuple[Any, Any, torch.device, Any]:
     """The model sharded with FSDP2 across the default process group, loaded without a whole copy on any device.
 
-    Every rank builds the model on the meta device and allocates only its shards; rank 0 alone
-    loads the weights (on the CPU) and sends each rank its shards. Returns the sharded model, the
-    tokenizer, the device and, on rank 0 with `keep_whole`, the whole CPU model (the built-in
-    engine's copy; else None).
+    Every rank builds the model on the meta device and allocates only its shards. From a sharded
+    checkpoint (`shards`) each rank reads its own rows (`read_model_shards`); else rank 0 alone loads
+    the weights (on the CPU) and sends each rank its shards. Returns the sharded model, the tokenizer,
+    the device and, on rank 0 with `keep_whole`, a whole CPU model (the built-in engine's copy: from a
+    sharded checkpoint the configured model's weights, which the run replaces with the checkpoint's
+    before any rollout; else None).
 
     Args:
         config: the `[model]` section (no LoRA: refused under torchrun).
-        path: load this folder instead of `config.path` / `config.tiny` (a checkpoint to resume from).
+        path: load this folder instead of `config.path` / `config.tiny` (a one-process checkpoint's ``model/``).
         bf16: FSDP2's forward passes in bf16 (fp32 master weights and reductions).
         keep_whole: keep rank 0's whole model instead of freeing it.
+        shards: a sharded checkpoint folder to read the weights from (`path` is then unused).
     """
     device = resolve_device(config.device)
+    rank = dist.get_rank()
+    if shards is not None:
+        model, tokenizer = sharded_skeleton(config, None, bf16, device)
+        read_model_shards(ShardFiles(shards), model, rank)
+        whole = build_policy(config, config.path, device)[0] if keep_whole and rank == 0 else None
+        return model, tokenizer, device, whole
     model, tokenizer = sharded_skeleton(config, path, bf16, device)
-    whole = build_policy(config, path or config.path, device)[0] if dist.get_rank() == 0 else None
+    whole = build_policy(config, path or config.path, device)[0] if rank == 0 else None
     broadcast_weights(model, whole)
     return model, tokenizer, device, whole if keep_whole else None
+
+
+def load_checkpoint_weights(model: Any, checkpoint: Path) -> Any:
+    """`model` (one process) with a sharded checkpoint's weights, joined from every rank's rows."""
+    read_model_shards(ShardFiles(checkpoint), model, 0)
+    return model
 
 
 __all__ = [
@@ -198,6 +215,7 @@ __all__ = [
     "configured_tokenizer",
     "copy_weights",
     "enable_checkpointing",
+    "load_checkpoint_weights",
     "load_policy",
     "load_sharded_policy",
     "resolve_device",

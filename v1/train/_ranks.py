@@ -26,12 +26,13 @@ import torch
 import torch.distributed as dist
 
 from v1.errors import ConfigError, Error
-from v1.inference import Streamed, WeightReceiver
+from v1.inference import SafetensorsWriter, Streamed, WeightReceiver
 from v1.train._batch import Sample
 from v1.train._config import DistributedConfig, TrainConfig
 from v1.train._logprobs import is_sharded
 from v1.train._lora import is_lora
 from v1.train._outputs import checkpoint_dir, write_json
+from v1.train._shards import HF
 from v1.train._trainer import PolicyTrainer
 
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -117,10 +118,10 @@ class RankWorker:
 
     @property
     def streams_weights(self) -> bool:
-        """Whether a weight sync streams the gathered tensors into rank 0's built-in engine one at a time (under FSDP2,
-        with no ``inference.base_url`` and the built-in engine): every rank decides alike from the config."""
-        inference = self.config.inference
-        return is_sharded(self.model) and inference.base_url is None and inference.engine == "builtin"
+        """Whether a weight sync streams the weights one whole tensor at a time into rank 0's engine or weights file
+        (`stream_weights`): every sync but vLLM's NCCL broadcast, for every model but a LoRA one (whose merged weights
+        are built whole); every rank decides alike from the config."""
+        return not is_lora(self.model) and self.config.inference.weight_sync != "vllm_nccl"
 
     def sft(self, batches: list[list[Sample]]) -> list[dict[str, float]]:
         """SFT warm-up steps on this rank's share of each batch, with their own optimizer (the RL one is untouched).
@@ -135,24 +136,49 @@ class RankWorker:
         return history
 
     def save_model(self, folder: Path) -> Path:
-        """The model and tokenizer as a ``save_pretrained`` folder (a collective under FSDP2: every rank
-        gathers, rank 0 writes)."""
-        weights = self.trainer.full_state_dict() if is_sharded(self.model) else None
+        """The model and tokenizer as a ``save_pretrained`` folder (a collective under FSDP2: every rank gathers one
+        tensor at a time, rank 0 writes each before the next: `PolicyTrainer.whole_weights`)."""
+        if not is_sharded(self.model):
+            if self.rank == 0:
+                self.model.save_pretrained(folder)
+                self.tokenizer.save_pretrained(folder)
+            return folder
+        with SafetensorsWriter(folder / "model.safetensors") if self.rank == 0 else contextlib.nullcontext() as writer:
+            for name, tensor in self.trainer.whole_weights():
+                if writer is not None:
+                    writer.add(name, tensor)
+                del tensor
         if self.rank == 0:
-            self.model.save_pretrained(folder, state_dict=weights)
-            if weights is not None and self.architectures is not None:
-                # a sharded model's class is FSDP's subclass: record the model's own class name
-                self.model.config.architectures = self.architectures
-                self.model.config.save_pretrained(folder)
-            self.tokenizer.save_pretrained(folder)
+            self.save_config(folder)
         return folder
 
+    def save_config(self, folder: Path) -> None:
+        """The model's config (its own class name: a sharded model's class is FSDP's subclass) and tokenizer."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.architectures is not None:
+            self.model.config.architectures = self.architectures
+        self.model.config.save_pretrained(folder)
+        if getattr(self.model, "generation_config", None) is not None:
+            self.model.generation_config.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
     def save(self, step: int, run_state: dict[str, Any]) -> Path:
-        """Checkpoint `step` (a collective under FSDP2): rank 0 writes the model, the trainer state and ``run.json``
-        (last: a folder without it is ignored, so a run killed mid-save resumes from the one before)."""
+        """Checkpoint `step` (a collective under FSDP2) and write ``run.json`` last (rank 0): a folder without it is
+        ignored, so a run killed mid-save resumes from the one before.
+
+        Under FSDP2 each rank writes its own shard of the model and optimizer state (`PolicyTrainer.save`) and rank
+        0 the model's config and tokenizer (``hf/``: `v1 train export` makes it one folder); in one process the
+        model is a ``save_pretrained`` folder (``model/``) beside ``trainer.pt``.
+        """
         folder = checkpoint_dir(self.output_dir, step)
-        self.save_model(folder / "model")
-        self.trainer.save(folder)
+        if is_sharded(self.model):
+            self.trainer.save(folder)
+            if self.rank == 0:
+                self.save_config(folder / HF)
+            dist.barrier()  # every rank's file is whole before run.json marks the checkpoint complete
+        else:
+            self.save_model(folder / "model")
+            self.trainer.save(folder)
         if self.rank == 0:
             write_json(folder / "run.json", {"step": step, **run_state})
         return folder

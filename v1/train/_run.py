@@ -57,6 +57,7 @@ from v1.train._losses import RewardScaling
 from v1.train._model import (
     autocast_dtype,
     copy_weights,
+    load_checkpoint_weights,
     load_policy,
     load_sharded_policy,
     resolve_device,
@@ -77,6 +78,7 @@ from v1.train._ranks import (
     under_torchrun,
 )
 from v1.train._sft import samples_from_answers, samples_from_results
+from v1.train._shards import is_sharded_checkpoint
 from v1.train._trackers import Tracker, open_trackers
 from v1.train._trainer import PolicyTrainer, current_rss_mb
 
@@ -393,7 +395,7 @@ def reference_start(config: TrainConfig, output_dir: Path, checkpoint: Path | No
     start = checkpoint_dir(output_dir, 0)
     if not (start / "run.json").is_file():
         raise ConfigError(f"--resume with loss.kl_coef > 0: the KL reference {start} (where RL started) is missing")
-    return start / "model"
+    return start
 
 
 def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint: Path | None) -> Any:
@@ -407,17 +409,20 @@ def load_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint
     start = reference_start(config, output_dir, checkpoint)
     if start is None:
         return copy.deepcopy(model).eval()
-    return load_policy(config.model, str(start))[0].eval()
+    if is_sharded_checkpoint(start):
+        return load_checkpoint_weights(load_policy(config.model)[0], start).eval()
+    return load_policy(config.model, str(start / "model"))[0].eval()
 
 
 def load_sharded_reference(config: TrainConfig, model: Any, output_dir: Path, checkpoint: Path | None, bf16: bool) -> Any:
     """`load_reference` sharded like `model`: built on the meta device, its shards copied from the policy's
-    (a new run) or sent by rank 0 from ``step_0`` (a resumed one)."""
+    (a new run) or read from ``step_0`` (a resumed one)."""
     if config.loss.kl_coef <= 0:
         return None
     start = reference_start(config, output_dir, checkpoint)
     if start is not None:
-        return load_sharded_policy(config.model, str(start), bf16=bf16, keep_whole=False)[0].eval()
+        path, shards = (None, start) if is_sharded_checkpoint(start) else (str(start / "model"), None)
+        return load_sharded_policy(config.model, path, bf16=bf16, keep_whole=False, shards=shards)[0].eval()
     reference = sharded_skeleton(config.model, None, bf16, next(model.parameters()).device)[0]
     copy_weights(reference, model)
     return reference.eval()
@@ -498,7 +503,8 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None, e
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
     run_state = read_run_state(checkpoint / "run.json") if checkpoint else {}
-    path = str(checkpoint / "model") if checkpoint else None
+    shards = checkpoint if checkpoint is not None and is_sharded_checkpoint(checkpoint) else None
+    path = str(checkpoint / "model") if checkpoint is not None and shards is None else None
     builtin_here = config.inference.base_url is None and config.inference.engine == "builtin"
     mixed = autocast_dtype(config.model, resolve_device(config.model.device))
     architectures = None
@@ -507,13 +513,15 @@ def prepare(config: TrainConfig, resume: bool, group: RankGroup | None = None, e
     if group.distributed:
         bf16 = mixed is torch.bfloat16
         keep_whole = group.is_leader and builtin_here
-        model, tokenizer, device, whole = load_sharded_policy(config.model, path, bf16=bf16, keep_whole=keep_whole)
+        model, tokenizer, device, whole = load_sharded_policy(config.model, path, bf16=bf16, keep_whole=keep_whole, shards=shards)
         served = whole.to(device).eval() if whole is not None else None  # rank 0's whole load: the built-in engine's copy
         reference = load_sharded_reference(config, model, output_dir, checkpoint, bf16)
         architectures = [unsharded_class_name(model)]
         mixed = None  # FSDP2's mixed-precision policy casts instead of autocast
     else:
         model, tokenizer, device = load_policy(config.model, path)
+        if shards is not None:
+            load_checkpoint_weights(model, shards)
         reference = load_reference(config, model, output_dir, checkpoint)
         served = inference_copy(model) if builtin_here else None
     trainer = PolicyTrainer.from_config(
@@ -707,7 +715,8 @@ class TrainRecipe:
         try:
             async with self.endpoint() as (url, sync):
                 self.sync, self.client = sync, config.inference.client_config(url)
-                self.worker.weight_receiver = sync.receiving if isinstance(sync, InProcessWeightSync) else None
+                # the syncs that take a streamed update (the engine's, the file syncs'); vLLM's NCCL broadcast does not
+                self.worker.weight_receiver = getattr(sync, "receiving", None)
                 await self.set_up()
                 async with await self.orchestrator() as orchestrator:
                     await self.steps(orchestrator)

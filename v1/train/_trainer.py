@@ -52,6 +52,14 @@ from v1.train._logprobs import (
 from v1.train._lora import is_lora, merged_state_dict
 from v1.train._losses import LossConfig, LossResult, policy_loss, update_statistics
 from v1.train._packing import PackedRow, pack_by_tokens, packed_row
+from v1.train._shards import (
+    ShardFiles,
+    is_sharded_checkpoint,
+    read_optimizer_shards,
+    read_trainer_state_json,
+    write_shard,
+    write_trainer_state,
+)
 from v1.train._shared_prefix import SharedPrefixBatch, plan_micro_batches, shared_prefix_batch
 
 
@@ -518,40 +526,49 @@ class PolicyTrainer:
     def save(self, folder: Path) -> None:
         """The optimizer and schedule state (the model is saved by the caller, with its tokenizer).
 
-        The optimizer state is keyed by parameter name and gathered whole, so a checkpoint
-        written by one process resumes under torchrun and the other way round. Under FSDP2
-        this is a collective; rank 0 writes the file.
+        Under FSDP2 (a collective) each rank writes its own rows of the model and of the AdamW state to
+        a file of its own (`write_shard`: nothing is gathered) and rank 0 writes ``trainer.json``. In one
+        process ``trainer.pt`` holds the AdamW state keyed by parameter name, the schedule and the step.
         """
-        optimizer = get_optimizer_state_dict(
-            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        if is_distributed() and dist.get_rank() != 0:
+        if is_sharded(self.model):
+            rank, world = dist.get_rank(), dist.get_world_size()
+            write_shard(folder, self.model, self.optimizer, rank, world)
+            if rank == 0:
+                write_trainer_state(folder, self.step, self.optimizer, self.scheduler)
             return
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        optimizer = get_optimizer_state_dict(self.model, self.optimizer, options=options)
         folder.mkdir(parents=True, exist_ok=True)
         torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "step": self.step}, folder / "trainer.pt")
 
     def load(self, folder: Path) -> None:
         """Restore what `save` wrote: the optimizer's state (moments and step counts) and the step, never its settings.
 
-        The model's weights must already be loaded; every rank reads the file. The file is read as tensors
-        and plain data only (``weights_only``): a checkpoint is data, never code. Its learning rate, betas,
-        schedule and other settings must be the config's (`check_settings`): the optimizer keeps the
-        config's, and the schedule is the config's, positioned at the checkpoint's step.
+        The model's weights must already be loaded. A sharded checkpoint is read per rank (each rank its
+        own rows, `read_optimizer_shards`); ``trainer.pt`` is read as tensors and plain data only
+        (``weights_only``): a checkpoint is data, never code. Its learning rate, betas, schedule and other
+        settings must be the config's (`check_settings`): the optimizer keeps the config's, and the
+        schedule is the config's, positioned at the checkpoint's step.
 
         Raises:
             ConfigError: the file holds anything else (a pickled object, a function), is not a trainer state,
                 or records settings other than the config's.
         """
-        path = folder / "trainer.pt"
-        state = read_trainer_state(path)
-        step = self.check_settings(path, state)
-        optimizer = state["optimizer"]
-        configured = self.optimizer.state_dict()["param_groups"]
-        groups = [{**settings, "params": group["params"]} for settings, group in zip(configured, optimizer["param_groups"])]
-        options = StateDictOptions(full_state_dict=True) if is_sharded(self.model) else None
-        set_optimizer_state_dict(
-            self.model, self.optimizer, {"state": optimizer["state"], "param_groups": groups}, options=options
-        )
+        if is_sharded_checkpoint(folder):
+            path = folder / "trainer.json"
+            step = self.check_settings(path, read_trainer_state_json(path))
+            rank = dist.get_rank() if is_distributed() else 0
+            read_optimizer_shards(ShardFiles(folder), self.model, self.optimizer, rank)
+        else:
+            path = folder / "trainer.pt"
+            state = read_trainer_state(path)
+            step = self.check_settings(path, state)
+            optimizer = state["optimizer"]
+            configured = self.optimizer.state_dict()["param_groups"]
+            groups = [{**settings, "params": group["params"]} for settings, group in zip(configured, optimizer["param_groups"])]
+            options = StateDictOptions(full_state_dict=True) if is_sharded(self.model) else None
+            restored = {"state": optimizer["state"], "param_groups": groups}
+            set_optimizer_state_dict(self.model, self.optimizer, restored, options=options)
         self.step = step
         self.scheduler = self._schedule(step)
 
