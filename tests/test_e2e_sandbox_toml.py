@@ -88,9 +88,10 @@ async def test_base_loop_with_sandboxed_toolset_and_task_overrides_from_toml(
     mock.responder = policy
     env = vf.load_environment(str(path), harness={"client": {"api_base_url": mock.url, "max_retries": 0}, "model": "m"})
     results = await env.evaluate(num_examples=2, rollouts_per_example=2)
-    answers = sorted(output["completion"][-1]["content"] for output in results["outputs"])
-    assert [output["error"] for output in results["outputs"]] == [None] * 4
-    assert answers == ["/workspace\nfrom the harness"] * 2 + ["/workspace\nfrom the task"] * 2
+    plain = [output for output in results["outputs"] if output["error"] is None]
+    refused = [output["error"]["message"] for output in results["outputs"] if output["error"] is not None]
+    assert [output["completion"][-1]["content"] for output in plain] == ["/workspace\nfrom the harness"] * 2
+    assert len(refused) == 2 and all("task field 'program.files'" in message for message in refused)  # a group sandbox
     assert list_sandboxes() == []
 
 

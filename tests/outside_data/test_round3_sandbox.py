@@ -289,3 +289,64 @@ async def test_a_rows_files_never_reach_a_sandbox_other_rollouts_share(mock: Moc
     assert f"scope {scope!r}" in planted["error"]["message"]
     assert victim["error"] is None and victim["program_result"]["stdout"] == "checked\n"
     assert (await harness.run({"prompt": "c", "program": {"files": {}}}))["error"] is None
+
+
+BODY_FLOOD = r"""
+import json, os, socket
+from urllib.parse import urlsplit
+
+url = urlsplit(os.environ["OPENAI_BASE_URL"])
+head = (
+    f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+    f"Authorization: Bearer {os.environ['OPENAI_API_KEY']}\r\nContent-Length: {{size}}\r\n\r\n"
+)
+def body(size):
+    start = b'{"model": "m", "messages": [{"role": "user", "content": "'
+    end = b'"}]}'
+    return start + b"x" * (size - len(start) - len(end)) + end
+
+def connect(size):
+    sock = socket.create_connection((url.hostname, url.port))
+    sock.sendall(head.replace("{size}", str(size)).encode())
+    return sock
+
+def answer(sock):  # read by Content-Length: the relays inside the sandbox keep a half-closed connection open
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    sock.close()
+    return head.split(b"\r\n", 1)[0].decode(), json.loads(body)
+
+SIZE = int(os.environ["DECLARED"])
+holder = connect(SIZE)
+holder.sendall(body(SIZE)[: SIZE // 2])  # half its body: the endpoint is reading it
+refused = [answer(connect(SIZE)) for _ in range(16)]  # each declares a body the rollout's budget can't hold
+holder.sendall(body(SIZE)[SIZE // 2 :])
+held = answer(holder)
+again = connect(SIZE)
+again.sendall(body(SIZE))
+print(json.dumps({"refused": refused, "held": held[0], "again": answer(again)[0]}))
+"""
+
+
+async def test_a_rollout_holds_at_most_its_body_budget_however_many_connections_it_opens(
+    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    max_body = 4 * 1024 * 1024
+    monkeypatch.setenv("V1_ENDPOINT_MAX_BODY_BYTES", str(max_body))
+    declared = 3 * 1024 * 1024  # under the largest body: only the budget stops a second one
+    program = {"files": {"flood.py": BODY_FLOOD}, "env": {"DECLARED": str(declared)}}
+    harness = command_harness(mock, "python3 flood.py", program=program, timeout_seconds=120)
+    state = await harness.run({"prompt": "flood"})
+    assert state["error"] is None, state["error"]
+    assert state["program_result"]["stdout"].startswith("{"), state["program_result"]
+    report = json.loads(state["program_result"]["stdout"])
+    for status, body in report["refused"]:
+        assert status == "HTTP/1.1 413 Request Entity Too Large"
+        assert body["error"]["code"] == "request_too_large" and "of 4194304" in body["error"]["message"]
+    assert report["held"] == "HTTP/1.1 200 OK" and report["again"] == "HTTP/1.1 200 OK"
+    assert len(mock.requests) == 2  # only the two admitted bodies were read and sent on

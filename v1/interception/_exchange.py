@@ -33,7 +33,13 @@ class Answer:
 
 
 class Exchange(Protocol):
-    """The request side (method, path, headers, body) and the streaming side of one call."""
+    """The request side (method, path, headers, body) and the streaming side of one call.
+
+    `close_after`: set by the handler when it answers without reading the body, so the carrier closes
+    the connection after the answer instead of reading what is left of the body.
+    """
+
+    close_after: bool
 
     @property
     def method(self) -> str: ...

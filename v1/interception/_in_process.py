@@ -59,7 +59,18 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
 class _InProcessExchange:
     """One request carried in process; implements `v1.interception._exchange.Exchange`."""
 
-    __slots__ = ("_body", "_max_body_bytes", "chunks", "gone", "headers", "method", "path", "ready", "stream_headers")
+    __slots__ = (
+        "_body",
+        "_max_body_bytes",
+        "chunks",
+        "close_after",
+        "gone",
+        "headers",
+        "method",
+        "path",
+        "ready",
+        "stream_headers",
+    )
 
     def __init__(self, method: str, path: str, headers: Any, body: bytes, max_body_bytes: int, ready: asyncio.Future[None]):
         self.method = method
@@ -71,6 +82,7 @@ class _InProcessExchange:
         self.stream_headers: Mapping[str, str] | None = None
         self.chunks: asyncio.Queue[Any] = asyncio.Queue()
         self.gone = False
+        self.close_after = False  # no connection to close: the body is in memory already
 
     async def read(self) -> bytes:
         if len(self._body) > self._max_body_bytes:

@@ -5,7 +5,8 @@ secret key. A request with a wrong or missing key, or for a rollout that does
 not exist (any more), gets the same 401, so the caller learns nothing about
 which rollouts exist; a known route with the wrong method 405; unknown routes
 404; malformed bodies 400; bodies over the limit 413; all in the error shape of
-the route's dialect. The port is bound once (port 0, read back).
+the route's dialect (also a body that would pass the in-flight budget, `BodyBudget`). The port is
+bound once (port 0, read back).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from v1._util.loop_scope import loop_scope
 from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import _mcp_server as mcp_server
+from v1.interception._body_budget import PROCESS_FACTOR, BodyBudget, declared_size
 from v1.interception._connection_gate import (
     IDLE_TIMEOUT_S,
     ConnectionGate,
@@ -264,6 +266,7 @@ class EndpointServer:
     def __init__(self, host: str = "127.0.0.1", max_body_bytes: int | None = None) -> None:
         self.host = host
         self.max_body_bytes = max_body_bytes or int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY_BYTES))
+        self.body_budget = BodyBudget(self.max_body_bytes, PROCESS_FACTOR * self.max_body_bytes)
         self.sessions: dict[str, RolloutSession] = {}
         self.port: int | None = None
         self.pools: EndpointPools | None = None
@@ -375,8 +378,27 @@ class EndpointServer:
     # -- request handling -----------------------------------------------------------------
 
     async def dispatch(self, exchange: Exchange) -> Answer | None:
-        """Route and answer one request, carried over HTTP or in process, by `routes`; None once streamed."""
-        return await self.routes.dispatch(exchange)
+        """Route and answer one request, carried over HTTP or in process, by `routes`; None once streamed.
+
+        An authorized request first reserves its declared body size in `body_budget` (see `BodyBudget`),
+        held until it is answered; one over the largest body or the budget gets a 413 before its body is read.
+        """
+        rollout = self._authorized_rollout(exchange.path, exchange.headers)
+        if rollout is None:  # answered 401 (or 404) without reading a body
+            return await self.routes.dispatch(exchange)
+        size = declared_size(exchange.method, exchange.headers, self.max_body_bytes)
+        refusal = (
+            f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
+            if size > self.max_body_bytes
+            else self.body_budget.take(rollout, size)
+        )
+        if refusal is not None:
+            exchange.close_after = True
+            return error_response(413, refusal, code="request_too_large", dialect=dialect_for_path(exchange.path))
+        try:
+            return await self.routes.dispatch(exchange)
+        finally:
+            self.body_budget.give_back(rollout, size)
 
     def _authorized_rollout(self, path: str, headers: Mapping[str, str]) -> str | None:
         """The rollout a request is for when it presents that rollout's key; else None."""
