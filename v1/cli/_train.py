@@ -94,10 +94,11 @@ def run_train(args: argparse.Namespace) -> int:
         if args.nproc < 1:
             raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
         if args.nproc > 1:
-            from v1.train import under_torchrun
+            from v1.train import check_before_loading, under_torchrun
 
             if under_torchrun():
                 raise ConfigError("--nproc starts the ranks itself: not under torchrun (which already started them)")
+            check_before_loading(config, args.nproc)  # before any rank starts: a refusal costs no model load
             del config  # checked here in one line; each rank loads it again
             return launch_ranks(args, errors)
         from transformers.utils import logging as transformers_logging
