@@ -35,6 +35,6 @@ def started_by_torchrun() -> bool:
 if __name__ == "__main__":
     die_with_launcher()
     del sys.path[0]  # this file's folder: v1/train's modules are not top-level names
-    from v1.cli import main
+    import runpy
 
-    sys.exit(main(["train", *sys.argv[1:]]))
+    runpy.run_module("v1.train", run_name="__main__", alter_sys=True)  # `python -m v1.train`, now tied to the launcher
