@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Trainer checks on one lent GPU machine, run from the repository root; prints a PASS/FAIL/SKIP table (under 8 minutes).
-#   bash benchmarks/gpu_wheels.sh        # here, with PyPI: v1's own pure-Python dependencies into .whl/ (~7 MiB)
-#   bash benchmarks/train_gpu.sh         # there (no network): installs .whl/ into /tmp/site, then the checks
-#   bash benchmarks/train_gpu.sh --cpu   # the same checks on CPU with a tiny model (the script's own dry run)
+# Trainer checks on one lent GPU machine, run from the repository root; prints a PASS/FAIL table; any FAIL exits 1.
+#   bash benchmarks/train_gpu.sh --install   # a GPU node with a registry: first the README's GPU command (grep'd from
+#                                            # README.md, so they never drift), failing loudly if pip does
+#   bash benchmarks/gpu_wheels.sh            # or, for a machine without network: v1's own pure-Python deps into .whl/
+#   bash benchmarks/train_gpu.sh             # there: installs .whl/ into /tmp/site, then the checks
+#   bash benchmarks/train_gpu.sh --cpu       # the same checks on CPU with a tiny model (the script's own dry run)
 # Checks: bf16 training steps, gradient checkpointing, FSDP2 under torchrun (1 rank per GPU, at most 2; gloo on --cpu),
-# flash-attn steps and the vLLM recipe only where they import (SKIP with the reason otherwise).
-# Exit status: 1 when any check failed.
+# flash-attn steps, and the vLLM recipe with the NCCL weight sync in bf16, a checkpoint and --resume from it.
+# On a GPU, flash-attn or vLLM that does not import is a FAIL with the reason, not a skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CPU=0
+CPU=0 INSTALL=0
 [ "${1:-}" = "--cpu" ] && CPU=1
+[ "${1:-}" = "--install" ] && INSTALL=1
+if [ "$INSTALL" = 1 ]; then
+    GPU_COMMAND=$(grep -E '^python -m pip install -e "\.\[train,vllm\]" wheel && ' README.md) \
+        || { echo "FAIL: README.md has no GPU install command"; exit 1; }
+    echo "== install: $GPU_COMMAND"
+    bash -c "set -e; $GPU_COMMAND" || { echo "FAIL: the README's GPU command: $GPU_COMMAND"; exit 1; }
+fi
 LOGS=/tmp/v1_train_gpu && rm -rf "$LOGS" && mkdir -p "$LOGS"
 PY_TAG=$(python3 -c "import sys; print(f'{sys.version_info[0]}{sys.version_info[1]}')")
 if compgen -G ".whl/*.whl" > /dev/null && [ "$CPU" = 1 ] && [ "$PY_TAG" != 312 ]; then
@@ -55,25 +64,37 @@ if [ "$CPU" = 1 ]; then
 elif [ -z "$why" ]; then
     check "flash-attn steps" 120 python3 benchmarks/train_gpu.py --steps 3 --attention flash_attention_2
 else
-    record "flash-attn steps" SKIP "flash_attn does not import: $why"
+    record "flash-attn steps" FAIL "flash_attn does not import: $why (install with --install)"
 fi
 why=$(python3 -c "import vllm" 2>&1 | tail -1)
 if [ "$CPU" = 1 ]; then
     record "vLLM recipe" SKIP "CPU dry run (tests/train/test_distributed.py runs vLLM's CPU build)"
 elif [ -n "$why" ]; then
-    record "vLLM recipe" SKIP "vllm does not import: $why"
+    record "vLLM recipe" FAIL "vllm does not import: $why (install with --install)"
 else
-    # one trainer rank on GPU 0; vLLM on GPU 1 when there is one, else beside it on GPU 0 with 40% of its memory
-    python3 - "$GPUS" "$LOGS/vllm.toml" <<'PY' || record "vLLM config" FAIL "could not write $LOGS/vllm.toml"
+    # Trainer ranks on GPUs 0..R-1 (NCCL takes one GPU per rank): 2 with 3 GPUs or more, else 1; vLLM on the next GPU,
+    # or beside rank 0 on GPU 0 with 40% of its memory on a one-GPU machine. bf16, the NCCL weight sync, a checkpoint
+    # every 2 steps, then --resume for 2 more.
+    ALL=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    RANKS=$([ "$ALL" -ge 3 ] && echo 2 || echo 1)
+    python3 - "$ALL" "$RANKS" "$LOGS/vllm.toml" "$LOGS/vllm_out" <<'PY' || record "vLLM config" FAIL "could not write $LOGS/vllm.toml"
 import sys
 from v1.train import TrainConfig
-gpus, out = int(sys.argv[1]), sys.argv[2]
+gpus, ranks, out, output_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = TrainConfig.load("configs/train/tiny_first_letter_vllm.toml")
-share = ["--gpu-memory-utilization", "0.4"] if gpus < 2 else []
-inference = config.inference.model_copy(update={"gpus": [1 if gpus >= 2 else 0], "vllm_args": [*config.inference.vllm_args, *share]})
-open(out, "w").write(config.model_copy(update={"inference": inference}).to_toml())
+share = ["--gpu-memory-utilization", "0.4"] if gpus <= ranks else []
+inference = config.inference.model_copy(
+    update={"gpus": [ranks if gpus > ranks else 0], "weight_sync": "vllm_nccl", "vllm_args": [*config.inference.vllm_args, *share]}
+)
+model = config.model.model_copy(update={"dtype": "bfloat16"})
+update = {"inference": inference, "model": model, "output_dir": output_dir, "checkpoint_every": 2}
+open(out, "w").write(config.model_copy(update=update).to_toml())
 PY
-    check "vLLM recipe" 300 python3 -m v1.train "$LOGS/vllm.toml" --max-steps 5 --output-dir "$LOGS/vllm_out" --no-progress
+    check "vLLM x$RANKS ranks, NCCL sync" 300 python3 -m v1.cli train "$LOGS/vllm.toml" --nproc "$RANKS" --max-steps 4 --no-progress
+    check "vLLM resume" 240 python3 -m v1.cli train "$LOGS/vllm.toml" --nproc "$RANKS" --resume --max-steps 6 --no-progress
+    steps=$(wc -l < "$LOGS/vllm_out/metrics.jsonl" 2>/dev/null || echo 0)
+    [ "$steps" = 6 ] && record "vLLM metrics" PASS "6 steps in metrics.jsonl" \
+        || record "vLLM metrics" FAIL "metrics.jsonl has $steps lines, expected 6"
 fi
 echo
 printf '%-26s %-5s %s\n' CHECK STATE NOTE

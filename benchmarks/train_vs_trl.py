@@ -11,7 +11,7 @@ function, same 400 training strings); per step 16 prompts x 8 generations, at mo
 at temperature 1, 2 optimizer updates on them in micro-batches of 64 (v1: `updates_per_step = 2`;
 TRL: `num_iterations = 2`, `gradient_accumulation_steps = 2`); the GRPO loss (per-sequence
 mean, clip 0.2), advantages reward minus the group mean without std scaling (v1's default;
-TRL `scale_rewards = "none"`), no KL (`beta = 0`), AdamW at the recipe's learning rate (2e-3,
+TRL `scale_rewards = "none"`), no KL (`beta = 0`), the same fused AdamW (v1's trainer's in one CPU process) at the recipe's learning rate (2e-3,
 reached linearly over its first 10 steps; TRL gets the same schedule as a `LambdaLR` over its
 optimizer updates, two per step), gradient norm clipped at 1.0; the same seed for each pair; the
 same optimizer (`torch.optim.AdamW` with v1's CPU arguments, `fused=True`, TRL's given through
@@ -23,7 +23,8 @@ through the harness and the interception endpoint (recorded) to the built-in ser
 
 Equal threads: both run on the same `--threads` cores (default: every core this process may use),
 each child pinned to them (`sched_setaffinity`); TRL trains with that many torch threads, v1
-splits them as a run does (the built-in engine's thread, the trainer's `trainer_cpu_threads`).
+splits them as a run does (the built-in engine's thread, the trainer's `trainer_cpu_threads`, which counts the cores
+of the pinned mask, not the machine's).
 
 `--shape qwen2.5-0.5b`: Qwen2.5-0.5B's dimensions (vocabulary 151,936, hidden 896, 24 layers,
 14 heads, 2 KV heads, intermediate 4,864, tied embeddings; 494M parameters), randomly

@@ -137,3 +137,14 @@ async def test_mask_truncated_completions_leaves_a_rollout_cut_by_max_tokens_wit
     masked = samples_from_states([cut, whole], mask_truncated=True)
     assert masked.counts.samples == 1 and masked.counts.masked_truncated == 1
     assert masked.samples[0].inference_logprobs[-2:] == [-0.3, -0.4]
+
+
+def test_mask_truncated_completions_also_drops_a_rollout_the_trainers_max_seq_len_cuts() -> None:
+    """8 prompt + 10 completion tokens cut at 12: the completion is truncated by the trainer, so it trains on nothing."""
+    state = {"advantage": 1.0, "trajectory": [step(list(range(1, 9)), list(range(20, 30)))]}
+    cut = samples_from_state(state, max_seq_len=12, mask_truncated=True)
+    assert cut.samples == [] and cut.counts.masked_truncated == 1
+    kept = samples_from_state(state, max_seq_len=12)
+    assert kept.samples[0].loss_tokens == 4 and kept.counts.truncated_samples == 1, "without the mask: 4 tokens train"
+    whole = samples_from_state(state, max_seq_len=18, mask_truncated=True)
+    assert whole.samples[0].loss_tokens == 10 and whole.counts.masked_truncated == 0

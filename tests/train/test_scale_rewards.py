@@ -38,14 +38,14 @@ def test_none_keeps_reward_minus_group_mean() -> None:
 
 def test_group_divides_by_each_groups_reward_std() -> None:
     batch = step([1.0, 0.0, 0.0, 0.0], [2.0, 0.0])
-    std_a, std_b = statistics.pstdev([1.0, 0.0, 0.0, 0.0]), 1.0
+    std_a, std_b = statistics.stdev([1.0, 0.0, 0.0, 0.0]), statistics.stdev([2.0, 0.0])
     expected = [a / (std_a + 1e-4) for a in (0.75, -0.25, -0.25, -0.25)] + [1.0 / (std_b + 1e-4), -1.0 / (std_b + 1e-4)]
     assert advantages(batch, "group") == pytest.approx(expected)
 
 
 def test_batch_divides_by_the_steps_reward_std() -> None:
     batch = step([1.0, 0.0], [3.0, 1.0])
-    std = statistics.pstdev([1.0, 0.0, 3.0, 1.0])
+    std = statistics.stdev([1.0, 0.0, 3.0, 1.0])
     assert advantages(batch, "batch") == pytest.approx([a / (std + 1e-4) for a in (0.5, -0.5, 1.0, -1.0)])
 
 

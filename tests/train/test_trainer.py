@@ -164,3 +164,23 @@ def test_sampler_correction_weighs_tokens_by_the_trainer_over_sampler_ratio_and_
     assert 0 < stats["sampler_bounded_fraction"] < 1
     uncorrected = PolicyTrainer(tiny_model(), LossConfig(kind="grpo"), OptimConfig(lr=1e-2), max_steps=1, micro_batch_size=2)
     assert uncorrected.train_step(samples)["ratio_mean"] != pytest.approx(1.0, abs=1e-3)
+
+
+def test_clip_fraction_is_the_mean_over_every_update_of_the_step() -> None:
+    """With a sampler correction the first update's ratio is 1 (nothing clipped); the later updates clip."""
+    model = tiny_model()
+    samples = on_policy_samples(model, [1.0, -1.0, 0.5, -0.5])
+    loss = LossConfig(kind="grpo", sampler_correction="token_truncate", clip_low=0.01)
+    trainer = PolicyTrainer(model, loss, OptimConfig(lr=0.05, updates_per_step=3), max_steps=1, micro_batch_size=4)
+    seen: list[float] = []
+    update = trainer._update
+
+    def recorded(*args: object) -> dict[str, float]:
+        stats = update(*args)  # type: ignore[arg-type]
+        seen.append(stats["clip_fraction"])
+        return stats
+
+    trainer._update = recorded  # type: ignore[method-assign]
+    stats = trainer.train_step(samples)
+    assert seen[0] == 0.0 and max(seen[1:]) > 0, seen
+    assert stats["clip_fraction"] == pytest.approx(sum(seen) / len(seen))

@@ -79,13 +79,20 @@ def rank_arguments(args: argparse.Namespace) -> list[str]:
 def launch_ranks(args: argparse.Namespace, errors: Console) -> int:
     """``--nproc N``: torchrun's launcher in this process over N ranks of ``python -m v1.train``.
 
-    The ranks end with this process however it ends (`v1._util.lifeline`); one failed rank ends the others.
+    The ranks end with this process however it ends, from their first instruction (`v1.train._rank_entry`: the
+    kernel signals them when this process exits); one failed rank ends the others.
     """
+    from pathlib import Path
+
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    import v1.train
+
+    entry = Path(v1.train.__file__).with_name("_rank_entry.py")
+    os.environ["V1_LAUNCHER_PID"] = str(os.getpid())  # the ranks' parent: torchrun's agent runs in this process
     try:
-        torchrun(["--standalone", "--nproc-per-node", str(args.nproc), "-m", "v1.train", *rank_arguments(args)])
+        torchrun(["--standalone", "--nproc-per-node", str(args.nproc), str(entry), *rank_arguments(args)])
     except ChildFailedError as exc:
         failures = ", ".join(f"rank {failure.local_rank} exited {failure.exitcode}" for failure in exc.failures.values())
         errors.print(f"v1 train: the run failed: {failures} (see their lines above)", markup=False, highlight=False)
@@ -122,10 +129,11 @@ def run_train(args: argparse.Namespace) -> int:
         if args.nproc < 1:
             raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
         if args.nproc > 1:
-            from v1.train import under_torchrun
+            from v1.train import check_before_loading, under_torchrun
 
             if under_torchrun():
                 raise ConfigError("--nproc starts the ranks itself: not under torchrun (which already started them)")
+            check_before_loading(config, args.nproc)  # before any rank starts: a refusal costs no model load
             del config  # checked here in one line; each rank loads it again
             return launch_ranks(args, errors)
         from transformers.utils import logging as transformers_logging

@@ -15,7 +15,7 @@ from v1.inference._weights import SafetensorsWriter, load_state_dict
 
 if TYPE_CHECKING:
     from v1.inference._sampling import LogitProcessing, entropy_of, processed_logits
-    from v1.inference._vllm_engine import VLLM_CPU_THREADS, server_sync, vllm_endpoint
+    from v1.inference._vllm_engine import VLLM_CPU_THREADS, check_vllm_start, server_sync, vllm_endpoint
     from v1.inference._vllm_env import cache_root, vllm_python
     from v1.inference._vllm_server import VLLMServer, port_is_free, startup_error
     from v1.inference._weight_sync import InProcessWeightSync, Streamed, WeightReceiver, WeightSync
@@ -24,7 +24,7 @@ __getattr__ = lazy_attributes(
     __name__,
     {
         **dict.fromkeys(["LogitProcessing", "entropy_of", "processed_logits"], "v1.inference._sampling"),
-        **dict.fromkeys(["VLLM_CPU_THREADS", "server_sync", "vllm_endpoint"], "v1.inference._vllm_engine"),
+        **dict.fromkeys(["VLLM_CPU_THREADS", "check_vllm_start", "server_sync", "vllm_endpoint"], "v1.inference._vllm_engine"),
         **dict.fromkeys(["cache_root", "vllm_python"], "v1.inference._vllm_env"),
         **dict.fromkeys(["VLLMServer", "port_is_free", "startup_error"], "v1.inference._vllm_server"),
         **dict.fromkeys(["InProcessWeightSync", "Streamed", "WeightReceiver", "WeightSync"], "v1.inference._weight_sync"),
@@ -47,6 +47,7 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "cache_root",
+    "check_vllm_start",
     "entropy_of",
     "load_state_dict",
     "port_is_free",

@@ -124,6 +124,22 @@ class EngineStats:
     """Forward passes that prefilled admitted requests (`prefills` counts the distinct prompts they held)."""
 
 
+FLASH_DTYPES = (torch.float16, torch.bfloat16)
+"""The only dtypes flash-attn's kernels take."""
+
+
+def run_float32_attention_without_flash(model: PreTrainedModel) -> None:
+    """A model whose config asks for a flash-attention kernel but whose weights are float32 (the trainer's fp32
+    master copy, which the engine runs without autocast) runs ``sdpa``, said in the log: flash-attn would refuse it."""
+    implementation = str(getattr(model.config, "_attn_implementation", None) or "")
+    dtype = next(model.parameters()).dtype
+    if implementation.startswith("flash_attention") and dtype not in FLASH_DTYPES:
+        logger.warning(
+            "built-in engine: sdpa, not %s: flash-attn takes fp16/bf16 only and the served weights are %s", implementation, dtype
+        )
+        model.set_attn_implementation("sdpa")
+
+
 class Engine:
     """Continuous-batching generation over `model` on its own thread.
 
@@ -151,6 +167,7 @@ class Engine:
         on_step_end: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
+        run_float32_attention_without_flash(model)
         self.on_step_end = on_step_end
         self.cpu_threads = cpu_threads
         self.tokenizer = tokenizer
@@ -319,11 +336,11 @@ class Engine:
         mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in rows], dtype=torch.long, device=self.device)
         position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
         output = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=DynamicCache(), use_cache=True
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=DynamicCache(), use_cache=True
         )
         sequences = [sequence for request in requests for sequence in self._sequences(request)]
         index = torch.tensor([rows[tuple(s.request.prompt_ids)] for s in sequences], dtype=torch.long, device=self.device)
-        cache = output.cache
+        cache = output.past_key_values
         keys = [layer.keys.index_select(0, index) for layer in cache.layers]
         values = [layer.values.index_select(0, index) for layer in cache.layers]
         self._join(sequences, keys, values, mask.index_select(0, index))
@@ -371,11 +388,11 @@ class Engine:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
+            past_key_values=cache,
             use_cache=True,
         )
-        self._keys = [layer.keys for layer in output.cache.layers]
-        self._values = [layer.values for layer in output.cache.layers]
+        self._keys = [layer.keys for layer in output.past_key_values.layers]
+        self._values = [layer.values for layer in output.past_key_values.layers]
         self._mask = attention_mask
         self._sample(list(self._running), output.logits[:, -1, :].float())
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
+import sys
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -25,7 +27,7 @@ from transformers import PreTrainedModel
 
 from v1._util.lifeline import cleanup_on_exit
 from v1.errors import ConfigError, ModelError
-from v1.inference._vllm_env import vllm_python
+from v1.inference._vllm_env import PYTHON_ENV, vllm_python
 from v1.inference._vllm_nccl import VLLMNCCLWeightSync
 from v1.inference._vllm_server import VLLMServer
 from v1.inference._weight_sync import HTTPWeightSync, VLLMWeightSync, WeightSync
@@ -202,6 +204,35 @@ def vllm_gpus(config: VLLMRun, trainer_gpus: int, visible: str | None, gpu_count
     return [ids[index] for index in wanted]
 
 
+def check_vllm_start(config: VLLMRun, trainer_ranks: int, trainer_on_gpu: bool, gpu_count: int | None = None) -> None:
+    """What would refuse the vLLM a run starts, checked before any rank loads weights.
+
+    A trainer on a GPU needs vLLM's CUDA build in its own Python (the NCCL sync imports it; the CPU build in its
+    place would serve a GPU run from the CPU), unless ``$V1_VLLM_PYTHON`` names the Python to run vLLM with;
+    on a GPU machine vLLM needs GPUs of its own beside the trainer's (`vllm_gpus`).
+
+    Args:
+        config: the run.
+        trainer_ranks: the trainer ranks on this host (rank i trains on GPU i).
+        trainer_on_gpu: whether the trainer trains on a CUDA GPU.
+        gpu_count: the GPUs this process sees (None: torch's count).
+
+    Raises:
+        ConfigError: vllm does not import here on a GPU trainer, or vLLM has no GPU left.
+    """
+    if not trainer_on_gpu:
+        return
+    if not os.environ.get(PYTHON_ENV) and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            f"this run trains on a CUDA GPU and vllm does not import in this Python ({sys.executable}): install vLLM's "
+            f"CUDA build here (the README's GPU command); v1 builds vLLM's CPU build only for a run on the CPU "
+            f"(model.device = 'cpu'), or set ${PYTHON_ENV} to the Python that runs vLLM"
+        )
+    count = torch.cuda.device_count() if gpu_count is None else gpu_count
+    if count:
+        vllm_gpus(config, trainer_ranks, os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+
+
 def vllm_gpu_env(config: VLLMRun, trainer_gpus: int) -> tuple[dict[str, str], list[str]]:
     """vLLM's environment and extra arguments on a GPU machine (its ``CUDA_VISIBLE_DEVICES``, tensor parallelism
     over several); nothing on CPU."""
@@ -239,6 +270,7 @@ __all__ = [
     "VLLM_CPU_THREADS",
     "VLLMRun",
     "VLLMSettings",
+    "check_vllm_start",
     "nccl_sync",
     "server_sync",
     "serving_dtype",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from v1.train._losses import LossConfig, policy_loss
     from v1.train._model import load_policy
     from v1.train._orchestrator import Orchestrator
+    from v1.train._preflight import check_before_loading
     from v1.train._ranks import under_torchrun
     from v1.train._run import run_sft, train
     from v1.train._shards import export_checkpoint
@@ -27,6 +28,7 @@ __getattr__ = lazy_attributes(
         **dict.fromkeys(["LossConfig", "policy_loss"], "v1.train._losses"),
         "load_policy": "v1.train._model",
         "Orchestrator": "v1.train._orchestrator",
+        "check_before_loading": "v1.train._preflight",
         "under_torchrun": "v1.train._ranks",
         **dict.fromkeys(["run_sft", "train"], "v1.train._run"),
         "export_checkpoint": "v1.train._shards",
@@ -43,6 +45,7 @@ __all__ = [
     "PolicyTrainer",
     "Sample",
     "TrainConfig",
+    "check_before_loading",
     "export_checkpoint",
     "load_policy",
     "policy_loss",

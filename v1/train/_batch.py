@@ -90,8 +90,8 @@ def samples_from_state(
             completion mask and logprobs).
         max_seq_len: samples longer than this are cut to it (and counted as truncated).
         advantage_scale: every advantage is multiplied by this (``loss.scale_rewards``).
-        mask_truncated: a rollout whose generation was cut (`generation_truncated`) gives no
-            sample (``loss.mask_truncated_completions``), counted as ``masked_truncated``.
+        mask_truncated: a rollout whose generation was cut (`generation_truncated`), or that `max_seq_len`
+            cuts, gives no sample (``loss.mask_truncated_completions``), counted as ``masked_truncated``.
     """
     result = StateSamples()
     if mask_truncated and generation_truncated(state):
@@ -137,6 +137,8 @@ def samples_from_state(
                 result.counts.truncated_samples += 1
                 for values in (sample.input_ids, sample.loss_mask, sample.inference_logprobs, sample.advantages):
                     del values[max_seq_len:]
+        if mask_truncated and result.counts.truncated_samples:  # the trainer's own cut truncates the completion too
+            return StateSamples(counts=SampleCounts(masked_truncated=1))
     result.samples = [sample for sample in result.samples if sample.loss_tokens > 0]
     result.counts.samples = len(result.samples)
     return result

@@ -43,7 +43,8 @@ class ModelConfig(Config):
         path: a folder written by ``save_pretrained`` (model + tokenizer); nothing is downloaded.
         tiny: build a tiny model and tokenizer locally instead (``v1.inference`` arguments).
         dtype: ``auto`` is bfloat16 on a GPU that supports it, else float32.
-        attn_implementation: ``auto`` picks ``flash_attention_2`` when flash-attn is installed and a GPU is used.
+        attn_implementation: ``auto`` picks ``flash_attention_2`` when flash-attn is installed, a GPU is used and the
+            forward passes are bf16/fp16 (flash-attn takes nothing else), else ``sdpa``; flash-attn with float32 is refused.
         gradient_checkpointing: recompute activations in the backward pass (less memory).
         device: ``auto`` (cuda when available, else cpu), or a torch device string.
         lora: train LoRA adapters instead of every weight (`LoraSection`); absent: full fine-tuning.

@@ -212,7 +212,7 @@ def shared_prefix_logprobs(
     if parts is None or activation_checkpointing(model):
         return None
     body, head = parts
-    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).cache
+    cache = body(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, use_cache=True).past_key_values
     if not reusable_cache(cache):
         return None
     gather_for_cache_gradients(model, cache)
@@ -221,7 +221,7 @@ def shared_prefix_logprobs(
         input_ids=batch.suffix_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
-        cache=cache,
+        past_key_values=cache,
         use_cache=True,
     ).last_hidden_state[:, :-1]
     shape = torch.Size((batch.suffix_ids.shape[0], batch.width))

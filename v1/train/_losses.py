@@ -64,7 +64,7 @@ class LossConfig(Config):
         normalization: ``sequence`` or ``token``; None: the kind's own (grpo: sequence, else token).
         kl_coef: weight of the k3 KL estimate to the reference policy (0: no reference model).
         scale_rewards: divide each rollout's advantage (the environment's: reward minus the group
-            mean by default, Dr. GRPO style) by the standard deviation of its group's rewards
+            mean by default, Dr. GRPO style) by the sample (n - 1, as TRL) standard deviation of its group's rewards
             (``group``, GRPO's original normalisation) or of the step's (``batch``), plus 1e-4;
             ``none`` (every loss kind's default) leaves it as it is.
         importance_sampling_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: the

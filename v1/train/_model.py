@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import pickle
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from v1.train._lora import is_adapter_folder, with_lora
 from v1.train._shards import ShardFiles, read_model_shards
 from v1.train._trainer import shard_with_fsdp2
 
+logger = logging.getLogger(__name__)
+
 
 def resolve_device(name: str) -> torch.device:
     """``auto``: the local rank's GPU when CUDA is available, else the CPU."""
@@ -30,12 +33,49 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+FLASH_ATTENTION = "flash_attention_2"
+FLASH_DTYPES = (torch.float16, torch.bfloat16)
+"""The only dtypes flash-attn's kernels take."""
+
+
 def attention_implementation(config: ModelConfig, device: torch.device) -> str:
-    """``flash_attention_2`` on a GPU with flash-attn installed, else ``sdpa`` (``auto``); or the configured one."""
-    if config.attn_implementation != "auto":
-        return config.attn_implementation
-    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return "flash_attention_2"
+    """The policy's attention kernel (`choose_attention` for this run's forward dtype, `autocast_dtype`).
+
+    Raises:
+        ConfigError: a flash-attention kernel configured for float32 forward passes.
+    """
+    forward = autocast_dtype(config, device) or torch.float32
+    installed = importlib.util.find_spec("flash_attn") is not None
+    try:
+        return choose_attention(config.attn_implementation, forward, on_gpu=device.type == "cuda", flash_installed=installed)
+    except ValueError as exc:
+        raise ConfigError(
+            f"model.attn_implementation = {config.attn_implementation!r}: {exc} (model.dtype = {config.dtype!r})"
+        ) from None
+
+
+def choose_attention(requested: str, forward: torch.dtype, *, on_gpu: bool, flash_installed: bool) -> str:
+    """The attention kernel: `requested`, or for ``auto`` ``flash_attention_2`` on a GPU with flash-attn installed when
+    the forward passes run in fp16/bf16 (`forward`), else ``sdpa``, the fallback named in the log when flash-attn was
+    there but the dtype ruled it out.
+
+    Raises:
+        ValueError: a flash-attention kernel requested for another dtype.
+    """
+    if requested.startswith("flash_attention"):
+        if forward not in FLASH_DTYPES:
+            raise ValueError(f"flash-attn takes fp16/bf16 only and this run computes in {forward}: use bfloat16 on a GPU")
+        return requested
+    if requested != "auto":
+        return requested
+    if not (on_gpu and flash_installed):
+        return "sdpa"
+    if forward in FLASH_DTYPES:
+        return FLASH_ATTENTION
+    logger.warning(
+        "attention: sdpa, not flash_attention_2 (installed): flash-attn takes fp16/bf16 only and this run computes in %s",
+        forward,
+    )
     return "sdpa"
 
 
@@ -208,7 +248,10 @@ def load_checkpoint_weights(model: Any, checkpoint: Path) -> Any:
 
 
 __all__ = [
+    "FLASH_ATTENTION",
+    "FLASH_DTYPES",
     "attention_implementation",
+    "choose_attention",
     "autocast_dtype",
     "broadcast_weights",
     "build_policy",

@@ -65,6 +65,7 @@ from v1.train._model import (
 )
 from v1.train._orchestrator import Orchestrator, StepBatch
 from v1.train._outputs import MetricsLog, checkpoint_dir, latest_checkpoint, plot_metrics, read_metrics, write_json
+from v1.train._preflight import check_before_loading
 from v1.train._ranks import (
     GatherCommand,
     RankGroup,
@@ -175,8 +176,21 @@ def trainer_cpu_threads(
     if device.type != "cpu" or config.inference.base_url is not None:
         return None
     engine = BUILTIN_ENGINE_THREADS if config.inference.engine == "builtin" else VLLM_CPU_THREADS
-    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    cores = cpu_count if cpu_count is not None else usable_cores()
     return max(1, (cores - engine - 1) // max(1, local_ranks))
+
+
+def torchrun_local_ranks() -> int:
+    """The ranks torchrun started on this host (``LOCAL_WORLD_SIZE``), before the group is joined; 1 in one process."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) if under_torchrun() else 1
+    except ValueError:
+        raise ConfigError(f"torchrun's LOCAL_WORLD_SIZE must be an integer, got {os.environ['LOCAL_WORLD_SIZE']!r}") from None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: ``taskset``, a container's cpuset), not the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def local_ranks(group: RankGroup) -> int:
@@ -220,14 +234,19 @@ def build_sft_samples(config: TrainConfig, env: Any, tokenizer: Any) -> list[Sam
 REWARD_STD_EPSILON = 1e-4
 
 
+def sample_std(values: list[float]) -> float:
+    """The sample (unbiased, n - 1) standard deviation, as TRL's ``rewards.std()`` takes it; 0 for fewer than 2 values."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def advantage_scales(batch: StepBatch, scale_rewards: RewardScaling) -> list[float]:
-    """Each group's advantage multiplier: 1 / (reward std + 1e-4) of the group or the step, or 1 (``none``)."""
+    """Each group's advantage multiplier: 1 / (reward sample std + 1e-4) of the group or the step, or 1 (``none``)."""
     if scale_rewards == "none":
         return [1.0] * len(batch.groups)
     if scale_rewards == "batch":
-        std = statistics.pstdev([reward for group in batch.groups for reward in group.rewards] or [0.0])
+        std = sample_std([reward for group in batch.groups for reward in group.rewards])
         return [1.0 / (std + REWARD_STD_EPSILON)] * len(batch.groups)
-    return [1.0 / (statistics.pstdev(group.rewards or [0.0]) + REWARD_STD_EPSILON) for group in batch.groups]
+    return [1.0 / (sample_std(list(group.rewards)) + REWARD_STD_EPSILON) for group in batch.groups]
 
 
 def batch_samples(
@@ -561,6 +580,7 @@ async def train(
     started = time.time()
     if config.ray is not None and config.ray.address != "local":  # before any model loads: every rank alike
         await asyncio.to_thread(check_ray_address, config.ray.address)
+    check_before_loading(config, torchrun_local_ranks())
     watch = watch_launcher()
     # One thread does all of this rank's torch work: the CUDA device set at the group's start and
     # torch's OpenMP thread team both belong to the thread, and `asyncio.to_thread` hops between threads.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -340,7 +341,8 @@ class PolicyTrainer:
         A step is `optim.updates_per_step` optimizer updates on the same samples (SFT's optimizer has one).
         Every update's importance ratio is against the inference logprobs, so the clip bounds how
         far the updates move from the policy that generated the samples. The statistics are the
-        first update's (the policy that generated the samples), with the tokens of all updates.
+        first update's (the policy that generated the samples), with the tokens of all updates and
+        ``clip_fraction`` the mean over all updates (the first one's ratio is often 1: nothing clipped yet).
 
         Args:
             samples: token samples with loss masks, inference logprobs and advantages.
@@ -366,8 +368,11 @@ class PolicyTrainer:
         self.step += 1
         seen = sum(update["trainer_tokens"] for update in stats)
         elapsed = time.perf_counter() - started
+        first = stats[0]
+        if "clip_fraction" in first:
+            first["clip_fraction"] = statistics.fmean(update["clip_fraction"] for update in stats)
         return {
-            **stats[0],
+            **first,
             "step_weight": weight,
             "lr": lr,
             "trainer_tokens": seen,
