@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,17 @@ def test_each_broken_part_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert pip == f"v1 doctor: pip: not installed for {python}, and sandboxed fn programs install their package with " + (
         f"`python -m pip`: run `{python} -m ensurepip`"
     )
+
+
+def test_the_probes_never_import_a_transformers_py_from_the_working_directory(tmp_path: Path) -> None:
+    """A downloaded task folder or cloned repo with a `transformers.py`: `v1 doctor` run there must not run it."""
+    marker = tmp_path / "ran"
+    (tmp_path / "transformers.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\nclass PreTrainedModel: ...\n")
+    script = shutil.which("v1")
+    assert script, "the v1 script is missing: install the package (pip install -e .)"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for command in ([script, "doctor"], [sys.executable, "-m", "v1.cli", "doctor"]):
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
+        assert done.returncode == 0, done.stderr
+        assert "no problems found (checked: transformers imports" in done.stdout
+        assert not marker.exists(), command

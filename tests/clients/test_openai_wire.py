@@ -6,7 +6,9 @@ official SDK would send and fails the way the SDK fails, against real aiohttp se
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,7 +19,7 @@ from aiohttp import web
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
-from v1.clients._openai_wire import OpenAIWire, _server_sent_events, proxied, status_error
+from v1.clients._openai_wire import OpenAIWire, SSEParser, proxied, status_error
 from v1.testing import MockModelServer
 
 PROMPT = [{"role": "user", "content": "hi"}]
@@ -138,12 +140,9 @@ async def test_a_stream_is_relayed_across_arbitrary_chunk_boundaries(serve: Call
 
 
 async def test_server_sent_events_parse_comments_events_multiline_data_and_a_missing_last_blank_line() -> None:
-    async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
-        for part in parts:
-            yield part
-
     body = b': keep-alive\n\nevent: delta\ndata: {"a":\ndata: 1}\n\ndata:{"b": 2}\n\nid: 7\nretry: 5\ndata: "last"'
-    events = [event async for event in _server_sent_events(chunks(*(body[i : i + 1] for i in range(len(body)))))]
+    parser = SSEParser()
+    events = [event for i in range(len(body)) for event in parser.feed(body[i : i + 1])] + parser.end()
     assert events == [("delta", '{"a":\n1}'), ("", '{"b": 2}'), ("", '"last"')]
 
 
@@ -277,3 +276,88 @@ async def test_a_hostile_answer_is_one_line_not_a_recursion(serve: Callable[[Han
     finally:
         await wire.close()
     await client.close()
+
+
+# -- an upstream's answer is outside data: bounded in size and in total time -----------------------------
+
+
+def test_the_sse_parser_reads_a_20_mib_line_whole_in_any_chunking() -> None:
+    text = "y" * (20 * 2**20)
+    body = f"data: {text}\n\n".encode()
+    for size in (65536, 1_000_003):
+        parser = SSEParser()
+        events = [event for i in range(0, len(body), size) for event in parser.feed(body[i : i + size])] + parser.end()
+        assert len(events) == 1 and events[0][0] == "" and events[0][1] == text
+
+
+def limited_harness(url: str, **config: Any) -> vf.Harness:
+    client = vf.ClientConfig(api_base_url=url, max_retries=2, **config)
+    return vf.Harness(client=client, model="m", max_turns=1)
+
+
+async def test_an_answer_past_max_response_bytes_fails_the_rollout_in_one_line(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    asked = []
+    huge = json.dumps({**ANSWER, "padding": "z" * (3 * 2**20)})
+
+    async def handler(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(text=huge, content_type="application/json")
+
+    url = await serve(handler)
+    state = await limited_harness(url, max_response_bytes=2**20).run({"prompt": "hi"})
+    error = state["error"]
+    assert error is not None and error["type"] == "ModelError", error
+    assert (
+        error["message"] == f"the answer of {url}/chat/completions is larger than 1048576 bytes (ClientConfig.max_response_bytes)"
+    )
+    assert len(asked) == 1  # not retried: the same server would send it again
+    small = await limited_harness(url, max_response_bytes=2**23).run({"prompt": "hi"})
+    assert small["error"] is None and small["completion"][-1]["content"] == "hello"
+
+
+async def test_an_answer_that_drips_forever_fails_the_rollout_at_response_timeout(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await answer.prepare(request)
+        while True:  # a byte well within the read timeout, forever
+            await answer.write(b" ")
+            await asyncio.sleep(0.1)
+
+    url = await serve(handler)
+    state = await limited_harness(url, response_timeout=2, timeout=60).run({"prompt": "hi"})
+    error = state["error"]
+    assert error is not None and error["type"] == "ModelError", error
+    assert error["message"] == f"the answer of {url}/chat/completions took longer than 2 s in all (ClientConfig.response_timeout)"
+
+
+@pytest.mark.parametrize("drip", [False, True], ids=["huge-line", "drip"])
+async def test_a_streamed_answer_past_its_limits_fails_in_one_line(
+    serve: Callable[[Handler], Awaitable[str]], drip: bool
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await answer.prepare(request)
+        await answer.write(b"data: ")
+        while True:  # one line that never ends: fast and large, or slow
+            await answer.write(b"x" * (1 if drip else 65536))
+            await asyncio.sleep(0.1 if drip else 0)
+
+    url = await serve(handler)
+    client = await client_for(url, max_response_bytes=2**20, response_timeout=2, timeout=60)
+    with pytest.raises(vf.ModelError) as caught:
+        async for _ in client.stream_response(PROMPT, "m", {}):
+            pass
+    limit = "took longer than 2 s in all" if drip else "is larger than 1048576 bytes"
+    assert str(caught.value).startswith(f"the answer of {url}/chat/completions {limit}")
+
+
+@pytest.mark.parametrize(
+    "field", [{"max_response_bytes": 0}, {"max_response_bytes": -1}, {"response_timeout": 0}, {"response_timeout": math.inf}]
+)
+def test_answer_limits_must_be_positive_and_finite(field: dict[str, Any]) -> None:
+    with pytest.raises(vf.ConfigError, match=f"field '{next(iter(field))}'"):
+        vf.ClientConfig(**field)

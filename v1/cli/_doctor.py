@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -28,6 +29,19 @@ cannot import: `v1.inference` imports transformers, the very import that may be 
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
+def probe_command(code: str) -> list[str]:
+    """This Python running `code` in isolated mode (``-I``), on this process's import path less the working directory.
+
+    ``python -c`` would put the current directory first on `sys.path`: a `transformers.py` there (a
+    downloaded task folder, a cloned repo) would run as the probe. ``-I`` puts nothing there and
+    reads no ``PYTHON*`` variable; the probe gets this process's path instead, so it imports what
+    v1 itself would, from where v1 would.
+    """
+    here = os.getcwd()
+    path = [entry for entry in sys.path if entry and os.path.abspath(entry) != here]
+    return [sys.executable, "-I", "-c", f"import sys; sys.path[:] = sys.argv[1:]; {code}", *path]
+
+
 def _installed(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -40,7 +54,7 @@ def check_transformers() -> str | None:
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         return None
     try:
-        probe = subprocess.run([sys.executable, "-c", TRANSFORMERS_PROBE], capture_output=True, text=True, timeout=IMPORT_TIMEOUT)
+        probe = subprocess.run(probe_command(TRANSFORMERS_PROBE), capture_output=True, text=True, timeout=IMPORT_TIMEOUT)
     except subprocess.TimeoutExpired:
         return f"transformers: `{TRANSFORMERS_PROBE}` did not finish in {IMPORT_TIMEOUT:.0f} s"
     if probe.returncode == 0:

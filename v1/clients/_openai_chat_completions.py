@@ -272,6 +272,8 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
             timeout=config.timeout,
             connect_timeout=config.connect_wait,
             max_connections=config.max_connections,
+            max_response_bytes=config.max_response_bytes,
+            response_timeout=config.response_timeout,
         )
         return client
 

@@ -22,6 +22,7 @@ aiohttp and openai are imported on first use: `import v1` stays light.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
@@ -30,8 +31,8 @@ from urllib.parse import urlsplit
 
 from v1._util import bounded_json as _bounded_json
 from v1.clients._http import http_library
-from v1.clients._in_process import InProcessTransport, post_request, read_body
-from v1.errors import InvalidModelResponseError
+from v1.clients._in_process import InProcessTransport, post_request
+from v1.errors import InvalidModelResponseError, ModelError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -110,12 +111,16 @@ class OpenAIWire:
         timeout: float,
         connect_timeout: float,
         max_connections: int,
+        max_response_bytes: int = 64 * 2**20,
+        response_timeout: float = 3600.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
+        self.max_response_bytes = max_response_bytes
+        self.response_timeout = response_timeout
         self._session: aiohttp.ClientSession | None = None
         self._headers: Any = None
         self.transport = InProcessTransport(AiohttpTransport(self))
@@ -138,11 +143,16 @@ class OpenAIWire:
         return self.base_url + path if path.startswith("/") else f"{self.base_url}/{path}"
 
     async def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
-        """POST `body` as JSON; the decoded answer. Raises the SDK's exceptions (see the module doc)."""
+        """POST `body` as JSON; the decoded answer. Raises the SDK's exceptions (see the module doc), and
+        `ModelError` for an answer past `max_response_bytes` or `response_timeout`."""
         url = self.url(path)
+        limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
         try:
             answer = await self._send(url, body, headers)
-            content = await read_body(answer)
+            try:
+                content = b"".join([chunk async for chunk in limits.bounded(answer.stream)])
+            finally:
+                await answer.aclose()
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
         if not 200 <= answer.status_code < 300:
@@ -155,13 +165,18 @@ class OpenAIWire:
     async def stream(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> SSEStream:
         """POST `body` as JSON and open its server-sent events (each event's `data` as JSON)."""
         url = self.url(path)
+        limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
         try:
             answer = await self._send(url, body, headers)
             if not 200 <= answer.status_code < 300:
-                raise status_error(answer.status_code, answer.headers, await read_body(answer), url)
+                try:
+                    content = b"".join([chunk async for chunk in limits.bounded(answer.stream)])
+                finally:
+                    await answer.aclose()
+                raise status_error(answer.status_code, answer.headers, content, url)
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
-        return SSEStream(answer, url)
+        return SSEStream(answer, url, limits)
 
     async def _send(self, url: str, body: Any, headers: Mapping[str, str] | None) -> Any:
         """POST `body` to `url` through the transport; the answer, its body not read yet."""
@@ -232,24 +247,68 @@ def _body_class() -> type[Any]:
     return AiohttpBody
 
 
+class AnswerLimits:
+    """How much of one upstream answer may arrive, and by when: `max_bytes` in all, within `seconds` of the request.
+
+    An answer is outside data: a server that sends gigabytes, or drips a byte a minute forever
+    (each wait shorter than the read timeout), would hold the rollout and its memory. Past either
+    limit the call fails with one `ModelError` (not retried: the same server would do it again).
+    """
+
+    def __init__(self, url: str, max_bytes: int, seconds: float) -> None:
+        self.url = url
+        self.max_bytes = max_bytes
+        self.seconds = seconds
+        self.deadline = asyncio.get_running_loop().time() + seconds
+
+    async def bounded(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """`chunks` as they arrive, until the answer passes a limit (then `ModelError`)."""
+        received = 0
+        iterator = aiter(chunks)
+        while True:
+            try:
+                async with asyncio.timeout_at(self.deadline):  # around the wait only: never across a yield
+                    chunk = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise ModelError(
+                    f"the answer of {self.url} took longer than {self.seconds:g} s in all (ClientConfig.response_timeout)"
+                ) from None
+            received += len(chunk)
+            if received > self.max_bytes:
+                raise ModelError(
+                    f"the answer of {self.url} is larger than {self.max_bytes} bytes (ClientConfig.max_response_bytes)"
+                )
+            yield chunk
+
+
 class SSEStream:
     """The `data` of each server-sent event of one answer, as JSON, until ``[DONE]`` or the end of the body.
 
     An event whose data carries an `error` raises the SDK's `APIError` (as the SDK's own
     stream does); data that is not JSON is an unusable answer (`InvalidModelResponseError`).
+    The body is read within `limits` (`ModelError` past them).
     """
 
-    def __init__(self, answer: Any, url: str) -> None:
+    def __init__(self, answer: Any, url: str, limits: AnswerLimits) -> None:
         self.answer = answer
         """The `Response` of the HTTP library, its body not read yet."""
         self.url = url
+        self.limits = limits
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Any]:
+        parser = SSEParser()
         try:
-            async for _event, data in _server_sent_events(self.answer.stream):
+            async for chunk in self.limits.bounded(self.answer.stream):
+                for _event, data in parser.feed(chunk):
+                    if data.startswith("[DONE]"):
+                        return
+                    yield self._decode(data)
+            for _event, data in parser.end():
                 if data.startswith("[DONE]"):
                     return
                 yield self._decode(data)
@@ -278,29 +337,54 @@ class SSEStream:
         await self.answer.aclose()
 
 
-async def _server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
-    """``(event, data)`` for each event of an SSE body (multi-line data joined by newlines, comments skipped)."""
-    pending = b""
-    event, data = "", list[str]()
-    async for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
-            line = raw.rstrip(b"\r").decode("utf-8", "replace")
-            if not line:
-                if data:
-                    yield event, "\n".join(data)
-                event, data = "", list[str]()
-            elif line.startswith("data:"):
-                data.append(line[6:] if line.startswith("data: ") else line[5:])
-            elif line.startswith("event:"):
-                event = line[6:].strip()
-    if pending.strip():
-        line = pending.rstrip(b"\r").decode("utf-8", "replace")
-        if line.startswith("data:"):
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
-    if data:
-        yield event, "\n".join(data)
+class SSEParser:
+    """Server-sent events from a body fed chunk by chunk: ``(event, data)`` for each, multi-line data joined by newlines.
+
+    Linear in the body: each byte is scanned for a line end once, and a line split over many
+    chunks is joined once when it ends (adding each chunk to a growing buffer and splitting it
+    again made one 64 MiB line cost minutes).
+    """
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        """The line being received, in the pieces it came in."""
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """The events that `chunk` completes."""
+        events: list[tuple[str, str]] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            self._pieces.append(chunk[start:end])
+            line, self._pieces = b"".join(self._pieces), []
+            self._line(line, events)
+            start = end + 1
+        if start < len(chunk):
+            self._pieces.append(chunk[start:])
+        return events
+
+    def end(self) -> list[tuple[str, str]]:
+        """The events the end of the body completes (a last line without its line end, an event without its blank line)."""
+        events: list[tuple[str, str]] = []
+        line, self._pieces = b"".join(self._pieces), []
+        if line.strip():
+            self._line(line, events)
+        if self._data:
+            events.append((self._event, "\n".join(self._data)))
+            self._event, self._data = "", []
+        return events
+
+    def _line(self, raw: bytes, events: list[tuple[str, str]]) -> None:
+        line = raw.rstrip(b"\r").decode("utf-8", "replace")
+        if not line:
+            if self._data:
+                events.append((self._event, "\n".join(self._data)))
+            self._event, self._data = "", []
+        elif line.startswith("data:"):
+            self._data.append(line[6:] if line.startswith("data: ") else line[5:])
+        elif line.startswith("event:"):
+            self._event = line[6:].strip()
 
 
 def proxied(url: str) -> bool:
@@ -328,7 +412,9 @@ def sdk_headers(client: Any, api_key: str) -> dict[str, str]:
 __all__ = [
     "STATUS_ERRORS",
     "AiohttpTransport",
+    "AnswerLimits",
     "OpenAIWire",
+    "SSEParser",
     "SSEStream",
     "encode_json",
     "proxied",

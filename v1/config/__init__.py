@@ -3,7 +3,6 @@ the argument unions constructors accept, and the tiny model's shape (`TinyModelC
 `v1.inference`)."""
 
 from v1.config._config import (
-    ENV_NAME,
     OPENAI_BASE_URL_VAR,
     ArtifactConfig,
     ClientConfig,
@@ -40,7 +39,6 @@ __all__ = [
     "ArtifactConfig",
     "ClientConfig",
     "Config",
-    "ENV_NAME",
     "EndpointClientConfig",
     "EnvConfig",
     "HandlerConfig",

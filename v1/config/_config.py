@@ -469,6 +469,10 @@ class ClientConfig(Config):
     max_connections: int = Field(28000, ge=1)
     max_keepalive_connections: int = Field(28000, ge=0)
     max_retries: int = Field(10, ge=0)
+    max_response_bytes: int = Field(64 * 2**20, ge=1)
+    """The most bytes one upstream answer may hold, whole or streamed (an answer is outside data)."""
+    response_timeout: float = Field(3600.0, gt=0, allow_inf_nan=False)
+    """The longest one upstream answer may take, first byte to last (`timeout` bounds each wait for bytes)."""
     extra_headers: dict[str, str] = {}
     extra_headers_from_state: dict[str, str] = {}
 

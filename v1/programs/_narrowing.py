@@ -23,12 +23,13 @@ A task row is outside data: it may narrow what the harness configured, never wid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Union
 
 from v1._util.sandbox_paths import control_character_problem
-from v1.config import ENV_NAME, ProgramConfig, SandboxConfig
+from v1.config import ProgramConfig, SandboxConfig
 from v1.errors import ConfigError, TaskError
 
 FORMS = ("base", "fn", "command")
@@ -53,6 +54,7 @@ SANDBOX_LIMITS = (
     "setup_timeout",
 )
 SANDBOX_FREE = ("labels",)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ProgramChoice = Union[ProgramConfig, Callable[..., Any]]
 """A program a rollout may run: a config or an in-process callable."""
