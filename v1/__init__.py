@@ -278,7 +278,6 @@ from v1._util.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from v1.classic import install_verifiers_alias
-    from v1.train._rl_trainer import RLConfig, RLTrainer, TrainerCallback
 
 _LAZY = {
     "CodeMathEnv": "v1.classic._code_math_env",

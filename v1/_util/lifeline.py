@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
@@ -80,6 +81,8 @@ class ParentWatch:
 
 
 _cleanups: list[Callable[[], None]] = []
+PARENT_EXIT_POLLS = 40
+"""How many times (50 ms apart) a SIGTERM's handler checks whether the parent is exiting, before it blames torchrun."""
 
 
 @contextlib.contextmanager
@@ -102,13 +105,18 @@ def exit_now(line: str, status: int) -> None:
     os._exit(status)
 
 
-def exit_on_sigterm(who: str) -> None:
+def exit_on_sigterm(who: str, parent: ParentWatch | None = None) -> None:
     """Make SIGTERM (torchrun's way of ending the other ranks when one fails) print one line, clean up and exit 143.
 
+    With `parent`, a SIGTERM that came from the parent's exit (the kernel's `PR_SET_PDEATHSIG`) says so instead.
     Call from the main thread.
     """
 
     def handle(signum: int, frame: object) -> None:
+        # The kernel signals when the parent's forking thread exits: the rest of a killed parent may still be leaving.
+        for _ in range(PARENT_EXIT_POLLS if parent is not None else 0):
+            parent.exit_if_parent_gone()  # type: ignore[union-attr]
+            time.sleep(0.05)
         exit_now(f"{who}: stopped by SIGTERM (torchrun stops every rank when one fails)", 128 + signum)
 
     signal.signal(signal.SIGTERM, handle)

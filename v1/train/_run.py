@@ -629,9 +629,10 @@ def watch_launcher() -> ParentWatch | None:
     if not under_torchrun():
         return None
     who = f"rank {os.environ['RANK']}"
+    watch = ParentWatch(who, "the launcher (torchrun)")
     if threading.current_thread() is threading.main_thread():
-        exit_on_sigterm(who)
-    return ParentWatch(who, "the launcher (torchrun)").start()
+        exit_on_sigterm(who, watch)
+    return watch.start()
 
 
 async def rollout_executor(config: TrainConfig) -> RayExecutor | None:
