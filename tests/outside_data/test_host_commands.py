@@ -7,6 +7,10 @@ anything runs, and the same value reaches the command as a file or on stdin.
 O1: a command program that leaves children behind (in its group, or in a session of its own)
 outlived a SIGKILL of `v1 eval`. Now each host command runs under a reaper that the kernel tells
 when v1 dies, and that kills everything under it.
+
+Round 3, finding 13: the command killed its reaper (found by its command line in /proc) and left a
+process in a session of its own, which outlived the rollout and v1. Now, as root, the command runs
+in a PID namespace of its own, where the reaper's pid means nothing.
 """
 
 from __future__ import annotations
@@ -81,6 +85,53 @@ def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(
         for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+KILL_THE_REAPER = """
+import os, signal, subprocess, sys
+marker = sys.argv[1]
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if any(b"_host_reaper" in part for part in argv) and marker.encode() in argv:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker + "-left"], start_new_session=True)
+"""
+
+
+def _marked(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv and _alive(int(pid)):
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace of the command's own needs root (CI runs as root)")
+async def test_r13_a_command_that_kills_its_reaper_leaves_nothing_behind(tmp_path: Path, mock: MockModelServer) -> None:
+    marker = f"v1-r13-{os.getpid()}-{tmp_path.name}"
+    harness = vf.Harness(
+        program={"command": [sys.executable, "-c", KILL_THE_REAPER, marker]},
+        client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
+        model="m",
+        timeout_seconds=HANG_S,
+    )
+    try:
+        state = await harness.run(vf.Task({"prompt": [{"role": "user", "content": "hi"}]}))
+        assert state["error"] is None, state["error"]
+        wait_until(lambda: not _marked(marker + "-left"), "the process the command left to die with its rollout")
+    finally:
+        for pid in _marked(marker + "-left"):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(autouse=True)

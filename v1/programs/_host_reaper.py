@@ -4,6 +4,12 @@ It asks the kernel for SIGTERM when its parent (v1) dies (`PR_SET_PDEATHSIG`) an
 orphaned descendant (`PR_SET_CHILD_SUBREAPER`), runs the command, and when the command exits
 or v1 dies, kills every process left under it, one that called `setsid` too. It exits with the command's status (128+N when signal N killed it).
 
+Where the kernel allows it (as root), the command runs in a PID namespace of its own under a small
+init: the reaper's pid means nothing there, so the command cannot signal it away and outlive it
+(it could when they shared a namespace), the init takes no signal from inside, and when the init
+ends, with the command or killed from outside, the kernel kills every process left in the namespace.
+Elsewhere the command at least dies with the reaper (its own `PR_SET_PDEATHSIG`).
+
 Usage: `_host_reaper.py PARENT_PID -- ARGV...`
 """
 
@@ -14,6 +20,7 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWPID = 0x20000000
 EXIT_NOT_RUN = 127
 
 
@@ -55,6 +62,43 @@ def _on_parent_death(signum: int, frame: object) -> None:
     os._exit(128 + signal.SIGKILL)
 
 
+def _exec(argv: list[str]) -> None:
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"cannot run {argv[0]!r}: {exc}\n")
+    os._exit(EXIT_NOT_RUN)
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _wait_for(child: int) -> int:
+    """Reap every child (adopted orphans too) until `child` ends; its exit code."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return EXIT_NOT_RUN
+        except InterruptedError:
+            continue
+        if pid == child:
+            return _exit_code(status)
+
+
+def _namespace_init(libc: ctypes.CDLL, argv: list[str]) -> int:
+    """PID 1 of the command's namespace: default dispositions only, so nothing inside can signal it."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.setsid()  # the command's process group holds no process outside the namespace
+    command = os.fork()
+    if command == 0:
+        _exec(argv)
+    return _wait_for(command)
+
+
 def main() -> int:
     parent, argv = int(sys.argv[1]), sys.argv[3:]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -63,25 +107,17 @@ def main() -> int:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # v1 died before the request took effect
         return 128 + signal.SIGKILL
+    own_namespace = libc.unshare(CLONE_NEWPID) == 0
     child = os.fork()
     if child == 0:
+        if own_namespace:
+            os._exit(_namespace_init(libc, argv))
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            sys.stderr.write(f"cannot run {argv[0]!r}: {exc}\n")
-        os._exit(EXIT_NOT_RUN)
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)  # adopted orphans are reaped here too
-        except ChildProcessError:
-            return EXIT_NOT_RUN
-        except InterruptedError:
-            continue
-        if pid == child:
-            break
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _exec(argv)
+    code = _wait_for(child)
     _kill_all()
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code
 
 
 if __name__ == "__main__":
