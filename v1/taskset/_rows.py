@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,7 +57,7 @@ def _is_dataset(value: Any) -> bool:
     return type(value).__name__ in ("Dataset", "IterableDataset") and hasattr(value, "column_names")
 
 
-class RowSource:
+class RowSource(ABC):
     """Rows of a taskset: `draw()` iterates them afresh; `listed()` is the kept list of a finite list source."""
 
     field: str
@@ -64,13 +65,13 @@ class RowSource:
     infinite: bool = False
     """Whether drawing never ends (declared by the taskset: `infinite = true`)."""
 
+    @abstractmethod
     def draw(self) -> Iterator[Row]:
         """The rows, drawn one at a time."""
-        raise NotImplementedError
 
+    @abstractmethod
     def listed(self) -> list[Row] | None:
         """The rows as a list when they are a finite list loaded once; None for a stream."""
-        raise NotImplementedError
 
     def head(self, n: int) -> RowSource:
         """The first `n` rows (n >= 1)."""
