@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,32 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _holding(marker: str) -> list[int]:
+    """The host pids of the live processes whose command line holds `marker`.
+
+    A command may run in a PID namespace of its own, where `$$` and `$!` are pids the host doesn't know,
+    so the test finds its processes by what they run, through the host's /proc."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in argv and int(pid) != os.getpid() and _alive(int(pid)):
+            found.append(int(pid))
+    return found
+
+
+def _sleeping(marker: str) -> list[int]:
+    """The marked processes that run `sleep`: the children a program left."""
+    return [pid for pid in _holding(marker) if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0")]
+
+
 def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(tmp_path: Path, mock: MockModelServer) -> None:
-    pids = tmp_path / "pids"
+    started = tmp_path / "started"
+    duration = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # each process's command line holds it
     # The program leaves a child in its group and one in a session of its own, then waits.
-    script = f"echo $$ >> {pids}; sleep 600 & echo $! >> {pids}; setsid sleep 600 & echo $! >> {pids}; wait"
+    script = f"sleep {duration} & echo 1 >> {started}; setsid sleep {duration} & echo 1 >> {started}; wait"
     (tmp_path / "rows_src.py").write_text(ROWS_SOURCE)
     config = f"""
         [env]
@@ -68,23 +91,22 @@ def test_o1_an_unsandboxed_command_and_all_it_started_die_with_a_killed_v1_eval(
     )
     try:
         try:
-            wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 6, "the programs' processes", process=process)
+            wait_until(lambda: len(_sleeping(duration)) == 4, "the programs' processes", process=process)
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}: {process.stderr.read().decode()[-2000:]}" if process.poll() is not None else exc
             ) from None
-        left = [int(pid) for pid in pids.read_text().split()]
-        assert all(_alive(pid) for pid in left)
+        assert len(started.read_text().split()) == 4  # two rollouts, two children each
+        assert len(_holding(duration)) > 4  # the shells and v1's reapers too
         process.send_signal(signal.SIGKILL)
         process.wait(HANG_S)
-        wait_until(lambda: not any(_alive(pid) for pid in left), "the programs' processes to die with v1 eval")
+        wait_until(lambda: not _holding(duration), "the programs' processes to die with v1 eval")
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(HANG_S)
-        for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        for pid in _holding(duration):
+            os.kill(pid, signal.SIGKILL)
 
 
 KILL_THE_REAPER = """

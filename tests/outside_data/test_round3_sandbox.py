@@ -284,11 +284,14 @@ HIJACK = "open('/workspace/hijacked', 'a').write('ran in a rollout of another ro
 async def test_a_rows_files_never_reach_a_sandbox_other_rollouts_share(mock: MockModelServer, scope: str) -> None:
     program = "python3 -c 'import openai' 2>/dev/null; cat hijacked 2>/dev/null; echo checked"
     harness = command_harness(mock, program, sandbox={"scope": scope})
-    planted, victim = await harness.run_group([{"prompt": "a", "program": {"files": {"openai.py": HIJACK}}}, {"prompt": "b"}])
-    assert planted["error"]["where"] == "task" and "task field 'program.files'" in planted["error"]["message"]
-    assert f"scope {scope!r}" in planted["error"]["message"]
-    assert victim["error"] is None and victim["program_result"]["stdout"] == "checked\n"
-    assert (await harness.run({"prompt": "c", "program": {"files": {}}}))["error"] is None
+    try:
+        planted, victim = await harness.run_group([{"prompt": "a", "program": {"files": {"openai.py": HIJACK}}}, {"prompt": "b"}])
+        assert planted["error"]["where"] == "task" and "task field 'program.files'" in planted["error"]["message"]
+        assert f"scope {scope!r}" in planted["error"]["message"]
+        assert victim["error"] is None and victim["program_result"]["stdout"] == "checked\n"
+        assert (await harness.run({"prompt": "c", "program": {"files": {}}}))["error"] is None
+    finally:
+        await harness.teardown()  # a global-scope sandbox lives until then (its workspace is a mount)
 
 
 BODY_FLOOD = r"""

@@ -112,6 +112,12 @@ def _task_failures(env: Env, rows: list[dict[str, Any]]) -> tuple[list[dict[str,
     return good, failures
 
 
+def _example_order(line: str) -> tuple[int, int | str]:
+    """FAIL lines in example order (numbers as numbers), however the rollouts finished."""
+    example = line.split(" ", 3)[2]
+    return (0, int(example)) if example.isdigit() else (1, example)
+
+
 def _show_warnings() -> None:
     """v1's warnings (e.g. "no eval split") as ``v1 validate: warning: ...`` lines, unless logging is set up already."""
     if not logging.getLogger().handlers and not logging.getLogger("v1").handlers:
@@ -149,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             failures.append(f"FAIL example {output.get('example_id')} [{result['stage']}]: {result['reason']}")
     writer.extra_metadata[writer.field] = {"checked": total, "failed": len(failures), "threshold": threshold}
     writer.write_metadata_now(metadata)
-    for line in failures:
+    for line in sorted(failures, key=_example_order):
         print(line, flush=True)
     what = "setups" if args.only_setup else "tasks"
     outcome = f"{len(failures)} of {total} {what} failed" if failures else f"all {total} {what} passed"
