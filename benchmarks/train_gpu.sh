@@ -6,7 +6,7 @@
 #   bash benchmarks/train_gpu.sh             # there: installs .whl/ into /tmp/site, then the checks
 #   bash benchmarks/train_gpu.sh --cpu       # the same checks on CPU with a tiny model (the script's own dry run)
 # Checks: bf16 training steps, gradient checkpointing, FSDP2 under torchrun (1 rank per GPU, at most 2; gloo on --cpu),
-# flash-attn steps, and the vLLM recipe with the NCCL weight sync in bf16, a checkpoint and --resume from it.
+# the tiny recipe with v1's built-in inference (checkpoint, --resume, export), flash-attn steps, and the vLLM recipe with the NCCL weight sync in bf16, a checkpoint and --resume from it.
 # On a GPU, flash-attn or vLLM that does not import is a FAIL with the reason, not a skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +58,23 @@ check "bf16 steps" 120 python3 benchmarks/train_gpu.py --steps 5 "${SIZE[@]}"
 check "gradient checkpointing" 120 python3 benchmarks/train_gpu.py --steps 3 --gradient-checkpointing "${SIZE[@]}"
 check "FSDP2 torchrun x$GPUS" 180 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" \
     benchmarks/train_gpu.py --fsdp --steps 3 "${SIZE[@]}"
+# The tiny recipe end to end with v1's built-in inference (no vLLM): RL steps in the training dtype (bf16 on a GPU),
+# a checkpoint every 2 steps, --resume to 6 steps, then the last checkpoint exported as one Hugging Face folder.
+python3 - "$LOGS/tiny.toml" "$LOGS/tiny_out" "$CPU" <<'PY' || record "tiny config" FAIL "could not write $LOGS/tiny.toml"
+import sys
+from v1.train import TrainConfig
+out, output_dir, cpu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+config = TrainConfig.load("configs/train/tiny_first_letter.toml")
+model = config.model.model_copy(update={"dtype": "float32" if cpu else "bfloat16"})
+update = {"model": model, "output_dir": output_dir, "checkpoint_every": 2}
+open(out, "w").write(config.model_copy(update=update).to_toml())
+PY
+check "v1 train tiny" 300 python3 -m v1.cli train "$LOGS/tiny.toml" --max-steps 4 --no-progress
+check "v1 train tiny resume" 240 python3 -m v1.cli train "$LOGS/tiny.toml" --resume --max-steps 6 --no-progress
+steps=$(wc -l < "$LOGS/tiny_out/metrics.jsonl" 2>/dev/null || echo 0)
+[ "$steps" = 6 ] && record "tiny metrics" PASS "6 steps in metrics.jsonl" \
+    || record "tiny metrics" FAIL "metrics.jsonl has $steps lines, expected 6"
+check "v1 train export" 120 python3 -m v1.cli train export "$LOGS/tiny_out/checkpoints/step_6" "$LOGS/tiny_export"
 why=$(python3 -c "import flash_attn" 2>&1 | tail -1)
 if [ "$CPU" = 1 ]; then
     record "flash-attn steps" SKIP "CPU dry run"
