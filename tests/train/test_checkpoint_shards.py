@@ -73,6 +73,31 @@ def test_no_step_save_or_weight_sync_allocates_a_whole_model_buffer_on_one_rank(
         assert synced[name].dtype == torch.bfloat16 and torch.equal(synced[name], tensor.to(torch.bfloat16)), name
 
 
+def test_a_fresh_run_reads_its_own_rows_of_a_pretrained_folder_and_no_rank_holds_it_whole(
+    sharded_run: Any, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    checkpoint, report, weights = sharded_run
+    folder = checkpoint.parents[2] / "pretrained"
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)  # transformers' own load, whole
+    expected = reference.state_dict()
+    assert weights["pretrained"].keys() == expected.keys()
+    for name, tensor in weights["pretrained"].items():  # the bf16 file's values, as fp32 master weights
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, expected[name]), name
+    buffers = dict(reference.named_buffers())
+    assert weights["pretrained_buffers"].keys() == buffers.keys() and buffers  # rotary frequencies, computed
+    for name, buffer in weights["pretrained_buffers"].items():
+        assert torch.equal(buffer, buffers[name]), name
+    for figures in report["ranks"]:
+        whole_file = figures["pretrained_file_bytes"]
+        assert 0.4 * whole_file <= figures["pretrained_bytes_read"] <= 0.6 * whole_file  # its own half of the rows
+        load = figures["pretrained_load"]
+        assert load["peak"] < 0.6 * figures["whole_fp32_bytes"]  # its fp32 shards and a slice, never the whole model
+        assert load["largest"] < figures["whole_fp32_bytes"] / 4
+        assert load["mapped"] == whole_file  # the file mapped, read only where its rows are
+
+
 def test_export_makes_one_folder_transformers_loads_with_the_trained_weights(sharded_run: Any, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 

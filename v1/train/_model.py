@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from accelerate import init_empty_weights
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from v1.config import TinyModelConfig
@@ -18,6 +20,7 @@ from v1.inference import build_tiny_model, build_tiny_tokenizer
 from v1.train._config import ModelConfig
 from v1.train._data_only import unpickling_reason
 from v1.train._lora import is_adapter_folder, with_lora
+from v1.train._pretrained import PretrainedRows, weight_files
 from v1.train._shards import ShardFiles, read_model_shards
 from v1.train._trainer import shard_with_fsdp2
 
@@ -110,12 +113,21 @@ def configured_tokenizer(config: ModelConfig) -> Any:
     raise ConfigError("[model]: set path (a save_pretrained folder) or tiny (a tiny-model config)")
 
 
-def build_policy(config: ModelConfig, source: str | None, device: torch.device) -> tuple[Any, Any]:
-    """The model (fp32, on the current default device: the CPU, or ``meta`` for a skeleton) and its tokenizer.
+def without_weights(build: Callable[[], Any]) -> Any:
+    """The model `build` makes, its parameters on the ``meta`` device and its buffers computed on the CPU."""
+    with init_empty_weights(include_buffers=False):
+        model = build()
+    model.tie_weights()  # accelerate's context gives a tied parameter a meta copy of its own: tie it again
+    return model
+
+
+def build_policy(config: ModelConfig, source: str | None, device: torch.device, *, skeleton: bool = False) -> tuple[Any, Any]:
+    """The model (fp32, on the CPU) and its tokenizer.
 
     The weights come from `source` (a checkpoint's folder, or the configured model's), the tokenizer
-    from the configured model always (`configured_tokenizer`). With ``meta`` as the default device
-    (``with torch.device("meta")``), a folder's config is read and the model built without weights.
+    from the configured model always (`configured_tokenizer`). With `skeleton`, a folder's config is
+    read and the model built without weights (its parameters on the ``meta`` device, its buffers,
+    such as rotary frequencies, computed on the CPU).
 
     Raises:
         ConfigError: when neither `source` nor a tiny config is given, or the folder can't be loaded.
@@ -126,10 +138,10 @@ def build_policy(config: ModelConfig, source: str | None, device: torch.device) 
         attention = attention_implementation(config, device)
         tokenizer = configured_tokenizer(config)
         try:
-            if torch.get_default_device().type == "meta":
+            if skeleton:
                 model_config = AutoConfig.from_pretrained(source)
-                return AutoModelForCausalLM.from_config(
-                    model_config, dtype=torch.float32, attn_implementation=attention
+                return without_weights(
+                    lambda: AutoModelForCausalLM.from_config(model_config, dtype=torch.float32, attn_implementation=attention)
                 ), tokenizer
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, attn_implementation=attention)
         except (OSError, ValueError) as exc:
@@ -140,6 +152,8 @@ def build_policy(config: ModelConfig, source: str | None, device: torch.device) 
             ) from None
         return model, tokenizer
     if config.tiny is not None:
+        if skeleton:
+            return without_weights(lambda: build_tiny_model(config.tiny)[0]), configured_tokenizer(config)
         return build_tiny_model(config.tiny)
     raise ConfigError("[model]: set path (a save_pretrained folder) or tiny (a tiny-model config)")
 
@@ -175,12 +189,16 @@ def load_policy(config: ModelConfig, path: str | None = None) -> tuple[Any, Any,
 
 
 def sharded_skeleton(config: ModelConfig, path: str | None, bf16: bool, device: torch.device) -> tuple[Any, Any]:
-    """The model built on the meta device, sharded with FSDP2, its local shards allocated (uninitialised) on `device`."""
-    with torch.device("meta"):
-        model, tokenizer = build_policy(config, path or config.path, device)
+    """The model built on the meta device, sharded with FSDP2, its local shards allocated (uninitialised) on `device`;
+    its buffers (rotary frequencies: small, computed from the config) whole on every rank."""
+    model, tokenizer = build_policy(config, path or config.path, device, skeleton=True)
+    buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
     enable_checkpointing(model, config)
     model = shard_with_fsdp2(model, bf16=bf16)
     model.to_empty(device=device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            buffer.copy_(buffers[name])
     return model, tokenizer
 
 
@@ -215,8 +233,9 @@ def load_sharded_policy(
     """The model sharded with FSDP2 across the default process group, loaded without a whole copy on any device.
 
     Every rank builds the model on the meta device and allocates only its shards. From a sharded
-    checkpoint (`shards`) each rank reads its own rows (`read_model_shards`); else rank 0 alone loads
-    the weights (on the CPU) and sends each rank its shards. Returns the sharded model, the tokenizer,
+    checkpoint (`shards`), or a folder with safetensors weights under the model's own names, each rank
+    reads its own rows (`read_model_shards`, `PretrainedRows`); else (a tiny model, pickled weights)
+    rank 0 alone loads the weights (on the CPU) and sends each rank its shards. Returns the sharded model, the tokenizer,
     the device and, on rank 0 with `keep_whole`, a whole CPU model (the built-in engine's copy: from a
     sharded checkpoint the configured model's weights, which the run replaces with the checkpoint's
     before any rollout; else None).
@@ -236,7 +255,14 @@ def load_sharded_policy(
         whole = build_policy(config, config.path, device)[0] if keep_whole and rank == 0 else None
         return model, tokenizer, device, whole
     model, tokenizer = sharded_skeleton(config, path, bf16, device)
-    whole = build_policy(config, path or config.path, device)[0] if rank == 0 else None
+    source = path or config.path
+    files = weight_files(Path(source)) if source is not None else None
+    rows = PretrainedRows(files) if files is not None else None
+    if rows is not None and rows.covers(model):
+        rows.fill(model)
+        whole = build_policy(config, source, device)[0] if keep_whole and rank == 0 else None
+        return model, tokenizer, device, whole
+    whole = build_policy(config, source, device)[0] if rank == 0 else None
     broadcast_weights(model, whole)
     return model, tokenizer, device, whole if keep_whole else None
 
