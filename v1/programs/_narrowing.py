@@ -228,6 +228,25 @@ def narrow_network(harness: str | NetworkPolicy, row: str | NetworkPolicy) -> st
     return NetworkPolicy(allow=row.allow, block=list(dict.fromkeys([*harness.block, *row.block])))
 
 
+def narrow_child_sandbox(parent: SandboxConfig | None, child: SandboxConfig | None) -> SandboxConfig | None:
+    """The sandbox of a rollout run from inside another's program (a child harness): its network within the
+    parent rollout's sandbox's (the parent's `block` entries kept). A parent without a sandbox constrains nothing.
+
+    Raises:
+        TaskError: the child's network reaches a host the parent's doesn't.
+    """
+    if parent is None or child is None:
+        return child
+    try:
+        network = narrow_network(parent.network, child.network)
+    except ValueError as exc:
+        why = str(exc).replace("the harness's", "its parent rollout's")
+        raise TaskError(
+            f"a child harness's sandbox.network: {why}; a rollout run inside another reaches no more than it"
+        ) from None
+    return child.model_copy(update={"network": network})
+
+
 def _describe(network: str | NetworkPolicy) -> str:
     return repr(network) if isinstance(network, str) else f"allow list {network.allow!r:.200}"
 
@@ -244,4 +263,4 @@ def program_sandbox(program: ProgramConfig | None, harness_sandbox: SandboxConfi
     return harness_sandbox
 
 
-__all__ = ["check_row_data", "narrow_network", "narrow_program", "narrow_sandbox", "program_sandbox"]
+__all__ = ["check_row_data", "narrow_child_sandbox", "narrow_network", "narrow_program", "narrow_sandbox", "program_sandbox"]
