@@ -107,7 +107,7 @@ def _listening() -> socket.socket:
     return listener
 
 
-async def test_only_allowed_hosts_answer_and_there_is_no_other_way_out(hosts: dict[str, int]) -> None:
+async def test_t14_t15_only_allowed_hosts_answer_and_there_is_no_other_way_out(hosts: dict[str, int]) -> None:
     endpoint = _listening()  # stands in for the endpoint: the proxy must never reach its port
     endpoint_port = endpoint.getsockname()[1]
     allowed, blocked, unlisted = hosts["allowed"], hosts["blocked"], hosts["unlisted"]
