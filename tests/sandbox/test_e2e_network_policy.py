@@ -34,9 +34,10 @@ def connect(target):
     # What an HTTPS client sends its proxy: CONNECT host:port, then its bytes through the tunnel.
     s = socket.create_connection(PROXY, timeout=30)
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    status = s.recv(4096).split(b"\r\n")[0].decode()
+    answer = s.recv(4096)
+    status = answer.split(b"\r\n")[0].decode()
     if " 200 " not in status:
-        return status
+        return status + " | " + answer.split(b"\r\n\r\n", 1)[-1].decode().strip()
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     body = b""
     while chunk := s.recv(4096):
@@ -138,8 +139,14 @@ async def test_t14_t15_only_allowed_hosts_answer_and_there_is_no_other_way_out(h
     out = json.loads(result.stdout)
     assert out["allowed"] == "HTTP/1.1 200 Connection established | hello from allowed"
     assert out["plain_http"] == "hello from allowed"
-    for refused in ("blocked", "unlisted", "literal_ip", "endpoint_by_address"):
-        assert out[refused].startswith("HTTP/1.1 403 "), (refused, out[refused])
+    reasons = {
+        "blocked": "in the sandbox's network block list",
+        "unlisted": "not in the sandbox's network allow list",
+        "literal_ip": "not in the sandbox's network allow list",  # names match names, addresses addresses
+        "endpoint_by_address": "the endpoint is reached through its own relay, never through the proxy",
+    }
+    for refused, reason in reasons.items():
+        assert out[refused].startswith("HTTP/1.1 403 ") and out[refused].endswith(reason), (refused, out[refused])
     assert out["unset_proxy"].startswith("URLError"), out["unset_proxy"]
     assert out["direct_loopback"] == "ConnectionRefusedError" and out["direct_name"] != "CONNECTED"
     tally = network_tally("netprobe", done=True)
