@@ -27,6 +27,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[env.harness]", config.HarnessConfig),
     ("[env.harness.program]", config.ProgramConfig),
     ("[env.harness.sandbox]", config.SandboxConfig),
+    ("[env.harness.sandbox.network]", config.NetworkPolicy),
     ("[env.harness.client]", config.ClientConfig),
     ("client endpoint_configs", config.EndpointClientConfig),
     ("[[env.taskset.toolsets]]", config.ToolsetConfig),

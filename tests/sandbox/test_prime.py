@@ -81,6 +81,7 @@ def test_seed_fields_map_onto_the_create_request() -> None:
         "labels": ["v1", "x"],
         "start_command": {"executable": "tail", "args": ["-f", "/dev/null"]},
         "environment_vars": {"A": "1"},
+        "network_allowlist": [],
     }
     assert rewrite_url("http://127.0.0.1:5555/r/abc/v1", "https://t.example/p") == "https://t.example/p/r/abc/v1"
 
@@ -112,6 +113,8 @@ async def test_command_program_on_prime_through_the_sdk_and_a_tunnel(fake: FakeP
     assert len(state["trajectory"]) == 1 and tunnel.connections == 1
     [request] = fake.requests
     assert request.docker_image == "python:3.12" and request.memory_gb == 4 and "v1" in request.labels
+    tunnel_port = tunnel.server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    assert request.network_allowlist == [f"127.0.0.1:{tunnel_port}"]  # network "none": the endpoint only
     command = fake.commands[-1]  # after the SDK's readiness probe
     assert command["cmd"] == "/bin/bash" and command["envs"]["OPENAI_BASE_URL"].startswith(
         f"http://127.0.0.1:{tunnel.server.sockets[0].getsockname()[1]}/r/"  # type: ignore[union-attr]
@@ -134,3 +137,34 @@ async def test_prime_delete_is_retried_and_missing_tunnel_is_clear(fake: FakePri
     assert fake.deleted == [sandbox.id] and list_sandboxes() == []
     with pytest.raises(vf.SandboxError, match="without a tunnel: set V1_SANDBOX_TUNNEL"):
         await manager.create(vf.SandboxConfig(backend="prime"), endpoint=EndpointTarget("127.0.0.1", 1))
+
+
+@pytest.mark.parametrize(
+    ("network", "expected"),
+    [
+        ("all", {}),
+        ("none", {"network_allowlist": ["t.example"]}),
+        ({"allow": ["pypi.org", "*.pythonhosted.org:443"]}, {"network_allowlist": ["pypi.org", "*.pythonhosted.org:443", "t.example"]}),
+        ({"allow": ["*"], "block": ["evil.example", "10.0.0.0"]}, {"network_denylist": ["evil.example", "10.0.0.0"]}),
+        ({"allow": ["*"]}, {}),
+    ],
+)  # fmt: skip
+def test_a_network_policy_maps_onto_the_sdks_egress_lists(network: object, expected: dict[str, list[str]]) -> None:
+    fields = create_request_fields(vf.SandboxConfig(backend="prime", network=network), "v1-abc", ["v1"], "https://t.example/p")
+    assert {key: value for key, value in fields.items() if key.startswith("network_")} == expected
+
+
+@pytest.mark.parametrize(
+    ("network", "why"),
+    [
+        ({"allow": ["pypi.org"], "block": ["evil.pypi.org"]}, "an allow list with blocks"),
+        ({"allow": ["pypi.org:8080"]}, "domain entries support only ports 80 and 443"),
+        ({"allow": ["[2001:db8::1]:443"]}, "can't enforce IPv6 entries"),
+        ({"allow": ["*", "pypi.org"]}, "'*'"),
+    ],
+)
+async def test_a_policy_the_sdk_cannot_express_is_refused_in_one_line(fake: FakePrime, network: object, why: str) -> None:
+    with pytest.raises(vf.SandboxError) as caught:
+        await get_manager().create(vf.SandboxConfig(backend="prime", network=network))
+    assert why in str(caught.value) and "\n" not in str(caught.value)
+    assert fake.requests == [] and list_sandboxes() == []

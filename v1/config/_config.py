@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from v1._util.loopback import connect_wait
 from v1._util.sandbox_paths import control_character_problem, sandbox_path_problem
 from v1._util.token_budgets import MAX_TOKEN_BUDGET
+from v1.config._network import MAX_ENTRIES, HostRule, NetworkMode, network_from_access, parse_rule
 from v1.errors import ConfigError, MissingKeyError
 from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
 
@@ -272,6 +273,45 @@ class HandlerConfig(Config):
         return value if isinstance(value, Mapping) or isinstance(value, HandlerConfig) else {"fn": value}
 
 
+class NetworkPolicy(Config):
+    """Hosts a sandbox may reach (`allow`) and, among those, hosts it may not (`block`): each entry is
+    `host[:port]` with an exact name, `*.domain`, `*` or an IP address (see `v1.config._network`).
+
+    An empty `allow` reaches nothing but the rollout's endpoint (as `"none"` does).
+    """
+
+    allow: list[str] = []
+    block: list[str] = []
+
+    @field_validator("allow", "block")
+    @classmethod
+    def _entries(cls, entries: list[str]) -> list[str]:
+        if len(entries) > MAX_ENTRIES:
+            raise ValueError(f"at most {MAX_ENTRIES} entries, got {len(entries)}")
+        return [str(parse_rule(entry)) for entry in entries]
+
+    def allow_rules(self) -> list[HostRule]:
+        return [parse_rule(entry) for entry in self.allow]
+
+    def block_rules(self) -> list[HostRule]:
+        return [parse_rule(entry) for entry in self.block]
+
+    def first_not_within(self, wider: NetworkPolicy) -> str | None:
+        """The first of this policy's `allow` entries that `wider`'s don't cover, or None when all are."""
+        rules = wider.allow_rules()
+        return next((str(rule) for rule in self.allow_rules() if not any(w.covers(rule) for w in rules)), None)
+
+
+def _network_kind(value: Any) -> str:
+    return "mode" if isinstance(value, str) else "policy"
+
+
+Network = Annotated[
+    Union[Annotated[NetworkMode, Tag("mode")], Annotated[NetworkPolicy, Tag("policy")]], Discriminator(_network_kind)
+]
+"""A `SandboxConfig.network` value: "none", "all" or a `NetworkPolicy`."""
+
+
 SandboxScope = Literal["rollout", "group", "global"]
 
 
@@ -293,7 +333,10 @@ class SandboxConfig(Config):
     memory_gb: float = Field(2, gt=0)
     disk_size_gb: float = Field(5, gt=0)
     gpu_count: int = Field(0, ge=0)
-    network_access: bool = False
+    network: Network = "none"
+    """What the sandbox's commands may reach besides the rollout's endpoint: "none", "all", or a
+    `NetworkPolicy` (`{allow = [...], block = [...]}`), enforced by an egress proxy outside the sandbox
+    (see docs/sandbox.md, "Network policy"). The older `network_access = true | false` means "all" | "none"."""
     timeout_minutes: float = Field(60, gt=0)
     workdir: str = "/workspace"
     command_timeout: float = Field(300, gt=0)
@@ -311,6 +354,25 @@ class SandboxConfig(Config):
     """The team that owns the sandbox (prime backend only)."""
     advanced_configs: dict[str, Any] | None = None
     """The SDK's `AdvancedConfigs` fields, passed through as given (prime backend only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_network_spelling(cls, data: Any) -> Any:
+        return cls.network_spelled(data)
+
+    @staticmethod
+    def network_spelled(data: Any) -> Any:
+        """A sandbox config's mapping with the older `network_access` bool spelled as `network`.
+
+        Raises:
+            ValueError: both are given and say different things.
+        """
+        return network_from_access(data)
+
+    @property
+    def network_access(self) -> bool:
+        """Whether the sandbox shares the host's whole network (`network == "all"`): the older spelling."""
+        return self.network == "all"
 
     @field_validator("backend")
     @classmethod
@@ -714,6 +776,8 @@ __all__ = [
     "HandlerConfig",
     "HarnessConfig",
     "MCPToolConfig",
+    "Network",
+    "NetworkPolicy",
     "ProgramConfig",
     "SandboxConfig",
     "SandboxScope",

@@ -34,7 +34,15 @@ from v1.config import (
 )
 from v1.errors import ConfigError, Error, RolloutStopped, ToolError
 from v1.interception import get_endpoint, stop_at_timeout, upstream
-from v1.programs import Program, check_row_data, narrow_program, narrow_sandbox, program_sandbox, resolve_program
+from v1.programs import (
+    Program,
+    check_row_data,
+    narrow_child_sandbox,
+    narrow_program,
+    narrow_sandbox,
+    program_sandbox,
+    resolve_program,
+)
 from v1.rollout import (
     Handler,
     Handlers,
@@ -48,7 +56,7 @@ from v1.rollout import (
     score_rollout,
     thaw,
 )
-from v1.sandbox import EndpointTarget, RolloutSandboxes, SandboxScopes
+from v1.sandbox import EndpointTarget, RolloutSandboxes, SandboxScopes, network_tally
 from v1.taskset import Taskset, User, UserLike, resolve_user
 from v1.tools import RolloutToolbox, Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
@@ -347,6 +355,10 @@ class Harness:
             spec = narrow_program(spec, row_program, self.config.task_programs, self.config.task_env)
         config = spec if isinstance(spec, ProgramConfig) else None
         sandbox = narrow_sandbox(program_sandbox(config, self.config.sandbox), row_sandbox)
+        parent = _RUNNING.get()
+        if parent is not None and parent is not state:
+            parent_sandboxes = parent.runtime.borrowed.get("sandbox") or parent.runtime.sandboxes
+            sandbox = narrow_child_sandbox(parent_sandboxes.program if parent_sandboxes is not None else None, sandbox)
         check_row_data(row_program, spec, sandbox)
         program = self.build_program(spec, row_sandbox) if row_program or row_sandbox else self.program
         borrowed = state.runtime.borrowed.get("sandbox")
@@ -420,6 +432,7 @@ class Harness:
             await self._run_program(program, task, state, context)
         session.end_program_phase()
         timing.generation.end = time.time()
+        self._record_network(state)
         await self._run_handlers("update", rollout_arguments(task, state), state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
@@ -528,7 +541,15 @@ class Harness:
             endpoint.close_session(state)
             await self._close_tools(state)
             await self._close_sandboxes(state)
+            self._record_network(state, done=True)
             state.finalize()
+
+    @staticmethod
+    def _record_network(state: State, done: bool = False) -> None:
+        """`state["network"]`: the connections its sandboxed commands made through an egress proxy, if any."""
+        tally = network_tally(state["trajectory_id"], done=done)
+        if tally is not None:
+            state["network"] = tally
 
     async def _close_sandboxes(self, state: State) -> None:
         """Delete the rollout's own sandboxes (and a standalone run's group sandboxes)."""

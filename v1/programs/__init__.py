@@ -10,7 +10,7 @@ from v1.errors import NotSupportedError
 from v1.programs._base_loop import base_loop
 from v1.programs._command import CommandProgram
 from v1.programs._model_call import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
-from v1.programs._narrowing import check_row_data, narrow_program, narrow_sandbox, program_sandbox
+from v1.programs._narrowing import check_row_data, narrow_child_sandbox, narrow_program, narrow_sandbox, program_sandbox
 from v1.programs._python import run_callable
 from v1.programs._sandboxed import SandboxedBaseLoop, SandboxedFunctionProgram
 
@@ -64,6 +64,7 @@ __all__ = [
     "base_loop",
     "call_model",
     "check_row_data",
+    "narrow_child_sandbox",
     "narrow_program",
     "narrow_sandbox",
     "program_sandbox",

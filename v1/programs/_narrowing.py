@@ -15,8 +15,8 @@ A task row is outside data: it may narrow what the harness configured, never wid
   `artifacts` are relative paths in a program's workspace. A `null` data field is absent.
 - `program.sandbox`, `dirs`, `setup` and `bindings` are refused, whatever their value (`false`,
   `{}`, `null` alike).
-- `sandbox` tightens the program's sandbox: limits no larger than the harness's, network only
-  off, its own `labels`; any other field (`workdir` included: where the workspace is bound is
+- `sandbox` tightens the program's sandbox: limits no larger than the harness's, a `network`
+  within the harness's (`narrow_network`; `network_access` only false), its own `labels`; any other field (`workdir` included: where the workspace is bound is
   no narrowing) must equal the harness's, checked before the row's value is parsed. On a program
   with no sandbox, it runs the program in one (the defaults, tightened).
 """
@@ -29,7 +29,7 @@ from pathlib import PurePosixPath
 from typing import Any, Union
 
 from v1._util.sandbox_paths import control_character_problem
-from v1.config import ProgramConfig, SandboxConfig
+from v1.config import NetworkPolicy, ProgramConfig, SandboxConfig
 from v1.errors import ConfigError, TaskError
 
 FORMS = ("base", "fn", "command")
@@ -182,8 +182,13 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
     if not isinstance(row, Mapping):
         raise TaskError(f"task field 'sandbox': expected a mapping of sandbox fields, got {type(row).__name__}")
     current = base if base is not None else SandboxConfig()
+    network_field = "sandbox.network_access" if "network_access" in row else "sandbox.network"
+    try:
+        row = SandboxConfig.network_spelled(dict(row))
+    except ValueError as exc:
+        raise TaskError(f"task field 'sandbox': {exc}") from None
     for key, value in row.items():
-        if key in SandboxConfig.model_fields and key not in (*SANDBOX_FREE, *SANDBOX_LIMITS, "network_access"):
+        if key in SandboxConfig.model_fields and key not in (*SANDBOX_FREE, *SANDBOX_LIMITS, "network"):
             if value != getattr(current, key):
                 raise _refuse(f"sandbox.{key}", f"a row can't change it (the harness's: {getattr(current, key)!r:.80})")
     try:
@@ -197,9 +202,53 @@ def narrow_sandbox(base: SandboxConfig | None, row: Any) -> SandboxConfig | None
         if key in SANDBOX_LIMITS:
             if now > was:
                 raise _refuse(f"sandbox.{key}", f"{now!r} is above the harness's {was!r}; a row may only lower a limit")
-        elif key == "network_access" and now:
-            raise _refuse("sandbox.network_access", "a row can't turn the sandbox's network on")
+        elif key == "network":
+            try:
+                narrowed = narrowed.model_copy(update={"network": narrow_network(was, now)})
+            except ValueError as exc:
+                raise _refuse(network_field, str(exc)) from None
     return narrowed
+
+
+def narrow_network(harness: str | NetworkPolicy, row: str | NetworkPolicy) -> str | NetworkPolicy:
+    """`harness`'s network narrowed by a row's: the row's, when it is within the harness's (the harness's
+    `block` entries kept). `"all"` holds everything, `"none"` nothing but itself.
+
+    Raises:
+        ValueError: the row's reaches a host the harness's doesn't (naming it).
+    """
+    if harness == "all" or row == "none" or (isinstance(row, NetworkPolicy) and not row.allow):
+        return row
+    if harness == "none" or row == "all":
+        raise ValueError(f"{_describe(row)} is wider than the harness's {_describe(harness)}")
+    assert isinstance(harness, NetworkPolicy) and isinstance(row, NetworkPolicy)
+    outside = row.first_not_within(harness)
+    if outside is not None:
+        raise ValueError(f"allow entry {outside!r} is not within the harness's allow list {harness.allow!r:.200}")
+    return NetworkPolicy(allow=row.allow, block=list(dict.fromkeys([*harness.block, *row.block])))
+
+
+def narrow_child_sandbox(parent: SandboxConfig | None, child: SandboxConfig | None) -> SandboxConfig | None:
+    """The sandbox of a rollout run from inside another's program (a child harness): its network within the
+    parent rollout's sandbox's (the parent's `block` entries kept). A parent without a sandbox constrains nothing.
+
+    Raises:
+        TaskError: the child's network reaches a host the parent's doesn't.
+    """
+    if parent is None or child is None:
+        return child
+    try:
+        network = narrow_network(parent.network, child.network)
+    except ValueError as exc:
+        why = str(exc).replace("the harness's", "its parent rollout's")
+        raise TaskError(
+            f"a child harness's sandbox.network: {why}; a rollout run inside another reaches no more than it"
+        ) from None
+    return child.model_copy(update={"network": network})
+
+
+def _describe(network: str | NetworkPolicy) -> str:
+    return repr(network) if isinstance(network, str) else f"allow list {network.allow!r:.200}"
 
 
 def program_sandbox(program: ProgramConfig | None, harness_sandbox: SandboxConfig | None) -> SandboxConfig | None:
@@ -214,4 +263,4 @@ def program_sandbox(program: ProgramConfig | None, harness_sandbox: SandboxConfi
     return harness_sandbox
 
 
-__all__ = ["check_row_data", "narrow_program", "narrow_sandbox", "program_sandbox"]
+__all__ = ["check_row_data", "narrow_child_sandbox", "narrow_network", "narrow_program", "narrow_sandbox", "program_sandbox"]

@@ -18,6 +18,7 @@ from v1.sandbox._backend import (
     get_backend,
     register_backend,
 )
+from v1.sandbox._egress_proxy import network_tally
 from v1.sandbox._host_files import copy_into, read_bytes, read_host_file, write_bytes
 from v1.sandbox._limits import limits_description
 from v1.sandbox._local import INSTALL_HINT, LocalBackend, LocalSandbox, sandbox_root
@@ -53,6 +54,7 @@ __all__ = [
     "limits_description",
     "list_sandboxes",
     "max_sandboxes",
+    "network_tally",
     "read_bytes",
     "read_host_file",
     "reap_sandboxes",

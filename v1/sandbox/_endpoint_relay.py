@@ -66,7 +66,8 @@ def pin_head(head: bytes, rollout: str) -> bytes | None:
     return b"\r\n".join(kept) + b"\r\n\r\n"
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy `reader` to `writer` until either ends; then close `writer`."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -108,7 +109,7 @@ class EndpointRelay:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head, rest = await asyncio.wait_for(_read_head(reader), self.head_timeout)
+            head, rest = await asyncio.wait_for(read_head(reader), self.head_timeout)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             writer.close()
             return
@@ -125,10 +126,10 @@ class EndpointRelay:
             writer.close()
             return
         up_writer.write(pinned + rest)
-        await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+async def read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     """(the first request's head through its blank line, the bytes read after it); at most `MAX_HEAD_BYTES`."""
     seen = b""
     while (end := seen.find(b"\r\n\r\n")) < 0:
@@ -191,5 +192,7 @@ __all__ = [
     "RolloutRelays",
     "busy_answer",
     "pin_head",
+    "pump",
+    "read_head",
     "socket_name",
 ]

@@ -6,9 +6,12 @@ a fresh `bwrap` with: the host's system directories read-only (`/usr`, the
 libraries, a few files of `/etc`, the running Python's prefix), the workspace
 read-write at `workdir`, a private size-limited `/tmp`, new user, PID, IPC, UTS
 and network namespaces, and the sandbox's cgroups or rlimits (see `limits`).
-The only way out is the rollout's endpoint: the launcher listens on the
-sandbox's own loopback at the endpoint's port and relays to a Unix socket that
-the host side relays to the endpoint. A timeout or delete kills the process
+The way out is the rollout's endpoint: the launcher listens on the sandbox's
+own loopback at the endpoint's port and relays to a Unix socket that the host
+side relays to the endpoint. Under a `NetworkPolicy` the launcher also listens
+at `PROXY_PORT` and relays to the host's egress proxy (see `_egress_proxy`),
+which decides each connection against the policy; `network = "all"` shares the
+host's network instead. A timeout or delete kills the process
 tree (process group, PID namespace and cgroup).
 """
 
@@ -30,9 +33,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from v1._util.sandbox_paths import sandbox_path_problem
-from v1.config import SandboxConfig
+from v1.config import NetworkPolicy, SandboxConfig
 from v1.errors import SandboxError
 from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
+from v1.sandbox._egress_proxy import EgressSockets, proxy_env, proxy_port
 from v1.sandbox._endpoint_relay import MAX_CONNECTIONS, RolloutRelays
 from v1.sandbox._host_files import copy_into, copy_out, read_bytes, relative_parts, write_bytes
 from v1.sandbox._limits import SandboxCgroups, cgroup_support, remove_cgroup, sandbox_cgroup_dirs
@@ -215,6 +219,7 @@ class LocalSandbox:
         self.cgroups: SandboxCgroups | None = None
         self.processes: set[asyncio.subprocess.Process] = set()
         self.relays: RolloutRelays | None = None
+        self.egress: EgressSockets | None = None
         self.channels: dict[str, Path] = {}  # inside path -> host path of each rollout's control socket
         self.disk_bytes = int(config.disk_size_gb * 1024**3)
         self.memory_bytes = int(config.memory_gb * 1024**3)
@@ -247,6 +252,8 @@ class LocalSandbox:
             )
         if self.endpoint is not None and not self.config.network_access:
             self.relays = RolloutRelays(self.endpoint, self.run_dir)
+        if isinstance(self.config.network, NetworkPolicy):
+            self.egress = EgressSockets(self.config.network, self.endpoint, self.run_dir)
 
     def _prepare_unprivileged(self, user: tuple[int, int]) -> None:
         """Hand the workspace and run dir to the sandbox user and make a staging path for each bind
@@ -324,13 +331,14 @@ class LocalSandbox:
         network: bool,
         fds: Mapping[str, int],
         endpoint_socket: Path | None = None,
+        egress_socket: Path | None = None,
     ) -> bytes:
         """The `bwrap` options of one command, as the NUL-separated file `bwrap --args FD` reads (see `option_file`).
 
         They never reach argv: the sandbox's pid 1 is `bwrap`, and `/proc/1/cmdline` would show the
         staging paths and the sandbox's id, and `ps` on the host the keys of its environment. `fds` are memory files (see `command_files`): its system-call filter
         (see `seccomp`) and the files of `data_files`. `endpoint_socket` (its rollout's, in the run
-        dir) is bound at `/run/v1/endpoint.sock`.
+        dir) is bound at `/run/v1/endpoint.sock`, `egress_socket` (its rollout's proxy) at `/run/v1/egress.sock`.
         """
         args = ["--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
         args += ["--seccomp", str(fds["seccomp"])]
@@ -357,18 +365,26 @@ class LocalSandbox:
         run = self.staged.get(str(self.run_dir), str(self.run_dir))
         if endpoint_socket is not None:
             args += ["--ro-bind", f"{run}/{endpoint_socket.name}", f"{RUN_DIR}/endpoint.sock"]
+        if egress_socket is not None:
+            args += ["--ro-bind", f"{run}/{egress_socket.name}", f"{RUN_DIR}/egress.sock"]
         for inside in sorted(set(env.values()) & set(self.channels)):  # never a sibling rollout's socket
             args += ["--ro-bind", f"{run}/{self.channels[inside].name}", inside]
         args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
         return option_file(args, env)
 
-    def launcher_spec(self, argv: Sequence[str], network: bool, endpoint_socket: Path | None = None) -> bytes:
-        """What the launcher runs (`argv`), with its rlimits, watch and endpoint relay: JSON at `LAUNCHER_SPEC`."""
+    def launcher_spec(
+        self, argv: Sequence[str], network: bool, endpoint_socket: Path | None = None, egress_socket: Path | None = None
+    ) -> bytes:
+        """What the launcher runs (`argv`), with its rlimits, watch, endpoint relay and egress relay: JSON at `LAUNCHER_SPEC`."""
         spec: dict[str, object] = {"argv": list(argv), "rlimits": self._rlimits()}
         if self.cgroups is None:
             spec["watch"] = {"memory_bytes": self.memory_bytes, "max_processes": DEFAULT_MAX_PROCESSES}
         if endpoint_socket is not None and self.endpoint is not None and not network:
             spec["forward"] = [[self.endpoint.port, f"{RUN_DIR}/endpoint.sock", MAX_CONNECTIONS]]
+        if egress_socket is not None:
+            forward = spec.setdefault("forward", [])
+            assert isinstance(forward, list)
+            forward.append([proxy_port(self.endpoint), f"{RUN_DIR}/egress.sock", MAX_CONNECTIONS])
         return json.dumps(spec).encode()
 
     def bwrap_argv(self, options_fd: int) -> list[str]:
@@ -424,19 +440,30 @@ class LocalSandbox:
     ) -> ExecResult:
         if not command:
             raise SandboxError("exec: empty command")
-        full_env = self.base_env() | dict(self.config.env) | dict(env or {})
-        use_network = self.config.network_access if network is None else network
+        mode = self.config.network if network is None else ("all" if network else "none")
+        egress = self.egress if isinstance(mode, NetworkPolicy) else None
+        through_proxy = proxy_env(proxy_port(self.endpoint), self.endpoint) if egress is not None else {}
+        full_env = self.base_env() | through_proxy | dict(self.config.env) | dict(env or {})
         rollout = self.rollout_of(full_env)
-        endpoint_socket = await self.relays.acquire(rollout) if self.relays is not None and rollout is not None else None
-        try:
+        async with contextlib.AsyncExitStack() as sockets:
+            endpoint_socket = egress_socket = None
+            if self.relays is not None and rollout is not None:
+                endpoint_socket = await self.relays.acquire(rollout)
+                sockets.push_async_callback(self.relays.release, rollout)
+            if egress is not None:
+                egress_socket = await egress.acquire(rollout)
+                sockets.push_async_callback(egress.release, rollout)
             await asyncio.to_thread(self._grant_run_dir)
-            result = await self._run(
-                command, full_env, self.working_directory(cwd), use_network, endpoint_socket, timeout, stdin, on_output
+            return await self._run(
+                command,
+                full_env,
+                self.working_directory(cwd),
+                mode == "all",
+                (endpoint_socket, egress_socket),
+                timeout,
+                stdin,
+                on_output,
             )
-        finally:
-            if endpoint_socket is not None and self.relays is not None and rollout is not None:
-                await self.relays.release(rollout)
-        return result
 
     def working_directory(self, cwd: str | None) -> str:
         """Where a command runs: `cwd` (absolute, or relative to `workdir`), `workdir` when None.
@@ -472,16 +499,17 @@ class LocalSandbox:
         env: Mapping[str, str],
         cwd: str,
         network: bool,
-        endpoint_socket: Path | None,
+        sockets: tuple[Path | None, Path | None],
         timeout: float | None,
         stdin: bytes | None,
         on_output: OutputCallback | None,
     ) -> ExecResult:
+        """`command` in a fresh `bwrap`; `sockets`: its rollout's (endpoint, egress proxy) sockets, each when it has one."""
         before = self.cgroups.counters() if self.cgroups is not None else {}
         disk = DiskWatch(self.workspace, self.disk_bytes)
         with (
-            command_files(self.launcher_spec(command, network, endpoint_socket)) as fds,
-            _memory_file(self.bwrap_options(env, cwd, network, fds, endpoint_socket)) as options_fd,
+            command_files(self.launcher_spec(command, network, *sockets)) as fds,
+            _memory_file(self.bwrap_options(env, cwd, network, fds, *sockets)) as options_fd,
         ):
             argv = self.bwrap_argv(options_fd)
             result = await run_process(
@@ -522,9 +550,10 @@ class LocalSandbox:
         for process in list(self.processes):  # its loop is gone (interpreter exit): reap here, leave no zombie
             kill_group(process.pid)
             await asyncio.to_thread(reap_now, process.pid)
-        if self.relays is not None:
-            with contextlib.suppress(Exception):  # at interpreter exit its loop may be gone
-                await self.relays.close()
+        for sockets in (self.relays, self.egress):
+            if sockets is not None:
+                with contextlib.suppress(Exception):  # at interpreter exit its loop may be gone
+                    await sockets.close()
 
 
 class LocalBackend:

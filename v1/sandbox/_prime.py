@@ -3,7 +3,8 @@
 The seed's fields map onto the SDK's `CreateSandboxRequest`: `image` ->
 `docker_image` (default `python:3.11-slim`), `start_command`, `cpu_cores`,
 `memory_gb`, `disk_size_gb`, `gpu_count`, `timeout_minutes` (rounded up),
-`env` -> `environment_vars`, `labels`, `team_id`, `advanced_configs`. The SDK reads its credentials itself
+`env` -> `environment_vars`, `labels`, `team_id`, `advanced_configs`, and `network` ->
+`network_allowlist` / `network_denylist` (see `egress_fields`). The SDK reads its credentials itself
 (`PRIME_API_KEY`, `PRIME_API_BASE_URL`, `~/.prime`). Commands run through the
 SDK's `execute_command`, which returns when the command ends, so `on_output`
 gets the output in one piece per stream. A remote sandbox cannot reach the
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-from v1.config import SandboxConfig, import_ref
+from v1.config import NetworkPolicy, SandboxConfig, import_ref
 from v1.errors import ConfigError, SandboxError
 from v1.sandbox._backend import EndpointTarget, ExecResult, OutputCallback
 from v1.sandbox._host_files import walk_host_tree
@@ -90,8 +91,45 @@ def rewrite_url(url: str, public_base: str) -> str:
     return urlunsplit((public.scheme, public.netloc, path, original.query, original.fragment))
 
 
-def create_request_fields(config: SandboxConfig, name: str, labels: Sequence[str]) -> dict[str, Any]:
-    """The SDK's `CreateSandboxRequest` fields for a `SandboxConfig`."""
+def egress_fields(network: str | NetworkPolicy, public_url: str | None) -> dict[str, list[str]]:
+    """The SDK's egress lists for a sandbox's `network`, the tunnel's host allowed so the endpoint stays reachable.
+
+    `"all"`: none; `"none"`: an allow list of the tunnel's host; an allow list: the SDK's (plus the tunnel's
+    host); `allow = ["*"]` with blocks: the SDK's block list. The SDK checks the entries it can't take.
+
+    Raises:
+        SandboxError: a policy the SDK's lists can't express (an allow list with blocks: they are exclusive;
+            IPv6 entries).
+    """
+    if network == "all":
+        return {}
+    tunnel = [_tunnel_entry(public_url)] if public_url is not None else []
+    if network == "none":
+        return {"network_allowlist": tunnel}
+    assert isinstance(network, NetworkPolicy)
+    if network.allow == ["*"]:
+        return {"network_denylist": list(network.block)} if network.block else {}
+    if network.block:
+        raise SandboxError(
+            "the prime backend can't enforce an allow list with blocks (its allow and block lists are exclusive); "
+            "leave block empty, or use allow = ['*'] with blocks, or the local backend"
+        )
+    ipv6 = [entry for entry in network.allow if entry.startswith("[") or entry.count(":") > 1]
+    if ipv6:
+        raise SandboxError(f"the prime backend can't enforce IPv6 entries ({ipv6[0]!r}); use IPv4 addresses or names")
+    return {"network_allowlist": list(dict.fromkeys([*network.allow, *tunnel]))}
+
+
+def _tunnel_entry(public_url: str) -> str:
+    split = urlsplit(public_url)
+    host = split.hostname or ""
+    return f"{host}:{split.port}" if split.port is not None else host
+
+
+def create_request_fields(
+    config: SandboxConfig, name: str, labels: Sequence[str], public_url: str | None = None
+) -> dict[str, Any]:
+    """The SDK's `CreateSandboxRequest` fields for a `SandboxConfig` (`public_url`: the endpoint's tunnel, if any)."""
     fields: dict[str, Any] = {
         "name": name,
         "docker_image": config.image or DEFAULT_IMAGE,
@@ -111,7 +149,7 @@ def create_request_fields(config: SandboxConfig, name: str, labels: Sequence[str
         fields["team_id"] = config.team_id
     if config.advanced_configs is not None:
         fields["advanced_configs"] = dict(config.advanced_configs)
-    return fields
+    return fields | egress_fields(config.network, public_url)
 
 
 class PrimeSandbox:
@@ -256,6 +294,7 @@ class PrimeBackend:
 
     async def create(self, config: SandboxConfig, *, endpoint: EndpointTarget | None, labels: Sequence[str]) -> PrimeSandbox:
         from prime_sandboxes import CreateSandboxRequest
+        from pydantic import ValidationError
 
         if config.mounts:
             raise SandboxError(
@@ -264,7 +303,14 @@ class PrimeBackend:
 
         public_url = await self._public_endpoint(endpoint) if endpoint is not None else None
         client = self.client()
-        request = CreateSandboxRequest(**create_request_fields(config, f"v1-{uuid.uuid4().hex[:12]}", ["v1", *labels]))
+        fields = create_request_fields(config, f"v1-{uuid.uuid4().hex[:12]}", ["v1", *labels], public_url)
+        try:
+            request = CreateSandboxRequest(**fields)
+        except ValidationError as exc:
+            why = "; ".join(str(error["msg"]) for error in exc.errors())
+            if "network_" not in why:
+                raise
+            raise SandboxError(f"the prime backend can't take this sandbox's network policy: {why}"[:600]) from None
         created = await client.create(request)
         try:
             await client.wait_for_creation(created.id)
@@ -284,6 +330,7 @@ __all__ = [
     "StaticTunnel",
     "Tunnel",
     "create_request_fields",
+    "egress_fields",
     "rewrite_url",
     "tunnel_from_environment",
 ]
