@@ -168,3 +168,13 @@ async def test_a_policy_the_sdk_cannot_express_is_refused_in_one_line(fake: Fake
         await get_manager().create(vf.SandboxConfig(backend="prime", network=network))
     assert why in str(caught.value) and "\n" not in str(caught.value)
     assert fake.requests == [] and list_sandboxes() == []
+
+
+async def test_packages_on_a_prime_sandbox_without_network_are_refused_before_creating_it(fake: FakePrime) -> None:
+    with pytest.raises(vf.SandboxError) as caught:
+        await get_manager().create(vf.SandboxConfig(backend="prime", packages=["requests"]))
+    assert "network is 'none'" in str(caught.value) and "pypi.org" in str(caught.value) and "\n" not in str(caught.value)
+    assert fake.requests == [] and list_sandboxes() == []
+    allowed = vf.SandboxConfig(backend="prime", packages=["requests"], network={"allow": ["pypi.org", "files.pythonhosted.org"]})
+    fields = create_request_fields(allowed, "v1-abc", ["v1"], "https://t.example/p")
+    assert fields["network_allowlist"] == ["pypi.org", "files.pythonhosted.org", "t.example"]

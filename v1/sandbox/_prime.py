@@ -149,6 +149,12 @@ def create_request_fields(
         fields["team_id"] = config.team_id
     if config.advanced_configs is not None:
         fields["advanced_configs"] = dict(config.advanced_configs)
+    if config.packages and config.network == "none":
+        raise SandboxError(
+            "the prime backend applies a sandbox's network policy to its package install too, and network is 'none': "
+            "allow the package index's hosts (e.g. network = {allow = ['pypi.org', 'files.pythonhosted.org']}) "
+            "or use network = 'all'"
+        )
     return fields | egress_fields(config.network, public_url)
 
 
