@@ -339,6 +339,16 @@ class Harness:
         copied.program = resolve_program(program, self.config.sandbox)
         return copied
 
+    def with_handlers(self, *, setups: Iterable[HandlerLike] = (), cleanups: Iterable[HandlerLike] = ()) -> Harness:
+        """A copy of this harness with more setup and cleanup handlers, everything else shared: an
+        episode's judge restores the policy's files in a setup, and a shared judge runs in the
+        policy's cleanup, in its sandbox before it is deleted."""
+        copied = copy.copy(self)
+        lists = {"setups": list(setups), "cleanups": list(cleanups)}
+        copied._own_handlers = [*self._own_handlers, *owned_handlers(None, None, lists, "harness")]
+        copied._handlers = None
+        return copied
+
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:
         """This rollout's program and its sandbox: the harness's, narrowed by the task's fields (see `v1.programs`)."""
         row_program, row_sandbox = task.get("program"), task.get("sandbox")
