@@ -4,6 +4,7 @@ mock model server over HTTP and real local sandboxes; each role on an endpoint s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.tools.patience import HANG_S
 from v1.env import ResultsWriter
 from v1.sandbox import list_sandboxes
 from v1.testing import MockModelServer, MockRequest, Reply
+from v1.train import samples_from_state
 
 JUDGE_MARK = "You are judging an attempt"
 
@@ -49,7 +51,7 @@ def judge_and_policy(request: MockRequest) -> Reply:
         if request.last_message["role"] != "tool":
             return Reply.tool("bash", {"command": "cat answer.txt; ls"})
         seen = str(request.last_message["content"])
-        correct = 1 if seen.startswith("42\n") else 0
+        correct = 1 if "42\n" in seen else 0
         return Reply.text(f'I read the file. {{"correct": {correct}, "tidy": 0.5}}')
     if request.last_message["role"] != "tool":
         return Reply.tool("bash", {"command": "echo 42 > answer.txt; echo scratch > notes.txt"})
@@ -109,3 +111,180 @@ async def test_a_shared_judge_works_in_the_policys_sandbox_after_the_policy_ende
     assert state["metrics"]["judge/correct"] == 1.0
     assert JUDGE_MARK not in prompts_of(state["roles"]["policy"])
     assert list_sandboxes() == []
+
+
+async def where(sandbox: Any) -> str:
+    """Say which sandbox this is."""
+    await sandbox.write_file("mine.txt", b"x")
+    listing = await sandbox.exec(["ls"], timeout=HANG_S)
+    return f"{sandbox.id} {listing.stdout.split()}"
+
+
+def attempt(request: MockRequest) -> Reply:
+    """Each attempt asks which sandbox it is in, then answers with its seed: only seed 2 is right."""
+    if request.last_message["role"] != "tool":
+        return Reply.tool("where", {})
+    return Reply.text(f"answer-{request.body.get('seed')}")
+
+
+def right_answer(completion: vf.Messages, answer: str) -> float:
+    return 1.0 if completion and completion[-1]["content"] == answer else 0.0
+
+
+async def test_best_of_4_runs_each_attempt_in_its_own_sandbox_with_its_own_seed(mock: MockModelServer) -> None:
+    mock.responder = attempt
+    policy = vf.Harness(sandbox={}, toolsets=[vf.Toolset([where], sandbox="program")], max_turns=3)
+    taskset = vf.Taskset(source=[{"prompt": "answer", "answer": "answer-2"}], rewards=[right_answer])
+    env = vf.Env(taskset, vf.EpisodeHarness({"policy": policy}, vf.BestOfN(n=4)))
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+    state: Any = await env.rollout(env.get_dataset()[0], client, "test-model")
+    assert state["error"] is None, state["error"]
+    attempts = [state["roles"][f"policy/{i}"] for i in range(4)]
+    assert [a["seed"] for a in attempts] == [0, 1, 2, 3]
+    assert [a["reward"] for a in attempts] == [0.0, 0.0, 1.0, 0.0]
+    assert state["metrics"]["pass@4"] == 1.0 and state["metrics"]["best"] == 1.0 and state["reward"] == 1.0
+    assert state["completion"][-1]["content"] == "answer-2"
+    # each attempt in a sandbox of its own: four ids, and each saw only its own file
+    seen = [a["trajectory"][1]["prompt"][-1]["content"] for a in attempts]
+    assert len({text.split()[0] for text in seen}) == 4
+    assert all(text.endswith("['mine.txt']") for text in seen)
+    # each attempt on its own endpoint session, with its own seed upstream
+    assert len({a["trajectory_id"] for a in attempts}) == 4
+    assert sorted(request.body["seed"] for request in mock.requests) == [0, 0, 1, 1, 2, 2, 3, 3]
+    for i, record in enumerate(attempts):
+        assert record["completion"][-1]["content"] == f"answer-{i}" and len(record["trajectory"]) == 2
+    assert list_sandboxes() == []
+
+
+async def test_best_of_n_refuses_a_sandbox_its_attempts_would_share(mock: MockModelServer) -> None:
+    shared = vf.Harness(sandbox={"scope": "group"}, max_turns=1)
+    env = vf.Env(vf.Taskset(source=[{"prompt": "x"}]), vf.EpisodeHarness({"policy": shared}, vf.BestOfN(n=2)))
+    state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+    assert state["error"]["type"] == "ConfigError" and "would share it" in state["error"]["message"]
+    assert mock.requests == []
+
+
+USER_MARK = "You play the user"
+
+
+def dialogue(request: MockRequest) -> Reply:
+    """The user role asks two follow-ups, then ends; the policy answers each user message it got."""
+    first = request.messages[0] if request.messages[0]["role"] != "system" else request.messages[1]
+    if USER_MARK in str(first["content"]):
+        answers = [m for m in request.messages if m["role"] == "user"][1:]
+        return Reply.text(f"follow-up {len(answers)}" if len(answers) < 3 else "thanks [END]")
+    asked = [m for m in request.messages if m["role"] == "user"]
+    return Reply.text(f"policy answer {len(asked)}")
+
+
+async def test_a_user_role_speaks_the_policys_user_turns_and_ends_the_dialogue(mock: MockModelServer) -> None:
+    mock.responder = dialogue
+    taskset = vf.Taskset(source=[{"prompt": "help me"}], rewards=[lambda completion: float(len(completion))])
+    roles = {"policy": vf.Harness(max_turns=10), "user": vf.Harness(max_turns=1)}
+    env = vf.Env(taskset, vf.EpisodeHarness(roles, vf.UserControl(max_turns=5)))
+    state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+    assert state["error"] is None, state["error"]
+    policy, user = state["roles"]["policy"], state["roles"]["user"]
+    assert policy["stop_condition"] == "user_ended"
+    assert [m["content"] for m in policy["completion"]] == [
+        "policy answer 1",
+        "follow-up 1",
+        "policy answer 2",
+        "follow-up 2",
+        "policy answer 3",
+    ]
+    # the user's words are user messages of the policy, never its model output
+    assert [m["role"] for m in policy["completion"]] == ["assistant", "user", "assistant", "user", "assistant"]
+    assert "follow-up" not in completions_of(policy) and "follow-up 2" in prompts_of(policy)
+    assert len(policy["trajectory"]) == 3
+    # the user role: one rollout per turn on sessions of its own, kept together, never trained
+    assert user["runs"] == 3 and len(user["trajectory"]) == 3 and user["trainable"] is False
+    assert "policy answer" not in completions_of(user) and "thanks [END]" in completions_of(user)
+    assert user["trajectory"][0]["prompt"][-1] == {"role": "user", "content": "policy answer 1"}
+    assert state["metrics"]["user_turns"] == 3.0 and state["reward"] == 5.0 == policy["reward"]
+
+
+async def test_training_samples_come_from_the_trainable_roles_only(mock: MockModelServer) -> None:
+    mock.responder = judge_and_policy
+    env = judged_env()
+    client = vf.ClientConfig(client_type="openai_chat_completions_token", api_base_url=mock.url, max_retries=0)
+    [output] = (await env.evaluate(client, "test-model"))["outputs"]
+    assert output["error"] is None, output["error"]
+    policy, judge = output["roles"]["policy"], output["roles"]["judge"]
+    assert all(step["tokens"] for step in policy["trajectory"] + judge["trajectory"])
+    built = samples_from_state(output)
+    policy_ids = [id for step in policy["trajectory"] for id in step["tokens"]["completion_ids"]]
+    judge_ids = [id for step in judge["trajectory"] for id in step["tokens"]["completion_ids"]]
+    trained = [id for sample in built.samples for id, mask in zip(sample.input_ids, sample.loss_mask) if mask]
+    assert trained == policy_ids and trained != judge_ids
+    assert all(sample.advantages[-1] == output["advantage"] for sample in built.samples)
+    # marked trainable, the judge's tokens are trained too
+    output["roles"]["judge"]["trainable"] = True
+    both = [id for sample in samples_from_state(output).samples for id, mask in zip(sample.input_ids, sample.loss_mask) if mask]
+    assert both == policy_ids + judge_ids
+
+
+JUDGED_TOML = """
+[env]
+name = "judged"
+
+[env.taskset]
+source = [{ prompt = "Write the answer to 6*7 into answer.txt", answer = "42" }]
+
+[env.harness]
+loader = "v1:EpisodeHarness"
+control = { kind = "judge", files = ["answer.txt"], criteria = { correct = "answer.txt holds 42", tidy = "no stray files" }, weights = { tidy = 2.0 } }
+
+[env.harness.roles.policy]
+sandbox = {}
+toolsets = [{ tools = ["toolsets.bash:bash"], sandbox = "program" }]
+
+[env.harness.roles.judge]
+sandbox = {}
+toolsets = [{ tools = ["toolsets.bash:bash"], sandbox = "program" }]
+"""
+
+
+async def test_a_toml_episode_declares_its_roles_and_a_built_in_control(mock: MockModelServer, tmp_path: Path) -> None:
+    mock.responder = judge_and_policy
+    path = tmp_path / "judged.toml"
+    path.write_text(JUDGED_TOML)
+    env = vf.load_environment(str(path))
+    assert isinstance(env.harness, vf.EpisodeHarness) and sorted(env.harness.roles) == ["judge", "policy"]
+    state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+    assert state["error"] is None, state["error"]
+    assert state["metrics"]["judge/correct"] == 1.0 and state["reward"] == 2.0
+    assert state["roles"]["judge"]["trainable"] is False and state["roles"]["policy"]["trainable"] is True
+    assert list_sandboxes() == []
+
+
+@pytest.mark.parametrize(
+    ("harness", "control", "message"),
+    [
+        ({}, "policy", "an episode needs roles"),
+        ({"policy": {}}, vf.JudgeControl(criteria={"ok": "fine"}), "needs the role(s) ['judge']"),
+        ({"policy": {}}, "judge", "a built-in with settings"),
+        ({"policy": {}, "": {}}, "policy", "is not a name"),
+        ({"policy": {}}, "no_such_module_xyz:control", "cannot import module"),
+    ],
+)
+def test_bad_episodes_fail_in_one_line(harness: dict[str, Any], control: Any, message: str) -> None:
+    with pytest.raises(vf.ConfigError, match=re.escape(message)):
+        vf.EpisodeHarness(harness, control)
+
+
+@pytest.mark.parametrize(
+    ("control", "message"),
+    [
+        ({"kind": "best_of_n", "n": 0}, "greater than 0"),
+        ({"kind": "best_of_n", "n": 10**9}, "less than or equal to 64"),
+        ({"kind": "judge", "criteria": {}}, "at least 1 item"),
+        ({"kind": "judge", "criteria": {"ok": "x"}, "files": ["../etc/passwd"]}, "plain relative path"),
+        ({"kind": "judge", "criteria": {"ok": "x"}, "files": ["/etc/passwd"]}, "plain relative path"),
+        ({"kind": "user", "max_turns": -1}, "greater than 0"),
+        ({"kind": "vote"}, "kind"),
+    ],
+)
+def test_bad_control_tables_fail_in_one_line(control: dict[str, Any], message: str) -> None:
+    with pytest.raises(vf.ConfigError, match=re.escape(message)):
+        vf.EpisodeHarness(config={"roles": {"policy": {}, "judge": {}, "user": {}}, "control": control})

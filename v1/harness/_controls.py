@@ -31,6 +31,7 @@ ControlLike = Union[ControlProgram, JudgeControl, BestOfN, UserControl, str]
 
 JUDGE = "judge"
 USER = "user"
+BUILT_IN_KINDS = ("judge", "best_of_n", "user")
 
 JUDGE_PROMPT = """You are judging an attempt at a task.
 
@@ -47,8 +48,10 @@ End your reply with one JSON object mapping each criterion's name to its score, 
 
 
 async def run_policy(episode: Episode) -> None:
-    """The default control: the policy attempts the task once; its completion is the episode's."""
-    episode.set_completion(await episode.run(POLICY))
+    """The default control: the policy attempts the task once; its completion and reward are the episode's."""
+    policy = await episode.run(POLICY)
+    episode.set_completion(policy)
+    episode.set_reward(float(policy.get("reward") or 0.0))
 
 
 def required_roles(control: ControlLike) -> tuple[str, ...]:
@@ -72,6 +75,8 @@ def control_program(control: ControlLike) -> ControlProgram:
         return functools.partial(user_dialogue, config=control)
     if control == "policy":
         return run_policy
+    if control in BUILT_IN_KINDS:
+        raise ConfigError(f"control {control!r} is a built-in with settings: write control = {{kind = {control!r}, ...}}")
     if isinstance(control, str):
         return resolve_callable(control, "control")  # type: ignore[no-any-return]
     if callable(control):
@@ -219,7 +224,9 @@ async def best_of_n(episode: Episode, config: BestOfN) -> None:
 
 
 async def user_dialogue(episode: Episode, config: UserControl) -> None:
-    """The policy talks with the `user` role: each of the user's replies is the policy's next user turn."""
+    """The policy talks with the `user` role: each of the user's replies is the policy's next user turn.
+
+    The policy's reward (the taskset's rewards on the dialogue) is the episode's."""
     policy_harness = episode.role(POLICY).harness
     if policy_harness.active_user is not None:
         raise ConfigError("the policy role already has a user simulator; the user role would be a second one")
@@ -227,6 +234,7 @@ async def user_dialogue(episode: Episode, config: UserControl) -> None:
     talking.user = RoleUser(episode, config)
     policy = await episode.run(POLICY, harness=talking)
     episode.set_completion(policy)
+    episode.set_reward(float(policy.get("reward") or 0.0))
     episode.set_metric("user_turns", float(_user_turns(episode)))
 
 

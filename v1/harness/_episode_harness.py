@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from v1.config import EpisodeConfig, HarnessConfig
+from v1.config import EpisodeConfig, HarnessConfig, RoleConfig
 from v1.errors import ConfigError
 from v1.harness._controls import ControlLike, control_program, required_roles
 from v1.harness._episode import Episode, Role, RoleLike, resolve_role
@@ -19,9 +19,10 @@ class EpisodeHarness(Harness):
 
     The episode's own program is the control; every role runs as a child rollout on an endpoint
     session of its own, and is kept under `state["roles"][name]` with its trajectory and usage
-    (see `Episode.run`). The episode's reward is the control's (`Episode.set_reward`, scored as
-    the `episode` reward) plus the taskset's and the harness's rewards on the episode's state,
-    whose completion is the one the control chose (the policy's).
+    (see `Episode.run`). The taskset's handlers (rewards included) apply to the roles that attempt
+    the task (the policy), not to the episode: the episode's reward is its control's
+    (`Episode.set_reward`, scored as the `episode` reward; the default control gives the policy's),
+    plus the episode harness's own rewards; its completion is the one the control chose.
 
     Args:
         roles: `{name: Role | Harness | RoleConfig}`; added to the config's `roles`.
@@ -31,6 +32,7 @@ class EpisodeHarness(Harness):
     """
 
     config_type: ClassVar[type[HarnessConfig]] = EpisodeConfig
+    scores_with_taskset: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -47,7 +49,7 @@ class EpisodeHarness(Harness):
         super().__init__(self.run_control, config=episode_config, **kwargs)
         assert isinstance(self.config, EpisodeConfig)
         given = dict(roles or {})
-        EpisodeConfig(roles=dict.fromkeys(given, {}))  # the names given in Python meet the config's rule
+        EpisodeConfig(roles={name: RoleConfig() for name in given})  # the names given in Python meet the config's rule
         self.roles = {name: resolve_role(name, value) for name, value in {**self.config.roles, **given}.items()}
         if not self.roles:
             raise ConfigError("an episode needs roles: pass roles={'policy': Harness(...)} or set [env.harness.roles.policy]")

@@ -163,6 +163,9 @@ class Harness:
     """
 
     config_type: ClassVar[type[HarnessConfig]] = HarnessConfig
+    scores_with_taskset: ClassVar[bool] = True
+    """Whether the taskset's handlers (rewards, setups, stops, ...) apply to this harness's rollouts; an
+    episode's do not: its roles attempt the task, and the episode's reward is its control's."""
 
     def __init__(
         self,
@@ -262,7 +265,7 @@ class Harness:
     @property
     def handlers(self) -> Handlers:
         if self._handlers is None:
-            taskset_handlers = self.taskset.handlers if self.taskset is not None else []
+            taskset_handlers = self.taskset.handlers if self.taskset is not None and self.scores_with_taskset else []
             toolset_handlers = [handler for toolset in self.all_toolsets for handler in toolset.handlers]
             self._handlers = Handlers.collect(taskset_handlers + self._own_handlers + toolset_handlers)
         return self._handlers
