@@ -288,3 +288,60 @@ def test_bad_episodes_fail_in_one_line(harness: dict[str, Any], control: Any, me
 def test_bad_control_tables_fail_in_one_line(control: dict[str, Any], message: str) -> None:
     with pytest.raises(vf.ConfigError, match=re.escape(message)):
         vf.EpisodeHarness(config={"roles": {"policy": {}, "judge": {}, "user": {}}, "control": control})
+
+
+def verdict_only(request: MockRequest) -> Reply:
+    return Reply.text('{"correct": true}')
+
+
+async def test_a_judge_with_a_client_and_model_of_its_own_calls_them_not_the_policys(mock: MockModelServer) -> None:
+    mock.responder = lambda request: Reply.text("the policy's answer")
+    with MockModelServer(verdict_only) as judge_server:
+        judge = vf.Harness(client=vf.ClientConfig(api_base_url=judge_server.url, max_retries=0), model="judge-model")
+        roles = {"policy": vf.Harness(max_turns=1), "judge": vf.Role(judge, trainable=False, attempts_task=False)}
+        control = vf.JudgeControl(criteria={"correct": "the answer is right"})
+        env = vf.Env(vf.Taskset(source=[{"prompt": "q"}]), vf.EpisodeHarness(roles, control))
+        client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+        state: Any = await env.rollout(env.get_dataset()[0], client, "policy-model")
+        judge_requests = list(judge_server.requests)
+    assert state["error"] is None, state["error"]
+    assert [r.body["model"] for r in mock.requests] == ["policy-model"]
+    assert [r.body["model"] for r in judge_requests] == ["judge-model"]
+    assert JUDGE_MARK in judge_requests[0].last_user_text and "the policy's answer" in judge_requests[0].last_user_text
+    assert state["roles"]["judge"]["model"] == "judge-model" and state["roles"]["policy"]["model"] == "policy-model"
+    assert state["metrics"]["judge/correct"] == 1.0 and state["reward"] == 1.0
+
+
+async def test_a_failed_judge_is_the_episodes_error_not_a_zero_score(mock: MockModelServer) -> None:
+    def failing_judge(request: MockRequest) -> Reply:
+        return Reply.fail(400, "judge refused") if JUDGE_MARK in request.last_user_text else Reply.text("answer")
+
+    mock.responder = failing_judge
+    roles = {"policy": vf.Harness(max_turns=1), "judge": vf.Harness(max_turns=1)}
+    env = vf.Env(vf.Taskset(source=[{"prompt": "q"}]), vf.EpisodeHarness(roles, vf.JudgeControl(criteria={"ok": "fine"})))
+    state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+    assert state["roles"]["judge"]["error"] is not None and state["roles"]["policy"]["error"] is None
+    assert state["error"]["type"] == state["roles"]["judge"]["error"]["type"]
+    assert state["error"]["where"].startswith("role:judge:") and "role 'judge' failed" in state["error"]["message"]
+    assert "judge/ok" not in state["metrics"]
+
+
+async def test_an_unknown_role_in_a_custom_control_fails_the_episode_in_one_line(mock: MockModelServer) -> None:
+    async def control(episode: vf.Episode) -> None:
+        await episode.run("critic")
+
+    env = vf.Env(vf.Taskset(source=[{"prompt": "q"}]), vf.EpisodeHarness({"policy": vf.Harness()}, control))
+    state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+    assert state["error"]["type"] == "ConfigError"
+    assert state["error"]["message"] == "the episode has no role 'critic'; its roles are ['policy']"
+
+
+async def test_best_of_n_seeds_a_policy_with_a_client_of_its_own(mock: MockModelServer) -> None:
+    with MockModelServer(lambda request: Reply.text("a")) as own:
+        policy = vf.Harness(client=vf.ClientConfig(api_base_url=own.url, max_retries=0), model="own", sampling_args={"seed": 99})
+        env = vf.Env(vf.Taskset(source=[{"prompt": "q"}]), vf.EpisodeHarness({"policy": policy}, vf.BestOfN(n=3, seed=5)))
+        state: Any = await env.rollout(env.get_dataset()[0], vf.ClientConfig(api_base_url=mock.url, max_retries=0), "m")
+        seeds = sorted(request.body["seed"] for request in own.requests)
+    assert state["error"] is None, state["error"]
+    assert seeds == [5, 6, 7] and mock.requests == []
+    assert [state["roles"][f"policy/{i}"]["seed"] for i in range(3)] == [5, 6, 7]

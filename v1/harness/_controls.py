@@ -51,7 +51,8 @@ async def run_policy(episode: Episode) -> None:
     """The default control: the policy attempts the task once; its completion and reward are the episode's."""
     policy = await episode.run(POLICY)
     episode.set_completion(policy)
-    episode.set_reward(float(policy.get("reward") or 0.0))
+    if not episode.fail_with(policy, POLICY):
+        episode.set_reward(float(policy.get("reward") or 0.0))
 
 
 def required_roles(control: ControlLike) -> tuple[str, ...]:
@@ -91,6 +92,7 @@ async def judge(episode: Episode, config: JudgeControl) -> None:
     """The policy attempts the task, then the `judge` role scores the attempt against the criteria.
 
     The judge runs on its own endpoint session: its calls are its trajectory, never the policy's.
+    A failed policy or judge rollout is the episode's error (`Episode.fail_with`), not a score of 0.
     """
     judged: dict[str, State] = {}
     if config.mode == "isolated":
@@ -132,6 +134,8 @@ async def judge(episode: Episode, config: JudgeControl) -> None:
         policy = await episode.run(POLICY, harness=policy_harness.with_handlers(cleanups=[judge_in_the_policy_sandbox]))
     verdict_state = judged.get("state")
     episode.set_completion(policy)
+    if episode.fail_with(policy, POLICY) or (verdict_state is not None and episode.fail_with(verdict_state, JUDGE)):
+        return
     scores, problem = _verdict(verdict_state, config)
     for name, score in scores.items():
         episode.set_metric(f"judge/{name}", score)
@@ -163,9 +167,7 @@ def _verdict(state: State | None, config: JudgeControl) -> tuple[dict[str, float
     """Each criterion's score from the judge's last message (0.0 for one it did not score validly)."""
     scores = dict.fromkeys(config.criteria, 0.0)
     if state is None:
-        return scores, "the judge did not run (the policy's rollout failed)"
-    if state.get("error") is not None:
-        return scores, f"the judge's rollout failed: {state['error'].get('message')}"
+        return scores, "the judge did not run"
     found = _last_json_object(last_assistant_text(state.get("completion")) or "")
     if found is None:
         return scores, "the judge's last message holds no JSON object"
@@ -212,6 +214,9 @@ async def best_of_n(episode: Episode, config: BestOfN) -> None:
             "give it scope 'rollout'"
         )
     attempts = await asyncio.gather(*(episode.run(POLICY, key=f"{POLICY}/{i}", seed=config.seed + i) for i in range(config.n)))
+    if all(attempt.get("error") is not None for attempt in attempts):
+        episode.fail_with(attempts[0], f"{POLICY}/0")
+        return
     rewards = [float(attempt.get("reward") or 0.0) for attempt in attempts]
     best = max(range(config.n), key=lambda i: rewards[i])
     episode.set_metric(f"pass@{config.n}", 1.0 if rewards[best] >= config.pass_threshold else 0.0)
@@ -234,7 +239,8 @@ async def user_dialogue(episode: Episode, config: UserControl) -> None:
     talking.user = RoleUser(episode, config)
     policy = await episode.run(POLICY, harness=talking)
     episode.set_completion(policy)
-    episode.set_reward(float(policy.get("reward") or 0.0))
+    if not episode.fail_with(policy, POLICY):
+        episode.set_reward(float(policy.get("reward") or 0.0))
     episode.set_metric("user_turns", float(_user_turns(episode)))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from v1.config import RoleConfig
-from v1.errors import ConfigError
+from v1.errors import ConfigError, ProgramError, error_class
 from v1.harness._harness import Harness
 from v1.interception import upstream
 from v1.rollout import State, Task
@@ -138,6 +138,20 @@ class Episode:
             record["runs"] = int(previous.get("runs", 1)) + 1
         roles[key] = record
         self.state["roles"] = roles
+
+    def fail_with(self, finished: State, role: str) -> bool:
+        """Make a role's failure the episode's, as the same error class (so `Env` retries a retryable
+        one); True when the role failed. A control stops using a failed role's result."""
+        error = finished.get("error")
+        if error is None:
+            return False
+        message = f"role {role!r} failed: {error.get('message')}"
+        try:
+            failure: Exception = (error_class(str(error.get("type"))) or ProgramError)(message)
+        except TypeError:
+            failure = ProgramError(message)
+        self.state.record_error(failure, f"role:{role}:{error.get('where')}")
+        return True
 
     def set_reward(self, value: float) -> None:
         """The episode's reward from its control (added to the taskset's and harness's rewards)."""
