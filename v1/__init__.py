@@ -56,18 +56,23 @@ from v1.clients import (
     OpenAIResponsesClient,
 )
 from v1.config import (
+    BestOfN,
     ClientConfig,
     Config,
     EndpointClientConfig,
     EnvConfig,
+    EpisodeConfig,
     HarnessConfig,
+    JudgeControl,
     MCPToolConfig,
     ProgramConfig,
+    RoleConfig,
     SandboxConfig,
     ScoringConfig,
     TasksetConfig,
     ToolsetConfig,
     UserConfig,
+    UserControl,
     ensure_keys,
 )
 from v1.env import Env, EvalConfig, EvalSummary, ResultsWriter, load_environment, load_example_dataset
@@ -90,7 +95,7 @@ from v1.errors import (
     ToolError,
     UnknownNameError,
 )
-from v1.harness import Harness
+from v1.harness import Episode, EpisodeHarness, Harness, Role
 from v1.rollout import (
     State,
     Task,
@@ -141,6 +146,7 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a sour
 __all__ = [
     "AnthropicMessagesClient",
     "AssistantMessage",
+    "BestOfN",
     "ChatMessage",
     "Client",
     "ClientConfig",
@@ -156,6 +162,9 @@ __all__ = [
     "EnvConfig",
     "EnvGroup",
     "Environment",
+    "Episode",
+    "EpisodeConfig",
+    "EpisodeHarness",
     "Error",
     "EvalConfig",
     "EvalSummary",
@@ -167,6 +176,7 @@ __all__ = [
     "IndividualRewardFunc",
     "Info",
     "InvalidModelResponseError",
+    "JudgeControl",
     "JudgeRubric",
     "MCPTool",
     "MCPToolConfig",
@@ -203,6 +213,8 @@ __all__ = [
     "ResponseTokens",
     "ResultsWriter",
     "RewardFunc",
+    "Role",
+    "RoleConfig",
     "RolloutInput",
     "RolloutOutput",
     "RolloutScore",
@@ -246,6 +258,7 @@ __all__ = [
     "Usage",
     "User",
     "UserConfig",
+    "UserControl",
     "UserMessage",
     "VersionInfo",
     "XMLParser",

@@ -34,10 +34,16 @@ from v1.config._config import (
     read_toml,
     resolve_callable,
 )
+from v1.config._episode import BestOfN, EpisodeConfig, JudgeControl, RoleConfig, UserControl
 from v1.config._tiny_model import TinyModelConfig
 
 __all__ = [
     "ArtifactConfig",
+    "BestOfN",
+    "EpisodeConfig",
+    "JudgeControl",
+    "RoleConfig",
+    "UserControl",
     "ClientConfig",
     "Config",
     "EndpointClientConfig",

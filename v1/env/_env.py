@@ -90,7 +90,7 @@ def _base_url(client: Any) -> str:
 def state_to_output(
     state: State, task: Task, rollout_index: int, attempts: int, state_columns: Iterable[str] = ()
 ) -> RolloutOutput:
-    """The JSON record of one finished rollout: the seed's fields, `attempts`, and any `state_columns`.
+    """The JSON record of one finished rollout: the seed's fields, `attempts`, an episode's `roles`, and any `state_columns`.
 
     `error` stays a dict (`{"type", "message", "where"}`) or None.
     """
@@ -98,6 +98,8 @@ def state_to_output(
     values["rollout_index"] = rollout_index
     values["attempts"] = attempts
     output = RolloutOutput({name: thaw(values.get(name)) for name in OUTPUT_FIELDS})
+    if "roles" in state:  # an episode of roles keeps each role's rollout (its trajectory, usage, trainability)
+        output["roles"] = thaw(state["roles"])
     for column in state_columns:
         output[column] = thaw(state.get(column))
     return output

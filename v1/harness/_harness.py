@@ -171,6 +171,9 @@ class Harness:
     """
 
     config_type: ClassVar[type[HarnessConfig]] = HarnessConfig
+    scores_with_taskset: ClassVar[bool] = True
+    """Whether the taskset's handlers (rewards, setups, stops, ...) apply to this harness's rollouts; an
+    episode's do not: its roles attempt the task, and the episode's reward is its control's."""
 
     def __init__(
         self,
@@ -270,7 +273,7 @@ class Harness:
     @property
     def handlers(self) -> Handlers:
         if self._handlers is None:
-            taskset_handlers = self.taskset.handlers if self.taskset is not None else []
+            taskset_handlers = self.taskset.handlers if self.taskset is not None and self.scores_with_taskset else []
             toolset_handlers = [handler for toolset in self.all_toolsets for handler in toolset.handlers]
             self._handlers = Handlers.collect(taskset_handlers + self._own_handlers + toolset_handlers)
         return self._handlers
@@ -345,6 +348,16 @@ class Harness:
         copied = copy.copy(self)
         copied.config = self.config.model_copy(update={"program": program, "task_programs": {}})
         copied.program = resolve_program(program, self.config.sandbox)
+        return copied
+
+    def with_handlers(self, *, setups: Iterable[HandlerLike] = (), cleanups: Iterable[HandlerLike] = ()) -> Harness:
+        """A copy of this harness with more setup and cleanup handlers, everything else shared: an
+        episode's judge restores the policy's files in a setup, and a shared judge runs in the
+        policy's cleanup, in its sandbox before it is deleted."""
+        copied = copy.copy(self)
+        lists = {"setups": list(setups), "cleanups": list(cleanups)}
+        copied._own_handlers = [*self._own_handlers, *owned_handlers(None, None, lists, "harness")]
+        copied._handlers = None
         return copied
 
     def _resolve_program(self, task: Task, state: State, group_id: str, endpoint: EndpointTarget) -> Program:

@@ -78,10 +78,22 @@ def generation_truncated(state: Mapping[str, Any]) -> bool:
     return bool(state.get("is_truncated")) or any(step.get("is_truncated") for step in state.get("trajectory") or [])
 
 
+def trainable_rollouts(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The rollouts of `state` a trainer learns from: the state itself, or for an episode of roles
+    (`state["roles"]`) each trainable role's rollout (the policy's by default; a judge's or a user's
+    never), with the episode's reward and advantage."""
+    roles = state.get("roles")
+    if not isinstance(roles, Mapping):
+        return [state]
+    episode = {"reward": state.get("reward"), "advantage": state.get("advantage")}
+    return [{**record, **episode} for record in roles.values() if isinstance(record, Mapping) and record.get("trainable")]
+
+
 def samples_from_state(
     state: Mapping[str, Any], max_seq_len: int | None = None, advantage_scale: float = 1.0, mask_truncated: bool = False
 ) -> StateSamples:
-    """The samples of one finished rollout (a `State` or its `RolloutOutput`).
+    """The samples of one finished rollout (a `State` or its `RolloutOutput`); of an episode of roles,
+    those of its trainable roles only (`trainable_rollouts`).
 
     Each trajectory step's advantage is its own when set, else the rollout's.
 
@@ -93,6 +105,17 @@ def samples_from_state(
         mask_truncated: a rollout whose generation was cut (`generation_truncated`), or that `max_seq_len`
             cuts, gives no sample (``loss.mask_truncated_completions``), counted as ``masked_truncated``.
     """
+    total = StateSamples()
+    for rollout in trainable_rollouts(state):
+        one = _samples_of_rollout(rollout, max_seq_len, advantage_scale, mask_truncated)
+        total.samples.extend(one.samples)
+        total.counts.add(one.counts)
+    return total
+
+
+def _samples_of_rollout(
+    state: Mapping[str, Any], max_seq_len: int | None, advantage_scale: float, mask_truncated: bool
+) -> StateSamples:
     result = StateSamples()
     if mask_truncated and generation_truncated(state):
         result.counts.masked_truncated = 1
@@ -226,4 +249,5 @@ __all__ = [
     "micro_batches",
     "samples_from_state",
     "samples_from_states",
+    "trainable_rollouts",
 ]

@@ -536,9 +536,22 @@ async function viewRollout(params, token) {
     parts.push(el("h2", {}, "Artifacts"), el("div", { id: "artifacts" }, Object.entries(o.artifacts).map(([name, value]) =>
       el("details", { open: true }, el("summary", {}, name), el("pre", {}, typeof value === "string" ? value : JSON.stringify(value, null, 2))))));
   }
+  if (o.roles && typeof o.roles === "object" && Object.keys(o.roles).length) parts.push(el("h2", {}, "Roles"), el("div", { id: "roles" }, Object.entries(o.roles).map(([key, r]) => roleNode(key, r || {}))));
   if (o.info && typeof o.info === "object" && Object.keys(o.info).length) parts.push(el("details", {}, el("summary", {}, "task info"), el("pre", {}, JSON.stringify(o.info, null, 2))));
   parts.push(el("details", {}, el("summary", {}, "the whole saved line (JSON)"), el("pre", {}, JSON.stringify(o, null, 2))));
   replace(app, ...parts);
+}
+
+// One role of an episode (docs/agents-in-an-episode.md): its own conversation, trajectory length and trainability.
+function roleNode(key, r) {
+  const steps = Array.isArray(r.trajectory) ? r.trajectory.length : 0;
+  const conversation = el("div", { class: "role-conversation" });
+  const toolNames = {};
+  for (const msg of Array.isArray(r.prompt) ? r.prompt : []) conversation.appendChild(messageNode(msg, toolNames));
+  for (const msg of Array.isArray(r.completion) ? r.completion : []) conversation.appendChild(messageNode(msg, toolNames));
+  const facts = [`${steps} model call${steps === 1 ? "" : "s"}`, r.trainable ? "trained" : "not trained", `reward ${fmt(r.reward)}`, `stop ${r.stop_condition ?? "–"}`];
+  if (r.error) facts.push(`error ${typeof r.error === "object" ? r.error.type : "error"}`);
+  return el("details", { class: "role", "data-role": key }, el("summary", {}, el("strong", {}, key), el("span", { class: "muted" }, "  " + facts.join(" · "))), conversation);
 }
 
 // ---------- compare ----------
