@@ -2,7 +2,7 @@
 
 The table is the list; this test walks it: every source the design names (task rows, run folders,
 checkpoints, dependency strings, tool-call arguments, MCP and HTTP bodies, result files, env vars
-from rows) has a row, every row names test modules in `tests/outside_data/` that exist, and every
+from rows, upstream answers) has a row, every row names test modules in `tests/outside_data/` that exist, and every
 module there is named by some row.
 """
 
@@ -23,6 +23,7 @@ SOURCES = (
     "tool-call arguments",
     "MCP and HTTP bodies",
     "result files",
+    "upstream answers",
 )
 TEST_PATH = re.compile(r"`(tests/outside_data/test_\w+\.py)`")
 

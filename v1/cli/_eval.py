@@ -43,6 +43,7 @@ from rich.console import Console
 import v1
 from v1._util import loop_scope as loop_scope
 from v1._util.logs import LEVEL_VARIABLE, setup_logging
+from v1._util.terminal import printable
 from v1.cli._eval_view import LiveView, summary_table
 from v1.cli._preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli._standalone import run_command
@@ -840,7 +841,7 @@ def run(args: argparse.Namespace) -> int:
     error_console = Console(stderr=True)
 
     def say(line: str) -> None:
-        error_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        error_console.print(printable(line), markup=False, highlight=False, soft_wrap=True)
 
     _show_warnings()
     try:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from v1._util.terminal import printable
 from v1.env import EvalSummary, RolloutKey
 from v1.types import GenerateMetadata, RolloutOutput
 
@@ -72,8 +73,10 @@ class LiveView:
         message = " ".join(str(error.get("message", "")).split())[:ERROR_LINE_CHARS]
         then = "; retrying its group" if retried else ""
         self.progress.console.print(
-            f"v1 eval: example {example_id}: {error.get('type')} ({error.get('where')}): {message}{then} "
-            "(further errors of this type are counted, not printed)",
+            printable(
+                f"v1 eval: example {example_id}: {error.get('type')} ({error.get('where')}): {message}{then} "
+                "(further errors of this type are counted, not printed)"
+            ),
             markup=False,
             highlight=False,
             soft_wrap=True,

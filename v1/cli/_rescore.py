@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from v1._util import loop_scope as loop_scope
+from v1._util.terminal import printable
 from v1.cli._eval import load_env, parse_overrides
 from v1.env import Env, ResultsWriter, SavedRun, create_run_folder, environment_config_file, rescore_run
 from v1.errors import ConfigError, Error
@@ -97,7 +98,7 @@ def _spread_lines(spreads: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
 
     if not logging.getLogger().handlers and not logging.getLogger("v1").handlers:
         handler = logging.StreamHandler()

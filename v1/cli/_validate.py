@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from v1._util import loop_scope as loop_scope
+from v1._util.terminal import printable
 from v1.cli._eval import load_env, parse_overrides
 from v1.env import (
     METADATA_FILE,
@@ -129,7 +130,7 @@ def _show_warnings() -> None:
 
 def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
 
     _show_warnings()
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
+from v1.clients._answer_limits import bounded_http_client
 from v1.clients._base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients._credentials import resolve_api_key
 from v1.clients._http import anthropic_async_client_class, http_library, sdk_timeout
@@ -222,12 +223,7 @@ class AnthropicMessagesClient(Client[Any, list[NativeMessage], NativeResponse, d
             max_retries=0,
             timeout=sdk_timeout(config),
             default_headers=config.extra_headers or None,
-            http_client=anthropic_async_client_class()(
-                timeout=http_library().Timeout(config.timeout, connect=config.connect_wait),
-                limits=http_library().Limits(
-                    max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections
-                ),
-            ),
+            http_client=bounded_http_client(anthropic_async_client_class(), config),
         )
 
     def to_native_prompt(self, messages: Messages) -> tuple[list[NativeMessage], dict[str, Any]]:

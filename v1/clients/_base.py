@@ -217,7 +217,10 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
 
         A failure is repeated while retries are left and `retryable(error)`; the wait honours the
         upstream's `Retry-After` (capped at `RETRY_AFTER_MAX`), else backs off exponentially with jitter.
+        A v1 error that an SDK wrapped (an answer past its limits, raised beneath the SDK) is that error.
         """
+        if not isinstance(error, Error) and isinstance(error.__cause__, Error):
+            error = error.__cause__
         if attempt >= self.max_retries or not self.retryable(error):
             if isinstance(error, Error):
                 raise error

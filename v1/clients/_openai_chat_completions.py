@@ -8,9 +8,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from v1.clients._answer_limits import bounded_http_client
 from v1.clients._base import Client, StreamReader, describe_error, request_refused, split_create_args
 from v1.clients._credentials import resolve_api_key
-from v1.clients._http import async_http_client, http_library, is_async_openai, sdk_timeout
+from v1.clients._http import async_client_class, http_library, is_async_openai, sdk_timeout
 from v1.clients._openai_wire import OpenAIWire, sdk_headers
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
@@ -259,12 +260,7 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
             max_retries=0,  # v1 retries, so a retry is one decision in one place
             timeout=sdk_timeout(config),  # per request; without it the SDK's 600 s default overrides the pool's
             default_headers=config.extra_headers or None,
-            http_client=async_http_client(
-                timeout=config.timeout,
-                connect_timeout=config.connect_wait,
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_keepalive_connections,
-            ),
+            http_client=bounded_http_client(async_client_class(), config),
         )
         self.wire = OpenAIWire(
             str(client.base_url),

@@ -22,17 +22,17 @@ aiohttp and openai are imported on first use: `import v1` stays light.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from v1._util import bounded_json as _bounded_json
+from v1.clients._answer_limits import AnswerLimits
 from v1.clients._http import http_library
 from v1.clients._in_process import InProcessTransport, post_request
-from v1.errors import InvalidModelResponseError, ModelError
+from v1.errors import InvalidModelResponseError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -148,7 +148,7 @@ class OpenAIWire:
         url = self.url(path)
         limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
         try:
-            answer = await self._send(url, body, headers)
+            answer = await limits.within(self._send(url, body, headers))
             try:
                 content = b"".join([chunk async for chunk in limits.bounded(answer.stream)])
             finally:
@@ -167,7 +167,7 @@ class OpenAIWire:
         url = self.url(path)
         limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
         try:
-            answer = await self._send(url, body, headers)
+            answer = await limits.within(self._send(url, body, headers))
             if not 200 <= answer.status_code < 300:
                 try:
                     content = b"".join([chunk async for chunk in limits.bounded(answer.stream)])
@@ -245,42 +245,6 @@ def _body_class() -> type[Any]:
                 self._answer.close()
 
     return AiohttpBody
-
-
-class AnswerLimits:
-    """How much of one upstream answer may arrive, and by when: `max_bytes` in all, within `seconds` of the request.
-
-    An answer is outside data: a server that sends gigabytes, or drips a byte a minute forever
-    (each wait shorter than the read timeout), would hold the rollout and its memory. Past either
-    limit the call fails with one `ModelError` (not retried: the same server would do it again).
-    """
-
-    def __init__(self, url: str, max_bytes: int, seconds: float) -> None:
-        self.url = url
-        self.max_bytes = max_bytes
-        self.seconds = seconds
-        self.deadline = asyncio.get_running_loop().time() + seconds
-
-    async def bounded(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-        """`chunks` as they arrive, until the answer passes a limit (then `ModelError`)."""
-        received = 0
-        iterator = aiter(chunks)
-        while True:
-            try:
-                async with asyncio.timeout_at(self.deadline):  # around the wait only: never across a yield
-                    chunk = await anext(iterator)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise ModelError(
-                    f"the answer of {self.url} took longer than {self.seconds:g} s in all (ClientConfig.response_timeout)"
-                ) from None
-            received += len(chunk)
-            if received > self.max_bytes:
-                raise ModelError(
-                    f"the answer of {self.url} is larger than {self.max_bytes} bytes (ClientConfig.max_response_bytes)"
-                )
-            yield chunk
 
 
 class SSEStream:

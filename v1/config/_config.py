@@ -534,7 +534,7 @@ class ClientConfig(Config):
     max_response_bytes: int = Field(64 * 2**20, ge=1)
     """The most bytes one upstream answer may hold, whole or streamed (an answer is outside data)."""
     response_timeout: float = Field(3600.0, gt=0, allow_inf_nan=False)
-    """The longest one upstream answer may take, first byte to last (`timeout` bounds each wait for bytes)."""
+    """The longest one upstream answer may take, from the request to its last byte (`timeout` bounds each wait for bytes)."""
     extra_headers: dict[str, str] = {}
     extra_headers_from_state: dict[str, str] = {}
 

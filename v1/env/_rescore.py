@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import io
 import json
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from v1._util import bounded_json as _bounded_json
+from v1._util.run_files import NotARegularFileError, read_regular, read_regular_text
 from v1.env._env import Env
 from v1.env._results import METADATA_FILE, RESULTS_FILE, EvalSummary, ResultsWriter
 from v1.errors import ConfigError, Error
@@ -56,17 +59,21 @@ class SavedRun:
         """
         path = Path(path)
         results, metadata_path = path / RESULTS_FILE, path / METADATA_FILE
-        if not path.is_dir() or not results.is_file() or not metadata_path.is_file():
+        if not path.is_dir() or not os.path.lexists(results) or not os.path.lexists(metadata_path):
             raise ConfigError(f"{path}: not a run folder (it needs {RESULTS_FILE} and {METADATA_FILE}, as v1 eval writes them)")
         try:
-            metadata = _bounded_json.loads(metadata_path.read_text(encoding="utf-8"), str(metadata_path))
-        except ValueError as exc:
+            metadata = _bounded_json.loads(read_regular_text(metadata_path), str(metadata_path))
+        except (ValueError, NotARegularFileError) as exc:
             raise ConfigError(f"{path}: not a run folder: {exc}") from None
         if not isinstance(metadata, dict):
             raise ConfigError(f"{metadata_path}: expected a JSON object, got {type(metadata).__name__}")
+        try:
+            raw = read_regular(results)
+        except NotARegularFileError as exc:
+            raise ConfigError(f"{path}: not a run folder: {exc}") from None
         run = cls(path, metadata, [])
         seen: set[tuple[str, int]] = set()
-        with results.open(encoding="utf-8", errors="replace") as lines:
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as lines:
             for number, line in enumerate(lines, 1):
                 run._add(number, line, seen)
         return run

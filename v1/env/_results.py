@@ -18,6 +18,7 @@ temporary file and `os.replace`, so a kill never leaves it half-written).
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import logging
@@ -31,6 +32,7 @@ from typing import Any, TextIO
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.exact_sum import ExactSum, finite_number
+from v1._util.run_files import NotARegularFileError, append_regular, create_new, read_regular, read_regular_text
 from v1.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -296,7 +298,7 @@ class ResultsWriter:
             ConfigError: the folder or its `metadata.json` is missing or unreadable.
         """
         writer = cls(path, redo=redo)
-        if not writer.metadata_path.is_file():
+        if not os.path.lexists(writer.metadata_path):
             raise ConfigError(f"--resume {path}: no {METADATA_FILE} there; pass the folder of an earlier run")
         saved = writer.read_metadata()
         writer.extra_metadata = {field: saved[field] for field in extra_fields if field in saved}
@@ -304,10 +306,10 @@ class ResultsWriter:
 
     def read_metadata(self) -> dict[str, Any]:
         try:
-            saved = _bounded_json.loads(self.metadata_path.read_text(encoding="utf-8"), str(self.metadata_path))
+            saved = _bounded_json.loads(read_regular_text(self.metadata_path), str(self.metadata_path))
         except FileNotFoundError:
             return {}
-        except ValueError as exc:
+        except (ValueError, NotARegularFileError) as exc:
             raise ConfigError(str(exc)) from None
         if not isinstance(saved, dict):
             raise ConfigError(f"{self.metadata_path}: expected a JSON object, got {type(saved).__name__}")
@@ -345,7 +347,7 @@ class ResultsWriter:
         self, unit_of: Callable[[RolloutKey], Any], expected: Callable[[Any], set[RolloutKey]], summary: EvalSummary
     ) -> set[Any]:
         self.path.mkdir(parents=True, exist_ok=True)
-        if not self.results_path.exists():
+        if not os.path.lexists(self.results_path):
             return set()
         saved: dict[Any, set[RolloutKey]] = {}
         to_redo: set[Any] = set()
@@ -362,7 +364,7 @@ class ResultsWriter:
         done = {unit for unit, keys in saved.items() if keys == expected(unit) and unit not in to_redo}
         kept: set[RolloutKey] = set()
         temporary = self.results_path.with_suffix(".jsonl.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
+        with create_new(temporary) as out:
             for output in self._read_lines():
                 key = _key(output)
                 if key is None or key in kept or unit_of(key) not in done:
@@ -386,7 +388,11 @@ class ResultsWriter:
     def _read_lines(self, report: bool = False) -> Iterable[dict[str, Any]]:
         """The saved outputs the aggregates can take (`output_problem`); with `report`, each other line is
         logged once, naming the file, the line and what is wrong with it."""
-        with self.results_path.open(encoding="utf-8", errors="replace") as lines:
+        try:
+            raw = read_regular(self.results_path)
+        except NotARegularFileError as exc:
+            raise ConfigError(str(exc)) from None
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as lines:
             for number, line in enumerate(lines, 1):
                 if not line.endswith("\n"):
                     continue  # half-written by a killed run
@@ -413,7 +419,7 @@ class ResultsWriter:
     def _append(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         if self._file is None:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._file = self.results_path.open("a", encoding="utf-8")
+            self._file = append_regular(self.results_path)
         self._file.write("".join(json.dumps(output) + "\n" for output in outputs))
         self._file.flush()
 
@@ -424,7 +430,7 @@ class ResultsWriter:
     def write_metadata_now(self, metadata: Mapping[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         temporary = self.metadata_path.with_suffix(".json.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
+        with create_new(temporary) as out:
             json.dump({**metadata, **self.extra_metadata}, out, indent=2)
             out.write("\n")
             out.flush()

@@ -4,11 +4,13 @@ It asks the kernel for SIGTERM when its parent (v1) dies (`PR_SET_PDEATHSIG`) an
 orphaned descendant (`PR_SET_CHILD_SUBREAPER`), runs the command, and when the command exits
 or v1 dies, kills every process left under it, one that called `setsid` too. It exits with the command's status (128+N when signal N killed it).
 
-Where the kernel allows it (as root), the command runs in a PID namespace of its own under a small
-init: the reaper's pid means nothing there, so the command cannot signal it away and outlive it
-(it could when they shared a namespace), the init takes no signal from inside, and when the init
-ends, with the command or killed from outside, the kernel kills every process left in the namespace.
-Elsewhere the command at least dies with the reaper (its own `PR_SET_PDEATHSIG`).
+The command runs in a PID namespace of its own under a small init: the reaper's pid means nothing
+there, so the command cannot signal it away and outlive it (it could when they shared a namespace),
+the init takes no signal from inside, and when the init ends, with the command or killed from
+outside, the kernel kills every process left in the namespace. As root the namespace is made
+directly; otherwise inside a user namespace that maps only the user's own uid and gid to
+themselves (files keep their owner; setuid programs such as `sudo` don't work there). Where the
+kernel allows neither, the command at least dies with the reaper (its own `PR_SET_PDEATHSIG`).
 
 Usage: `_host_reaper.py PARENT_PID -- ARGV...`
 """
@@ -21,6 +23,7 @@ import sys
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 EXIT_NOT_RUN = 127
 
 
@@ -99,6 +102,27 @@ def _namespace_init(libc: ctypes.CDLL, argv: list[str]) -> int:
     return _wait_for(command)
 
 
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
+
+
+def _own_pid_namespace(libc: ctypes.CDLL) -> bool:
+    """Whether the next child starts a PID namespace: made directly (root), else inside a user namespace of our own."""
+    if libc.unshare(CLONE_NEWPID) == 0:
+        return True
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+        return False
+    try:
+        _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+        _write("/proc/self/setgroups", "deny\n")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    except OSError:
+        pass  # unmapped ids show as the overflow ids; the host still checks access as the real ones
+    return True
+
+
 def main() -> int:
     parent, argv = int(sys.argv[1]), sys.argv[3:]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -107,7 +131,7 @@ def main() -> int:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # v1 died before the request took effect
         return 128 + signal.SIGKILL
-    own_namespace = libc.unshare(CLONE_NEWPID) == 0
+    own_namespace = _own_pid_namespace(libc)
     child = os.fork()
     if child == 0:
         if own_namespace:
