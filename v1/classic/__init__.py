@@ -19,7 +19,17 @@ from v1.classic._sandbox_env import PythonEnv, SandboxEnv
 from v1.classic._sandbox_mixin import SandboxMixin
 from v1.classic._swe_debug_env import SandboxTaskSet, SWEDebugEnv
 from v1.classic._tool_env import StatefulToolEnv, ToolEnv
-from v1.classic._types import GroupRewardFunc, IndividualRewardFunc, RewardFunc, RolloutInput, RolloutScore, RolloutScores
+from v1.classic._types import (
+    GenerateInputs,
+    GroupRewardFunc,
+    IndividualRewardFunc,
+    Message,
+    ProcessedOutputs,
+    RewardFunc,
+    RolloutInput,
+    RolloutScore,
+    RolloutScores,
+)
 from v1.classic._verifiers_alias import install_verifiers_alias
 
 if TYPE_CHECKING:
@@ -37,16 +47,19 @@ __all__ = [
     "ClassicTaskset",
     "EnvGroup",
     "Environment",
+    "GenerateInputs",
     "GroupRewardFunc",
     "HandlerRubric",
     "IndividualRewardFunc",
     "JudgeRubric",
     "MathRubric",
     "MaybeThinkParser",
+    "Message",
     "MultiTurnEnv",
     "OpenEnvEnv",
     "Parser",
     "PrimeCLIPlugin",
+    "ProcessedOutputs",
     "PythonEnv",
     "ReasoningGymEnv",
     "RewardFunc",

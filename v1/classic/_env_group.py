@@ -175,11 +175,15 @@ class EnvGroup(Environment):
 
     async def rollout(
         self,
-        input: Mapping[str, Any] | Task,
+        input: Mapping[str, Any] | Task | None = None,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
+        **older: Any,
+    ) -> Any:
+        """The rollout on the environment the row names (the older `prompt=` form too: `Env.rollout`)."""
+        if older or input is None:
+            return await super().rollout(input, client, model, sampling_args, **older)
         return await self.env_for(input).rollout(input, client, model, sampling_args)
 
     async def get_model_response(

@@ -157,12 +157,18 @@ class Environment(Env, metaclass=ABCMeta):
 
     async def rollout(
         self,
-        input: Mapping[str, Any] | Task,
+        input: Mapping[str, Any] | Task | None = None,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
-        """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses)."""
+        **older: Any,
+    ) -> Any:
+        """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses).
+
+        The older `rollout(client=, model=, prompt=, answer=, ...)` form returns `(completion, state)` (`Env.rollout`).
+        """
+        if older or input is None:
+            return await super().rollout(input, client, model, sampling_args, **older)
         if _IN_OWN_ROLLOUT.get():
             raise NotImplementedError(f"{type(self).__name__}.rollout calls the base rollout, which would run it again")
         return classic_view(await super().rollout(input, client, model, sampling_args))  # type: ignore[return-value]

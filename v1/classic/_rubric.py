@@ -423,16 +423,58 @@ class MathRubric(Rubric):
 class ToolRubric(Rubric):
     """Tool-use metrics (weight 0): `total_tool_calls` and `<tool>_calls` for each tool.
 
+    Seed 004's `ToolRubric(tools, weights=[answer, execution, format])` adds three rewards with
+    those weights first: `correct_answer` (the parsed answer equals `answer`), `tool_execution`
+    (the share of the completion's tool calls that name one of `tools`; 0 without any call) and
+    the parser's format reward.
+
     Args:
         tools: the tools whose calls are counted (functions; their names are used).
+        weights: seed 004's three reward weights; None for the metrics only.
+        **kwargs: `Rubric`'s other arguments (`parser`, class objects).
+
+    Raises:
+        ConfigError: `weights` that are not three numbers.
     """
 
-    def __init__(self, tools: Sequence[Callable[..., Any]] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, tools: Sequence[Callable[..., Any]] | None = None, weights: Sequence[float] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.tool_names = [getattr(tool, "__name__", str(tool)) for tool in tools or []]
+        if weights is not None:
+            if isinstance(weights, (str, bytes)) or len(list(weights)) != 3:
+                raise ConfigError(
+                    f"ToolRubric: weights are [correct_answer, tool_execution, format], three numbers; got {weights!r}"
+                )
+            answer_weight, execution_weight, format_weight = weights
+            self.add_reward_func(correct_answer, answer_weight)
+            self.add_reward_func(_tool_execution(self.tool_names), execution_weight)
+            self.add_reward_func(self.parser.get_format_reward_func(), format_weight)
         self.add_metric(_call_counter("total_tool_calls", None))
         for name in self.tool_names:
             self.add_metric(_call_counter(f"{name}_calls", name))
+
+
+def correct_answer(completion: Any, answer: Any, parser: Parser) -> float:
+    """1.0 when the parser's answer equals the row's `answer` (surrounding whitespace aside)."""
+    parsed = parser.parse_answer(completion)
+    return float(parsed is not None and str(parsed).strip() == str(answer or "").strip())
+
+
+def _tool_execution(tool_names: list[str]) -> Callable[..., float]:
+    known = set(tool_names)
+
+    def tool_execution(completion: Any) -> float:
+        names = [
+            call["function"]["name"]
+            for message in (completion if isinstance(completion, list) else [])
+            if message.get("role") == "assistant"
+            for call in message.get("tool_calls") or []
+        ]
+        return sum(1 for name in names if name in known) / len(names) if names else 0.0
+
+    return tool_execution
 
 
 def _call_counter(metric_name: str, tool_name: str | None) -> Callable[..., float]:

@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from v1._util import loop_scope as loop_scope
 from v1._util.calling import resize_pool
@@ -33,7 +33,7 @@ from v1.interception import upstream
 from v1.programs import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.rollout import Handler, State, Task, thaw
 from v1.taskset import RowSource, Taskset, rows_to_dataset
-from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs
+from v1.types import GenerateMetadata, GenerateOutputs, Info, Messages, Response, RolloutOutput, SamplingArgs
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -447,14 +447,55 @@ class Env:
         state.runtime.model = self._model(model)
         return state
 
+    @overload
     async def rollout(
         self,
         input: Mapping[str, Any] | Task,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
-        """Run one rollout of `input` and score it alone (no group scoring, advantage left unset)."""
+    ) -> State: ...
+
+    @overload
+    async def rollout(
+        self,
+        input: None = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        *,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        example_id: Any = 0,
+    ) -> tuple[Messages, State]: ...
+
+    async def rollout(
+        self,
+        input: Mapping[str, Any] | Task | None = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **older: Any,
+    ) -> Any:
+        """Run one rollout of `input` and score it alone (no group scoring, advantage left unset).
+
+        The older keyword form `rollout(client=..., model=..., prompt=..., answer=..., task=..., info=...)`
+        (seed 003's trainer cookbook, seed 004) runs the same rollout of that row and returns
+        `(completion, state)`; which form a call is is decided by the keywords present.
+
+        Raises:
+            ConfigError: both `input` and the older form's `prompt=`.
+            TypeError: no input at all, or a keyword neither form has.
+        """
+        if older:
+            state = await self.rollout(_older_rollout_input(input, older), client, model, sampling_args)
+            return state.get("completion"), state
+        if input is None:
+            raise TypeError(
+                "rollout() needs an input row: rollout(input, client, model) or rollout(prompt=..., client=..., model=...)"
+            )
         state = await self.init_state(input, client, model, sampling_args)
         return await self.harness.run(state.task, state)
 
@@ -688,15 +729,17 @@ class Env:
         self,
         client: Any = None,
         model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
         num_examples: int = -1,
         rollouts_per_example: int = 1,
         max_concurrent: int = -1,
-        sampling_args: SamplingArgs | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
         """`generate` over the first `num_examples` evaluation rows (see `eval_inputs`); kwargs go to `generate`.
 
-        A stream's rows are drawn as the run takes them; an infinite one needs `num_examples`.
+        The positional order is the reference's and seed 004's (`client, model, sampling_args,
+        num_examples, rollouts_per_example`). A stream's rows are drawn as the run takes them; an
+        infinite one needs `num_examples`.
         """
         return await self.generate(
             self.eval_inputs(num_examples),
@@ -763,6 +806,30 @@ class Env:
                 + "advantages are 0 unless an @advantage function says otherwise"
             )
         return plan
+
+
+OLDER_ROLLOUT_FIELDS = ("prompt", "answer", "task", "info", "example_id")
+"""The keywords of the older `rollout(client=, model=, prompt=, answer=, task=, info=)` form (seeds 003 and 004)."""
+
+
+def _older_rollout_input(input: Any, older: Mapping[str, Any]) -> dict[str, Any]:
+    """The input row of an older-form `rollout(prompt=..., answer=..., ...)` call.
+
+    Raises:
+        ConfigError: an `input` too (the two forms mixed in one call).
+        TypeError: a keyword neither form has, or no `prompt`.
+    """
+    unknown = sorted(set(older) - set(OLDER_ROLLOUT_FIELDS))
+    if unknown:
+        raise TypeError(f"rollout() got an unexpected keyword argument {unknown[0]!r}")
+    if input is not None:
+        raise ConfigError("rollout: pass input (rollout(input, client, model)) or prompt=... (the older form), not both")
+    if "prompt" not in older:
+        raise TypeError(f"rollout(): the older form needs prompt=...; got {sorted(older)}")
+    row = {"example_id": 0, **older}
+    if row.get("info") is None:
+        row.pop("info", None)
+    return row
 
 
 def _draw(source: RowSource, n: int, seed: int | None, env_id: str) -> Iterator[dict[str, Any]]:
