@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from abc import ABCMeta
+from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,8 +91,6 @@ class Environment(Env, metaclass=ABCMeta):
         pass_threshold: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        if type(self) is Environment:
-            raise TypeError("vf.Environment is abstract: use SingleTurnEnv, MultiTurnEnv, ToolEnv or Env(taskset, harness)")
         if message_type not in MESSAGE_TYPES:
             raise ConfigError(f"{type(self).__name__}: message_type must be one of {MESSAGE_TYPES}, got {message_type!r}")
         self.message_type = message_type
@@ -132,10 +130,6 @@ class Environment(Env, metaclass=ABCMeta):
         run here: its `init_state` gets this rollout's state, so its `get_model_response` calls are this
         rollout's turns through the endpoint, and the state it fills is scored like any other.
         """
-        if type(self).rollout is Environment.rollout:
-            raise NotImplementedError(
-                f"{type(self).__name__} implements neither rollout nor rollout_program; subclass MultiTurnEnv"
-            )
         _IN_OWN_ROLLOUT.set(True)
         _RUNNING.set(state)
         handles = upstream(state)
@@ -155,6 +149,7 @@ class Environment(Env, metaclass=ABCMeta):
             return running
         return await super().init_state(input, client, model, sampling_args)
 
+    @abstractmethod
     async def rollout(
         self,
         input: Mapping[str, Any] | Task | None = None,
@@ -165,7 +160,9 @@ class Environment(Env, metaclass=ABCMeta):
     ) -> Any:
         """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses).
 
-        The older `rollout(client=, model=, prompt=, answer=, ...)` form returns `(completion, state)` (`Env.rollout`).
+        Abstract, as the seed's: a subclass implements it, or (`MultiTurnEnv`, `EnvGroup`) calls this
+        body, which runs the harness. The older `rollout(client=, model=, prompt=, answer=, ...)` form
+        returns `(completion, state)` (`Env.rollout`).
         """
         if older or input is None:
             return await super().rollout(input, client, model, sampling_args, **older)

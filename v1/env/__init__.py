@@ -2,6 +2,7 @@
 scheduling and executors, and the results a run writes."""
 
 from v1.env._env import MESSAGE_TYPES, Env, EnvOrigin, is_retryable, set_rubric_view
+from v1.env._env_state import EnvState
 from v1.env._eval_config import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_NUM_EXAMPLES,
@@ -43,6 +44,7 @@ __all__ = [
     "Env",
     "ValidationWriter",
     "EnvOrigin",
+    "EnvState",
     "EnvSource",
     "EvalConfig",
     "EvalSummary",

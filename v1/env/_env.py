@@ -25,6 +25,7 @@ from v1._util.gc_tuning import batch_gc
 from v1._util.provenance import version_info
 from v1.clients import Client, resolve_client
 from v1.config import ClientConfig, EnvConfig
+from v1.env._env_state import EnvState
 from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
 from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, StreamPlan, Unit, UnitJob, is_stream, plan_units
 from v1.errors import ConfigError, TaskError, error_class
@@ -188,8 +189,8 @@ class Env:
         pass_threshold: the reward at which a rollout counts as passed for pass@k.
     """
 
-    state_type: type[State] = State
-    """The `State` class each rollout of this env starts from (a layer on top may widen its reads)."""
+    state_type: type[State] = EnvState
+    """The `State` class each rollout of this env starts from (`EnvState`: the seed's reads of its handles)."""
 
     def __init__(
         self,
