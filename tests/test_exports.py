@@ -389,8 +389,9 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     # (the streamed file the weight syncs and the checkpoints write);
     # checks before any rank loads weights: `v1.train.check_before_loading`, `v1.inference.check_vllm_start`: 523;
     # seed 004's type names `GenerateInputs`, `ProcessedOutputs`, `Message` (v1, v1.classic): 528;
-    # `v1.env.EnvState` (the seed's reads of a rollout's handles): 529.
-    assert len(surface) <= 20 and names <= 529, f"the surface grew back: {len(surface)} modules, {names} names"
+    # `v1.env.EnvState` (the seed's reads of a rollout's handles): 529; `HandlerRubric` moved from
+    # v1.classic to v1.env, `v1.env.set_rubric_view` (an import-time hook) dropped: 528.
+    assert len(surface) <= 20 and names <= 528, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

@@ -179,3 +179,42 @@ def test_tool_defs_from_info_are_tool_objects(client: vf.ClientConfig) -> None:
     state = asyncio.run(env.init_state(row(info={"tool_defs": [echo]}), client, "m"))
     assert isinstance(state["tool_defs"][0], vf.Tool) and state["tool_defs"][0].name == "echo"
     assert asyncio.run(env.init_state(row(), client, "m"))["tool_defs"] is None
+
+
+# Item 4: the core Env's rubric needs no import side effect; EnvGroup has every attribute a user reads.
+
+
+def test_env_group_has_env_map_and_a_rubric(client: vf.ClientConfig) -> None:
+    """test_env_group.py reads env_map; `vf.EnvGroup([...]).rubric` scores with each environment's rewards."""
+
+    def exact(completion: Any, answer: str) -> float:
+        return float(completion[-1]["content"] == answer)
+
+    def longer(completion: Any) -> float:
+        return float(len(completion[-1]["content"]) > 1)
+
+    classic = vf.SingleTurnEnv(dataset=rows(), rubric=vf.Rubric([exact]))
+    pair = vf.Env(vf.Taskset(source=rows(), rewards=[longer]), vf.Harness(max_turns=1))
+    group = vf.EnvGroup([classic, pair], env_names=["classic", "pair"])
+    assert group.env_map == {"classic": classic, "pair": pair}
+    assert group.rubric.names() == ["exact", "longer"]
+    scores = asyncio.run(
+        group.rubric.score_rollout(prompt=PROMPT, completion=[{"role": "assistant", "content": "cba"}], answer="cba")
+    )
+    assert scores == {"reward": 2.0, "metrics": {"exact": 1.0, "longer": 1.0}}
+    assert group.pass_threshold == 0.5 and group.concurrency == -1 and group.source is None
+
+
+def test_an_env_rubric_is_the_cores_own(client: vf.ClientConfig) -> None:
+    """`Env(...).rubric` is built by `v1.env` itself (no hook that `v1.classic` fills when imported)."""
+    import v1.env
+
+    def exact(completion: Any, answer: str) -> float:
+        return float(completion[-1]["content"] == answer)
+
+    env = vf.Env(vf.Taskset(source=rows(), rewards=[exact]))
+    assert type(env.rubric) is v1.env.HandlerRubric and not hasattr(v1.env, "set_rubric_view")
+    scores = asyncio.run(
+        env.rubric.score_rollout(prompt=PROMPT, completion=[{"role": "assistant", "content": "cba"}], answer="cba")
+    )
+    assert scores == {"reward": 1.0, "metrics": {"exact": 1.0}}

@@ -14,7 +14,7 @@ from v1.classic._multiturn_env import MultiTurnEnv, SingleTurnEnv
 from v1.classic._openenv_env import OpenEnvEnv
 from v1.classic._parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser, extract_boxed_answer, extract_hash_answer
 from v1.classic._prime_plugin import PRIME_PLUGIN_API_VERSION, PrimeCLIPlugin, get_plugin
-from v1.classic._rubric import HandlerRubric, JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric
+from v1.classic._rubric import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric
 from v1.classic._sandbox_env import PythonEnv, SandboxEnv
 from v1.classic._sandbox_mixin import SandboxMixin
 from v1.classic._swe_debug_env import SandboxTaskSet, SWEDebugEnv
@@ -49,7 +49,6 @@ __all__ = [
     "Environment",
     "GenerateInputs",
     "GroupRewardFunc",
-    "HandlerRubric",
     "IndividualRewardFunc",
     "JudgeRubric",
     "MathRubric",

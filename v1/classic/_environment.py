@@ -19,9 +19,9 @@ from typing import Any
 from v1._util.calling import resize_pool
 from v1.classic._classic_state import RolloutState, classic_view
 from v1.classic._parsers import Parser
-from v1.classic._rubric import HandlerRubric, Rubric, RubricGroup
+from v1.classic._rubric import Rubric, RubricGroup
 from v1.classic._seed_forms import built_once, is_dataset_builder, set_free_attributes
-from v1.env import MESSAGE_TYPES, Env, set_rubric_view
+from v1.env import MESSAGE_TYPES, Env
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
 from v1.interception import upstream
@@ -265,7 +265,5 @@ class Environment(Env, metaclass=ABCMeta):
             return True
         return NotImplemented  # type: ignore[no-any-return]
 
-
-set_rubric_view(HandlerRubric)
 
 __all__ = ["ClassicTaskset", "Environment"]

@@ -22,18 +22,15 @@ from v1._util.calling import call_user_code
 from v1.classic._messages import typed_messages
 from v1.classic._parsers import MaybeThinkParser, Parser, extract_boxed_answer
 from v1.classic._types import RewardFunc
+from v1.env import HandlerRubric
 from v1.errors import ConfigError
 from v1.rollout import (
     GROUP_ARGS,
     SINGLE_ARGS,
     Handler,
-    Handlers,
     State,
-    Task,
     ask_judge,
     judge_question,
-    score_group,
-    score_rollout,
 )
 
 RUBRIC_ARGS = ("parser",)
@@ -206,56 +203,16 @@ class Rubric:
         older keyword form (`score_rollout(prompt=..., completion=..., answer=..., state=...)`, as
         seed 003's trainer calls it) scores that completion on a fresh state for that prompt.
         """
-        if completion is not None or not isinstance(state, State):
-            task = Task({"prompt": prompt or [], "answer": answer, "info": dict(info or {})}).freeze()
-            fresh = State.for_task(task)
-            fresh["prompt"], fresh["completion"] = prompt, completion
-            state = fresh
-        await score_rollout(Handlers.collect(self.handlers()), state.task, state)
-        return {"reward": state["reward"], "metrics": dict(state["metrics"])}
+        return await HandlerRubric(self.handlers).score_rollout(
+            state, prompt=prompt, completion=completion, answer=answer, info=info
+        )
 
     async def score_group(self, states: list[State]) -> dict[str, Any]:
         """Score a group: individual functions per rollout, then group functions, then advantages.
 
         Returns `{"reward": [...], "metrics": {name: [...]}}` in the order of `states`.
         """
-        handlers = Handlers.collect(self.handlers())
-        for state in states:
-            await score_rollout(handlers, state.task, state)
-        await score_group(handlers, [state.task for state in states], states)
-        return {
-            "reward": [state["reward"] for state in states],
-            "metrics": {name: [state["metrics"].get(name) for state in states] for name in self.names()},
-        }
-
-
-class HandlerRubric(Rubric):
-    """A taskset/harness pair's rewards and metrics seen as a `Rubric` (`env.rubric` of an `Env`).
-
-    It scores with the same handlers the harness runs, so `env.rubric.score_rollout(...)` (the
-    older trainers' call) and a rollout's own scores agree. Rewards are added to the taskset or
-    harness (`@vf.reward`, `rewards=[...]`), not here.
-
-    Args:
-        source: returns the handlers to read (called on each use, so late additions count).
-        parser: what `parser` means to callers that ask the rubric for one.
-    """
-
-    def __init__(self, source: Callable[[], Sequence[Handler]], parser: Parser | None = None) -> None:
-        super().__init__(parser=parser)
-        self.source = source
-
-    def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
-        raise ConfigError(
-            "this environment's rubric is its taskset's and harness's rewards: add a reward there "
-            "(@vf.reward on the taskset, or Harness(rewards=[...])), not to env.rubric"
-        )
-
-    def handlers(self) -> list[Handler]:
-        return [handler for handler in self.source() if handler.kind in ("reward", "metric")]
-
-    def names(self) -> list[str]:
-        return [handler.name for handler in self.handlers()]
+        return await HandlerRubric(self.handlers).score_group(states)
 
 
 class RubricGroup(Rubric):
@@ -495,7 +452,6 @@ JudgeFunction = Callable[[Any, Any, Any, State], Awaitable[str]]
 
 __all__ = [
     "DEFAULT_JUDGE_PROMPT",
-    "HandlerRubric",
     "JudgeFunction",
     "JudgeRubric",
     "MathRubric",

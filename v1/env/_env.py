@@ -26,6 +26,7 @@ from v1._util.provenance import version_info
 from v1.clients import Client, resolve_client
 from v1.config import ClientConfig, EnvConfig
 from v1.env._env_state import EnvState
+from v1.env._handler_rubric import HandlerRubric
 from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
 from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, StreamPlan, Unit, UnitJob, is_stream, plan_units
 from v1.errors import ConfigError, TaskError, error_class
@@ -164,19 +165,6 @@ class EnvOrigin(Protocol):
     def load(self) -> Env: ...
 
 
-RubricView = Callable[[Callable[[], list[Handler]]], Any]
-"""Builds `env.rubric` from a source of the env's reward and metric handlers."""
-
-_rubric_view: RubricView | None = None
-
-
-def set_rubric_view(view: RubricView) -> None:
-    """How `env.rubric` of an `Env` is built: the classic layer sets its `HandlerRubric` when it is imported,
-    so `env.rubric.score_rollout(...)` (the older trainers' call) scores with the env's own handlers."""
-    global _rubric_view
-    _rubric_view = view
-
-
 class Env:
     """Makes a taskset/harness pair usable by eval and training workers.
 
@@ -208,7 +196,8 @@ class Env:
             env_args=env_args,
             pass_threshold=pass_threshold,
         )
-        self.rubric: Any = _rubric_view(self.scoring_handlers) if _rubric_view is not None else None
+        self.rubric: Any = HandlerRubric(self.scoring_handlers)
+        """The env's rewards and metrics as a rubric (`HandlerRubric`; a classic environment's own `Rubric`)."""
 
     def scoring_handlers(self) -> list[Handler]:
         """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
@@ -221,13 +210,32 @@ class Env:
         self.taskset = taskset
         self.harness = harness
         self.harness.taskset = taskset
-        self.env_id = env_id or taskset.taskset_id
-        self.env_args = (
-            dict(env_args) if env_args is not None else self.config.model_dump(mode="json", exclude_defaults=True, fallback=repr)
+        module = type(taskset).__module__
+        self.init_run_fields(
+            env_id=env_id or taskset.taskset_id,
+            env_args=(
+                dict(env_args)
+                if env_args is not None
+                else self.config.model_dump(mode="json", exclude_defaults=True, fallback=repr)
+            ),
+            pass_threshold=pass_threshold,
+            module=module if module.split(".")[0] != "v1" else None,
         )
+
+    def init_run_fields(self, *, env_id: str, env_args: dict[str, Any], pass_threshold: float, module: str | None) -> None:
+        """The fields every environment has beside its parts (an `EnvGroup`, which has no single pair, sets them here too).
+
+        Args:
+            env_id: the name results are saved under.
+            env_args: how the environment was configured, recorded in results metadata.
+            pass_threshold: the reward at which a rollout counts as passed for pass@k.
+            module: the module a worker elsewhere imports to rebuild the env (None: v1's own).
+        """
+        self.env_id = env_id
+        self.env_args = env_args
         self.pass_threshold = pass_threshold
         self.concurrency = -1
-        self.module: str | None = module if (module := type(taskset).__module__).split(".")[0] != "v1" else None
+        self.module: str | None = module
         self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
@@ -322,21 +330,24 @@ class Env:
         self._endpoint_turn += 1
         return chosen
 
-    def _model(self, model: str | None) -> str:
+    def resolve_model(self, model: str | None) -> str:
+        """`model`, else the harness's; one `ConfigError` line when neither names one."""
         model = model or self.harness.config.model
         if not model:
             raise ConfigError("no model: pass model=... or set [env.harness] model")
         return model
 
-    def _sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+    def merged_sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+        """`sampling_args` over the harness's, with the harness's token limits (enforced by the endpoint, never sent)."""
         # The harness's token limits ride with the sampling args (the endpoint enforces them, never sends them).
         config = self.harness.config
         limits = {"max_seq_len": config.max_seq_len, "max_total_completion_tokens": config.max_total_completion_tokens}
         return {**config.sampling_args, **{k: v for k, v in limits.items() if v is not None}, **(sampling_args or {})}
 
-    async def _run_states(
+    async def run_tasks(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
+        """Run `tasks` as one group with a resolved client, model and merged sampling args; the scored states."""
         tasks, states = await self._group_states(tasks)
         for state in states:
             handles = upstream(state)
@@ -374,8 +385,8 @@ class Env:
         successive groups take turns, each group on one endpoint.
         """
         tasks = [self.to_task(row) for row in group_inputs]
-        return await self._run_states(
-            tasks, await self._next_client(client), self._model(model), self._sampling_args(sampling_args)
+        return await self.run_tasks(
+            tasks, await self._next_client(client), self.resolve_model(model), self.merged_sampling_args(sampling_args)
         )
 
     def to_task(self, row: Mapping[str, Any] | Task | str) -> Task:
@@ -444,8 +455,8 @@ class Env:
         state = self.state_type.for_task(task)
         handles = upstream(state)
         handles.client = await self._next_client(client)
-        handles.sampling_args = dict(self._sampling_args(sampling_args))
-        state.runtime.model = self._model(model)
+        handles.sampling_args = dict(self.merged_sampling_args(sampling_args))
+        state.runtime.model = self.resolve_model(model)
         return state
 
     @overload
@@ -631,8 +642,8 @@ class Env:
         stream = StreamPlan(inputs, self.to_task, rollouts_per_example, independent_scoring) if is_stream(inputs) else None
         plan = plan_units(inputs, self.to_task, rollouts_per_example, independent_scoring) if stream is None else None
         clients = await self.resolve_clients(None if client is None else client)
-        model_name = self._model(model)
-        merged_args = self._sampling_args(sampling_args)
+        model_name = self.resolve_model(model)
+        merged_args = self.merged_sampling_args(sampling_args)
         record = _GenerateRecorder(self.pass_threshold, results, keep_outputs, on_progress)
         units: Iterable[tuple[Any, Unit]]
         if stream is not None:
@@ -712,7 +723,7 @@ class Env:
         while True:
             attempts += 1
             with batch_gc():  # wherever units run (this loop, a Ray actor), many are in flight at once
-                states = await self._run_states([task] * len(unit.indices), client, model, sampling_args)
+                states = await self.run_tasks([task] * len(unit.indices), client, model, sampling_args)
             if attempts > max_retries or not any(is_retryable(state["error"]) for state in states):
                 break
             if on_retry is not None:
@@ -860,9 +871,7 @@ __all__ = [
     "EnvOrigin",
     "ProgressCallback",
     "RetryCallback",
-    "RubricView",
     "RolloutLimiter",
     "is_retryable",
-    "set_rubric_view",
     "state_to_output",
 ]
