@@ -1,7 +1,7 @@
 """The classic API (seed 001's `Environment` family, Rubrics, Parsers, messages, the Prime plugin) as one
 layer on top of the v1 core: a classic environment is a core `Env`, and its rollout a v1 rollout through
 the interception endpoint. Nothing in the core imports this package; `v1` re-exports its names.
-`CodeMathEnv` and `ReasoningGymEnv` load on first use (their modules build on `v1` itself).
+`CodeMathEnv` and `ReasoningGymEnv` load on first use.
 """
 
 from typing import TYPE_CHECKING
