@@ -218,3 +218,28 @@ def test_an_env_rubric_is_the_cores_own(client: vf.ClientConfig) -> None:
         env.rubric.score_rollout(prompt=PROMPT, completion=[{"role": "assistant", "content": "cba"}], answer="cba")
     )
     assert scores == {"reward": 1.0, "metrics": {"exact": 1.0}}
+
+
+# The v1 design's helpers verifiers' published v1 environments import (hello_self_judge_v1, rlm_swe_v1, ...).
+
+
+def test_verifiers_v1_helper_names_import_through_the_alias() -> None:
+    from v1.classic._verifiers_alias import install_verifiers_alias, uninstall_verifiers_alias
+
+    install_verifiers_alias()
+    try:
+        from verifiers.types import MessageContent
+        from verifiers.v1.types import ConfigMap, ProgramOptionMap
+        from verifiers.v1.utils.judge_utils import clamp_float, parse_judge_json, truncate_command_record, truncate_text
+    finally:
+        uninstall_verifiers_alias()
+    assert ConfigMap and ProgramOptionMap and MessageContent
+    assert parse_judge_json('{"score": 0.5}') == {"score": 0.5}
+    assert parse_judge_json('Verdict: {"score": 1, "reason": "ok"} done')["score"] == 1
+    assert parse_judge_json("no json at all")["score"] == 0.0
+    assert parse_judge_json('["a list", "not an object"]')["score"] == 0.0
+    assert [clamp_float(v) for v in (0.4, "2", -1, True, None, "nan", "inf", "x")] == [0.4, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert truncate_text("a" * 10, limit=4) == "aaaa\n...<truncated>"
+    record = truncate_command_record({"command": "c" * 3000, "stdout": "out", "exit_code": 0})
+    assert isinstance(record, dict) and len(record["command"]) < 3000 and record["stdout"] == "out" and record["stderr"] == ""
+    assert truncate_command_record("not a record") == "not a record"
