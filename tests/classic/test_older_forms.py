@@ -204,3 +204,21 @@ def test_seed_004_type_names() -> None:
     assert vf.GenerateInputs == list[dict[str, Any]] and vf.ProcessedOutputs == dict[str, Any]
     assert str in vf.Message.__args__  # type: ignore[attr-defined]
     assert inputs and message and processed
+
+
+def test_older_score_rollout_keeps_the_callers_state_fields(mock: MockModelServer) -> None:
+    """Seed 003 passes the rollout's state: a reward reading one of its fields sees it."""
+
+    def used_the_tool(completion: Any, state: Any) -> float:
+        return float(state.get("tool_used", False))
+
+    env = vf.SingleTurnEnv(dataset=rows(), rubric=vf.Rubric([used_the_tool]))
+    scored = asyncio.run(
+        env.rubric.score_rollout(
+            prompt=PROMPT,
+            completion=[{"role": "assistant", "content": "cba"}],
+            answer="cba",
+            state={"tool_used": True, "trajectory": [], "is_completed": True, "error": None},
+        )
+    )
+    assert scored == {"reward": 1.0, "metrics": {"used_the_tool": 1.0}}

@@ -13,6 +13,11 @@ from typing import Any
 from v1.errors import ConfigError
 from v1.rollout import Handler, Handlers, State, Task, score_group, score_rollout
 
+_FRAMEWORK_FIELDS = frozenset(
+    {"is_completed", "stop_condition", "is_truncated", "error", "trajectory", "trajectory_id", "reward", "metrics", "input"}
+)
+"""Fields of a caller's state the fresh one keeps its own of (managed, or the scores being computed)."""
+
 
 async def _score_one(
     handlers: Sequence[Handler],
@@ -26,11 +31,15 @@ async def _score_one(
     """Score one finished rollout with `handlers`' individual functions; returns `{"reward", "metrics"}`.
 
     Given a v1 `State` alone, its task and completion are scored (and the scores set on it). The older
-    keyword form (`completion=` given, or no v1 `State`) scores that completion on a fresh state for `prompt`.
+    keyword form (`completion=` given, or no v1 `State`) scores that completion on a fresh state for `prompt`,
+    which keeps the given state's own fields (not its framework-managed ones) for the functions to read.
     """
     if completion is not None or not isinstance(state, State):
         task = Task({"prompt": prompt or [], "answer": answer, "info": dict(info or {})}).freeze()
         fresh = State.for_task(task)
+        for key, value in dict.items(state) if isinstance(state, Mapping) else ():
+            if key not in _FRAMEWORK_FIELDS and key not in State.INPUT_FIELDS:
+                fresh[key] = value  # the caller's own fields (a reward function may read them)
         fresh["prompt"], fresh["completion"] = prompt, completion
         state = fresh
     await score_rollout(Handlers.collect(list(handlers)), state.task, state)
