@@ -140,11 +140,14 @@ EXPECTED = {
     "ChatMessage",
     "ClientType",
     "EvalConfig",
+    "GenerateInputs",
     "GroupRewardFunc",
     "Info",
     "IndividualRewardFunc",
     "PRIME_PLUGIN_API_VERSION",
     "PrimeCLIPlugin",
+    "Message",
+    "ProcessedOutputs",
     "RewardFunc",
     "RolloutInput",
     "RolloutScore",
@@ -396,8 +399,11 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     # sandbox network policies (issue 46): `v1.config.NetworkPolicy`, `v1.sandbox.network_tally`,
     # `v1.programs.narrow_child_sandbox`: 525;
     # episodes of roles (issue 46): `EpisodeHarness`, `Episode`, `Role` (v1, v1.harness) and their configs
-    # `EpisodeConfig`, `RoleConfig`, `JudgeControl`, `BestOfN`, `UserControl` (v1, v1.config): 541.
-    assert len(surface) <= 20 and names <= 541, f"the surface grew back: {len(surface)} modules, {names} names"
+    # `EpisodeConfig`, `RoleConfig`, `JudgeControl`, `BestOfN`, `UserControl` (v1, v1.config): 541;
+    # seed 004's type names `GenerateInputs`, `ProcessedOutputs`, `Message` (v1, v1.classic): 547;
+    # `v1.env.EnvState` (the seed's reads of a rollout's handles): 548; `HandlerRubric` moved from
+    # v1.classic to v1.env, `v1.env.set_rubric_view` (an import-time hook) dropped: 547.
+    assert len(surface) <= 20 and names <= 547, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

@@ -311,8 +311,8 @@ async def test_seed_003_tinker_style_rollout_then_rubric_score(mock: MockModelSe
     assert isinstance(vf_env, vf.Environment) and vf_env.get_dataset(n=1)
     prompt, answer = [{"role": "user", "content": "abc"}], "cba"
     local_client = AsyncOpenAI(base_url=mock.url, api_key="x")  # stands in for TinkerAsyncOpenAIClient
-    with pytest.raises(TypeError, match="unexpected keyword argument 'prompt'"):
-        await vf_env.rollout(client=local_client, model="tinker", prompt=prompt, answer=answer)  # type: ignore[call-arg]
+    older_completion, _ = await vf_env.rollout(client=local_client, model="tinker", prompt=prompt, answer=answer)
+    assert older_completion == [{"role": "assistant", "content": "cba"}]
     # Seed 001's form, on a classic env first.
     classic = vf.SingleTurnEnv(dataset=ROWS, rubric=vf.Rubric([exact]))
     state = await classic.rollout({"prompt": prompt, "answer": answer, "example_id": 0}, local_client, "tinker")

@@ -342,10 +342,12 @@ def test_math_rubric_reads_the_boxed_answer(client: vf.ClientConfig, text: str, 
 # 12. Seed 004/003 and chatan (seed 000) call forms.
 
 
-def test_seed_003_rollout_form_contradicts_001_and_001_wins(client: vf.ClientConfig) -> None:
+def test_seed_003_rollout_form_and_001_form_side_by_side(client: vf.ClientConfig) -> None:
     env = single()
-    with pytest.raises(TypeError, match="unexpected keyword argument 'prompt'"):
-        asyncio.run(env.rollout(client=client, model="m", prompt=[{"role": "user", "content": "abc"}], answer="cba"))
+    completion, older = asyncio.run(
+        env.rollout(client=client, model="m", prompt=[{"role": "user", "content": "abc"}], answer="cba")
+    )
+    assert completion[-1]["content"] == "cba" and older["reward"] == 1.0
     state = asyncio.run(env.rollout(first_input(), client=client, model="m"))
     assert state["completion"][-1]["content"] == "olleh"
 

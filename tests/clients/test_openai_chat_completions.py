@@ -355,11 +355,26 @@ async def test_async_openai_like_adapter_is_accepted(mock: MockModelServer) -> N
     await sdk.close()
 
 
-async def test_sync_openai_object_is_a_config_error(mock: MockModelServer) -> None:
-    sync = openai.OpenAI(base_url=mock.url, api_key="k")
-    with pytest.raises(vf.ConfigError, match="is not async; pass an AsyncOpenAI"):
-        await resolve_client(sync)
+async def test_sync_openai_object_is_wrapped_once_and_answers(mock: MockModelServer) -> None:
+    sync = openai.OpenAI(base_url=mock.url, api_key="k", max_retries=0)
+    wrapped = await resolve_client(sync)
+    assert await resolve_client(sync) is wrapped
+    response = await wrapped.get_response(PROMPT, "m", {"top_k": 5})
+    assert response.message.content == "what is one plus two"
+    assert mock.requests[0].body["top_k"] == 5
     sync.close()
+
+
+async def test_a_sync_create_is_still_a_config_error(mock: MockModelServer) -> None:
+    class Completions:
+        def create(self, **kwargs: Any) -> Any:
+            return {}
+
+    class Adapter:
+        chat = type("Chat", (), {"completions": Completions()})()
+
+    with pytest.raises(vf.ConfigError, match=r"is not async; pass an AsyncOpenAI or an openai\.OpenAI"):
+        await resolve_client(Adapter())
 
 
 @pytest.mark.parametrize("value", [object(), "http://localhost:8000/v1", 42, None])

@@ -39,7 +39,7 @@ def imported_modules(module: str, node: ast.Import | ast.ImportFrom, is_package:
     for name in names:
         while name and name not in known:
             name = name.rpartition(".")[0]
-        if name and name != module and not module.startswith(name + "."):
+        if name and name != module:  # an ancestor package counts: importing from it runs its __init__
             found.add(name)
     return found
 

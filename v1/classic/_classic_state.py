@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from v1 import errors
-from v1.interception import upstream
+from v1.env import EnvState
 from v1.rollout import State as CoreState
 from v1.types import Response
 
@@ -59,50 +59,48 @@ class State(dict):  # type: ignore[type-arg]
         return CoreState.for_task(task, **kwargs)  # type: ignore[no-any-return]
 
 
-class RolloutState(CoreState):
-    """The core `State` of a classic rollout, with the seed's reads: a guarded, typed record for the core,
-    and for classic code ``state["answer"]``, ``state["info"]``, ``state["input"]``, ``state["model"]``, ...
+class RolloutState(EnvState):
+    """The core `State` of a classic rollout, with the seed's reads and writes: a guarded, typed record for
+    the core, and for classic code a free dict (``state["answer"]``, ``state["input"]``, ``state["model"]``,
+    ``state["is_completed"] = True``, ``state["error"] = vf.Error(...)``, ...).
 
     `INPUT_FIELDS` read from the task unless the rollout wrote its own value (one copy: the task's, or
-    the written one, which the classic rubric then reads too).
+    the written one, which the classic rubric then reads too). A write of a framework-managed field
+    goes through the core's one door for it: `is_completed` stops the rollout, `error` records the
+    error (`record_error`), `trajectory` replaces the record's steps.
     """
 
-    INPUT_FIELDS: ClassVar[list[str]] = State.INPUT_FIELDS
-
-    def _seed_field(self, key: Any) -> Any:
-        if key in self.INPUT_FIELDS and key in self.task:
-            return self.task[key]
-        if key == "input":
-            return self.task
-        if key == "model":
-            return self.runtime.model
-        if key == "client":
-            return upstream(self).client
-        if key == "sampling_args":
-            return upstream(self).sampling_args
-        if key == "timing":
-            return self.runtime.timing  # the live record (the core saves its JSON when the rollout ends)
-        if key == "tool_defs":
-            return None  # no tools resolved yet: the harness sets them when the rollout opens
-        raise KeyError(key)
-
-    def __getitem__(self, key: Any) -> Any:
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self._seed_field(key)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        """`state[key]` (seed fields included), or `default`."""
+    def __setitem__(self, key: Any, value: Any) -> None:
         try:
-            return self[key]
-        except KeyError:
-            return default
+            super().__setitem__(key, value)
+            return
+        except errors.StateFieldError:
+            pass  # a framework-managed field: written through the core's door for it below
+        if key == "error":
+            self._write_error(value)
+        elif key == "is_completed":
+            if value:
+                self.stop(self.get("stop_condition") or "state_done")
+            else:
+                self._set_managed("is_completed", False)
+        elif key == "trajectory":
+            self._set_managed("trajectory", list(value or []))
+        else:
+            self._set_managed(key, value)
 
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or self.get(key, _MISSING) is not _MISSING
+    def _write_error(self, value: Any) -> None:
+        if value is None:
+            self._set_managed("error", None)
+        elif isinstance(value, BaseException):
+            self.record_error(value, "program")
+        elif isinstance(value, Mapping):
+            self._set_managed("error", {"type": "Error", "message": "", "where": "program", **value})
+            self.stop("has_error")
+        else:
+            raise errors.StateFieldError(
+                f"state['error'] takes an exception, an error record or None; got {type(value).__name__}"
+            )
 
-
-_MISSING = object()
 
 _ERROR_OF_PART = {"tool": errors.ToolError, "model": errors.ModelError, "sandbox": errors.SandboxError}
 
@@ -124,13 +122,18 @@ def error_instance(record: Mapping[str, Any] | None) -> errors.Error | None:
 
 
 def classic_view(state: CoreState) -> State:
-    """A finished rollout as the seed's classic `State`: its own dict, with ``input`` the task's row and the
+    """A finished rollout as the seed's classic `State`: its own dict, with ``input`` the task's row (with the
+    rollout's own ``answer``, ``info``, ``example_id`` when it wrote them; ``state["prompt"]`` is the input's) and the
     records typed (``timing`` a `RolloutTiming`, ``error`` a `vf.Error`, each step's ``response`` a `vf.Response`).
 
     The core state is left as it is (the JSON record results, the trainer and the viewer read).
     """
     view = State(dict.items(state))
-    view["input"] = dict(state.task)
+    written = {key: dict.pop(view, key) for key in State.INPUT_FIELDS if key in view}
+    rendered = written.pop("prompt", None)  # the harness's (system prompt included); the seed's is the input's
+    view["input"] = {**dict(state.task), **written}
+    if isinstance(rendered, str):  # message_type="completion": the input's prompt is the text the model got
+        view["input"]["prompt"] = rendered
     view["timing"] = state.runtime.timing  # finalize keeps the typed record beside its JSON
     view["error"] = error_instance(dict.get(state, "error"))
     view["trajectory"] = [

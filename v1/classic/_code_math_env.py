@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from v1 import MathRubric, PythonEnv
+from v1.classic._rubric import MathRubric
+from v1.classic._sandbox_env import PythonEnv
 
 
 class CodeMathEnv(PythonEnv):

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from v1.classic._environment import Environment
 from v1.clients import Client
+from v1.env import HandlerRubric
 from v1.errors import ConfigError
 from v1.harness import Harness
-from v1.rollout import State, Task, thaw
+from v1.rollout import Handler, State, Task, thaw
 from v1.taskset import Taskset
 from v1.types import Response, SamplingArgs
 
@@ -64,13 +65,23 @@ class EnvGroup(Environment):
             raise ConfigError(f"EnvGroup: env_names must name each environment once, got {names}")
         self.envs: dict[str, Environment] = dict(zip(names, envs))
         self.env_names = names
-        self.env_id = env_id
-        self.env_args = {name: env.env_args for name, env in self.envs.items()}
-        self.pass_threshold = pass_threshold
-        self.concurrency = -1
-        self.module = None
-        self.source = None
-        self._endpoint_turn = 0
+        self.init_run_fields(
+            env_id=env_id,
+            env_args={name: env.env_args for name, env in self.envs.items()},
+            pass_threshold=pass_threshold,
+            module=None,
+        )
+        self.rubric = HandlerRubric(self.scoring_handlers)
+        """Every environment's rewards and metrics, as one rubric (each rollout is scored by its own environment)."""
+
+    @property
+    def env_map(self) -> dict[str, Environment]:
+        """The environments by name (the reference's name for `envs`)."""
+        return self.envs
+
+    def scoring_handlers(self) -> list[Handler]:
+        """Every environment's reward and metric handlers, in environment order."""
+        return [handler for env in self.envs.values() for handler in env.scoring_handlers()]
 
     @property
     def harness(self) -> Harness:  # type: ignore[override]
@@ -140,8 +151,9 @@ class EnvGroup(Environment):
 
     # -- running: each task in its own environment --------------------------------------------
 
-    def _sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
-        return dict(sampling_args or {})  # each environment merges its harness's own in `_run_states`
+    def merged_sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+        """The caller's sampling args only: each environment merges its harness's own in `run_tasks`."""
+        return dict(sampling_args or {})
 
     async def resolve_clients(self, client: Any) -> list[Client[Any, Any, Any, Any]]:
         if client is None:
@@ -150,19 +162,20 @@ class EnvGroup(Environment):
                     return await env.resolve_clients(None)
         return await super().resolve_clients(client)
 
-    def _model(self, model: str | None) -> str:
+    def resolve_model(self, model: str | None) -> str:
+        """`model`, else the first environment's harness's."""
         for env in self.envs.values():
             model = model or env.harness.config.model
-        return super()._model(model)
+        return super().resolve_model(model)
 
-    async def _run_states(
+    async def run_tasks(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
         envs = {id(self.env_for(task)): self.env_for(task) for task in tasks}
         if len(envs) != 1:
             raise ConfigError(f"EnvGroup {self.env_id}: a group's rows must all name one environment")
         env = next(iter(envs.values()))
-        return await env._run_states(tasks, client, model, env._sampling_args(sampling_args))
+        return await env.run_tasks(tasks, client, model, env.merged_sampling_args(sampling_args))
 
     async def init_state(
         self,
@@ -175,11 +188,15 @@ class EnvGroup(Environment):
 
     async def rollout(
         self,
-        input: Mapping[str, Any] | Task,
+        input: Mapping[str, Any] | Task | None = None,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
+        **older: Any,
+    ) -> Any:
+        """The rollout on the environment the row names (the older `prompt=` form too: `Env.rollout`)."""
+        if older or input is None:
+            return await super().rollout(input, client, model, sampling_args, **older)
         return await self.env_for(input).rollout(input, client, model, sampling_args)
 
     async def get_model_response(

@@ -12,16 +12,16 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from abc import ABCMeta
+from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
 from v1._util.calling import resize_pool
 from v1.classic._classic_state import RolloutState, classic_view
 from v1.classic._parsers import Parser
-from v1.classic._rubric import HandlerRubric, Rubric, RubricGroup
+from v1.classic._rubric import Rubric, RubricGroup
 from v1.classic._seed_forms import built_once, is_dataset_builder, set_free_attributes
-from v1.env import MESSAGE_TYPES, Env, set_rubric_view
+from v1.env import MESSAGE_TYPES, Env
 from v1.errors import ConfigError, TaskError
 from v1.harness import Harness
 from v1.interception import upstream
@@ -91,8 +91,6 @@ class Environment(Env, metaclass=ABCMeta):
         pass_threshold: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        if type(self) is Environment:
-            raise TypeError("vf.Environment is abstract: use SingleTurnEnv, MultiTurnEnv, ToolEnv or Env(taskset, harness)")
         if message_type not in MESSAGE_TYPES:
             raise ConfigError(f"{type(self).__name__}: message_type must be one of {MESSAGE_TYPES}, got {message_type!r}")
         self.message_type = message_type
@@ -132,10 +130,6 @@ class Environment(Env, metaclass=ABCMeta):
         run here: its `init_state` gets this rollout's state, so its `get_model_response` calls are this
         rollout's turns through the endpoint, and the state it fills is scored like any other.
         """
-        if type(self).rollout is Environment.rollout:
-            raise NotImplementedError(
-                f"{type(self).__name__} implements neither rollout nor rollout_program; subclass MultiTurnEnv"
-            )
         _IN_OWN_ROLLOUT.set(True)
         _RUNNING.set(state)
         handles = upstream(state)
@@ -155,14 +149,23 @@ class Environment(Env, metaclass=ABCMeta):
             return running
         return await super().init_state(input, client, model, sampling_args)
 
+    @abstractmethod
     async def rollout(
         self,
-        input: Mapping[str, Any] | Task,
+        input: Mapping[str, Any] | Task | None = None,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
-        """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses)."""
+        **older: Any,
+    ) -> Any:
+        """Run one rollout of `input` and score it alone; the seed's classic `State` (typed `timing`, `error`, responses).
+
+        Abstract, as the seed's: a subclass implements it, or (`MultiTurnEnv`, `EnvGroup`) calls this
+        body, which runs the harness. The older `rollout(client=, model=, prompt=, answer=, ...)` form
+        returns `(completion, state)` (`Env.rollout`).
+        """
+        if older or input is None:
+            return await super().rollout(input, client, model, sampling_args, **older)
         if _IN_OWN_ROLLOUT.get():
             raise NotImplementedError(f"{type(self).__name__}.rollout calls the base rollout, which would run it again")
         return classic_view(await super().rollout(input, client, model, sampling_args))  # type: ignore[return-value]
@@ -262,7 +265,5 @@ class Environment(Env, metaclass=ABCMeta):
             return True
         return NotImplemented  # type: ignore[no-any-return]
 
-
-set_rubric_view(HandlerRubric)
 
 __all__ = ["ClassicTaskset", "Environment"]

@@ -20,7 +20,9 @@ from v1._util.calling import call_user_code
 from v1.classic._environment import Environment
 from v1.errors import ConfigError, ProgramError
 from v1.rollout import RolloutContext, State, Task, stop, thaw
-from v1.types import Messages, TrajectoryStep
+from v1.types import Messages, SamplingArgs, TimeSpan, TrajectoryStep
+
+_UNSET = object()
 
 UNLIMITED_TURNS = 2**31 - 1
 """The harness's turn limit for `max_turns=-1` (no limit of the environment's own)."""
@@ -98,9 +100,11 @@ class MultiTurnEnv(Environment, ABC):
             history: Any = _text(last["prompt"]) + _text(last["completion"])
         else:
             history = [*thaw(last["prompt"]), *thaw(last["completion"])]
+        started = time.time()
         answer: Any = self.env_response(history, state)
         if inspect.isawaitable(answer):  # a plain `def env_response` (seed 004) answers directly
             answer = await answer
+        state.runtime.timing.env.spans.append(TimeSpan(start=started, end=time.time()))
         if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], Mapping):
             answer = answer[0]  # the older form (seed 004): (messages, state)
         reply = _check_messages(answer, f"{type(self).__name__}.env_response")
@@ -181,10 +185,25 @@ class MultiTurnEnv(Environment, ABC):
         """The tools offered to the model each turn (none here; `ToolEnv` offers its tools)."""
         return None
 
+    async def rollout(
+        self,
+        input: Mapping[str, Any] | Task | None = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **older: Any,
+    ) -> Any:
+        """Run one rollout of `input` through the harness and score it alone (`Environment.rollout`)."""
+        return await super().rollout(input, client, model, sampling_args, **older)
+
     async def rollout_program(self, task: Task, state: State) -> None:
         if self.message_type == "completion":
             state["prompt"] = _text(state["prompt"])
-        await call_user_code(self.setup_state, state)
+        prepared = await call_user_code(self.setup_state, state)
+        if isinstance(prepared, dict) and prepared is not state:  # a setup_state that returns a new state
+            for key, value in dict.items(prepared):
+                if dict.get(state, key, _UNSET) is not value:
+                    state[key] = value
         while not await self.stopped(state):
             prompt = await self.get_prompt_messages(state)
             if state.get("final_env_response") is not None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from v1 import NotSupportedError, Parser, Rubric, SingleTurnEnv, XMLParser
+from v1.classic._multiturn_env import SingleTurnEnv
+from v1.classic._parsers import Parser, XMLParser
+from v1.classic._rubric import Rubric
+from v1.errors import NotSupportedError
 
 
 def _reasoning_gym() -> Any:

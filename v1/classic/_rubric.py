@@ -22,18 +22,15 @@ from v1._util.calling import call_user_code
 from v1.classic._messages import typed_messages
 from v1.classic._parsers import MaybeThinkParser, Parser, extract_boxed_answer
 from v1.classic._types import RewardFunc
+from v1.env import HandlerRubric
 from v1.errors import ConfigError
 from v1.rollout import (
     GROUP_ARGS,
     SINGLE_ARGS,
     Handler,
-    Handlers,
     State,
-    Task,
     ask_judge,
     judge_question,
-    score_group,
-    score_rollout,
 )
 
 RUBRIC_ARGS = ("parser",)
@@ -206,56 +203,16 @@ class Rubric:
         older keyword form (`score_rollout(prompt=..., completion=..., answer=..., state=...)`, as
         seed 003's trainer calls it) scores that completion on a fresh state for that prompt.
         """
-        if completion is not None or not isinstance(state, State):
-            task = Task({"prompt": prompt or [], "answer": answer, "info": dict(info or {})}).freeze()
-            fresh = State.for_task(task)
-            fresh["prompt"], fresh["completion"] = prompt, completion
-            state = fresh
-        await score_rollout(Handlers.collect(self.handlers()), state.task, state)
-        return {"reward": state["reward"], "metrics": dict(state["metrics"])}
+        return await HandlerRubric(self.handlers).score_rollout(
+            state, prompt=prompt, completion=completion, answer=answer, info=info
+        )
 
     async def score_group(self, states: list[State]) -> dict[str, Any]:
         """Score a group: individual functions per rollout, then group functions, then advantages.
 
         Returns `{"reward": [...], "metrics": {name: [...]}}` in the order of `states`.
         """
-        handlers = Handlers.collect(self.handlers())
-        for state in states:
-            await score_rollout(handlers, state.task, state)
-        await score_group(handlers, [state.task for state in states], states)
-        return {
-            "reward": [state["reward"] for state in states],
-            "metrics": {name: [state["metrics"].get(name) for state in states] for name in self.names()},
-        }
-
-
-class HandlerRubric(Rubric):
-    """A taskset/harness pair's rewards and metrics seen as a `Rubric` (`env.rubric` of an `Env`).
-
-    It scores with the same handlers the harness runs, so `env.rubric.score_rollout(...)` (the
-    older trainers' call) and a rollout's own scores agree. Rewards are added to the taskset or
-    harness (`@vf.reward`, `rewards=[...]`), not here.
-
-    Args:
-        source: returns the handlers to read (called on each use, so late additions count).
-        parser: what `parser` means to callers that ask the rubric for one.
-    """
-
-    def __init__(self, source: Callable[[], Sequence[Handler]], parser: Parser | None = None) -> None:
-        super().__init__(parser=parser)
-        self.source = source
-
-    def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
-        raise ConfigError(
-            "this environment's rubric is its taskset's and harness's rewards: add a reward there "
-            "(@vf.reward on the taskset, or Harness(rewards=[...])), not to env.rubric"
-        )
-
-    def handlers(self) -> list[Handler]:
-        return [handler for handler in self.source() if handler.kind in ("reward", "metric")]
-
-    def names(self) -> list[str]:
-        return [handler.name for handler in self.handlers()]
+        return await HandlerRubric(self.handlers).score_group(states)
 
 
 class RubricGroup(Rubric):
@@ -423,16 +380,58 @@ class MathRubric(Rubric):
 class ToolRubric(Rubric):
     """Tool-use metrics (weight 0): `total_tool_calls` and `<tool>_calls` for each tool.
 
+    Seed 004's `ToolRubric(tools, weights=[answer, execution, format])` adds three rewards with
+    those weights first: `correct_answer` (the parsed answer equals `answer`), `tool_execution`
+    (the share of the completion's tool calls that name one of `tools`; 0 without any call) and
+    the parser's format reward.
+
     Args:
         tools: the tools whose calls are counted (functions; their names are used).
+        weights: seed 004's three reward weights; None for the metrics only.
+        **kwargs: `Rubric`'s other arguments (`parser`, class objects).
+
+    Raises:
+        ConfigError: `weights` that are not three numbers.
     """
 
-    def __init__(self, tools: Sequence[Callable[..., Any]] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, tools: Sequence[Callable[..., Any]] | None = None, weights: Sequence[float] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.tool_names = [getattr(tool, "__name__", str(tool)) for tool in tools or []]
+        if weights is not None:
+            if isinstance(weights, (str, bytes)) or len(list(weights)) != 3:
+                raise ConfigError(
+                    f"ToolRubric: weights are [correct_answer, tool_execution, format], three numbers; got {weights!r}"
+                )
+            answer_weight, execution_weight, format_weight = weights
+            self.add_reward_func(correct_answer, answer_weight)
+            self.add_reward_func(_tool_execution(self.tool_names), execution_weight)
+            self.add_reward_func(self.parser.get_format_reward_func(), format_weight)
         self.add_metric(_call_counter("total_tool_calls", None))
         for name in self.tool_names:
             self.add_metric(_call_counter(f"{name}_calls", name))
+
+
+def correct_answer(completion: Any, answer: Any, parser: Parser) -> float:
+    """1.0 when the parser's answer equals the row's `answer` (surrounding whitespace aside)."""
+    parsed = parser.parse_answer(completion)
+    return float(parsed is not None and str(parsed).strip() == str(answer or "").strip())
+
+
+def _tool_execution(tool_names: list[str]) -> Callable[..., float]:
+    known = set(tool_names)
+
+    def tool_execution(completion: Any) -> float:
+        names = [
+            call["function"]["name"]
+            for message in (completion if isinstance(completion, list) else [])
+            if message.get("role") == "assistant"
+            for call in message.get("tool_calls") or []
+        ]
+        return sum(1 for name in names if name in known) / len(names) if names else 0.0
+
+    return tool_execution
 
 
 def _call_counter(metric_name: str, tool_name: str | None) -> Callable[..., float]:
@@ -453,7 +452,6 @@ JudgeFunction = Callable[[Any, Any, Any, State], Awaitable[str]]
 
 __all__ = [
     "DEFAULT_JUDGE_PROMPT",
-    "HandlerRubric",
     "JudgeFunction",
     "JudgeRubric",
     "MathRubric",

@@ -1,4 +1,4 @@
-"""The classic API's own types: `RolloutInput`, `RolloutScore(s)` and the reward-function aliases.
+"""The classic API's own types: `RolloutInput`, `RolloutScore(s)`, the reward-function aliases and seed 004's names.
 
 The types both halves share (messages, `Response`, `TrajectoryStep`, outputs) live in `v1.types`.
 """
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Union
+from typing import Any, Union
 
 if sys.version_info >= (3, 11):
     from typing import TypedDict
 else:
     from typing_extensions import TypedDict
 
-from v1.types import Info, Messages
+from v1.types import ChatMessage, Info, Messages
 
 
 class _RolloutInputRequired(TypedDict):
@@ -51,5 +51,24 @@ GroupRewardFunc = Callable[..., Union[list[float], Awaitable[list[float]]]]
 
 RewardFunc = Union[IndividualRewardFunc, GroupRewardFunc]
 
+GenerateInputs = list[dict[str, Any]]
+"""Seed 004's name for the rows `generate` takes (a `datasets.Dataset` works too)."""
 
-__all__ = ["GroupRewardFunc", "IndividualRewardFunc", "RewardFunc", "RolloutInput", "RolloutScore", "RolloutScores"]
+ProcessedOutputs = dict[str, Any]
+"""Seed 004's name for processed rollout outputs (a plain dict of columns)."""
+
+Message = Union[str, ChatMessage]
+"""Seed 004's name for one message: a text (completion mode) or a chat message."""
+
+
+__all__ = [
+    "GenerateInputs",
+    "GroupRewardFunc",
+    "IndividualRewardFunc",
+    "Message",
+    "ProcessedOutputs",
+    "RewardFunc",
+    "RolloutInput",
+    "RolloutScore",
+    "RolloutScores",
+]

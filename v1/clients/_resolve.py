@@ -13,6 +13,7 @@ from v1.clients._anthropic_messages import AnthropicMessagesClient
 from v1.clients._base import Client
 from v1.clients._http import is_async_openai
 from v1.clients._openai_chat_completions import OpenAIChatCompletionsClient
+from v1.clients._sync_openai import ThreadedOpenAI
 from v1.config import ClientConfig
 from v1.errors import ConfigError
 from v1.registry import CLIENT_TYPES, ClientPart
@@ -81,6 +82,7 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
 
     An SDK client (`AsyncOpenAI`, or anything with an async `chat.completions.create`;
     an `AsyncAnthropic`) is wrapped once per object, so every rollout using it shares one wrapper.
+    A sync `openai.OpenAI` is wrapped too: its calls run on a bounded thread pool (`ThreadedOpenAI`).
     """
     if isinstance(client, (Client, RoundRobinClient)):
         return client  # type: ignore[return-value]
@@ -97,9 +99,12 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
             f"client: expected a ClientConfig, a v1 Client or an AsyncOpenAI-like object, got {type(client).__name__}"
         )
     openai = sys.modules.get("openai")  # an OpenAI passed in means openai is imported
-    is_sync_openai = openai is not None and isinstance(client, openai.OpenAI)
-    if is_sync_openai or not (is_async_callable(create) or is_async_openai(client)):
-        raise ConfigError(f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI")
+    if openai is not None and isinstance(client, openai.OpenAI):
+        return await _wrap_sync_openai(client)
+    if not (is_async_callable(create) or is_async_openai(client)):
+        raise ConfigError(
+            f"client: {type(client).__name__}.chat.completions.create is not async; pass an AsyncOpenAI or an openai.OpenAI"
+        )
     return await _wrap_once(client, OpenAIChatCompletionsClient)
 
 
@@ -111,6 +116,21 @@ async def _wrap_once(client: Any, cls: type[Client[Any, Any, Any, Any]]) -> Clie
             return None
 
         return cls(client), nothing_to_close
+
+    return await scope.get(("wrapped", id(client)), wrap)
+
+
+async def _wrap_sync_openai(client: Any) -> Client[Any, Any, Any, Any]:
+    """A sync `openai.OpenAI`, once per object and loop: a chat client over its `ThreadedOpenAI` view."""
+    scope = await loop_scope()
+
+    async def wrap() -> tuple[Client[Any, Any, Any, Any], Any]:
+        threaded = ThreadedOpenAI(client)
+
+        async def stop_threads() -> None:
+            threaded.close()
+
+        return OpenAIChatCompletionsClient(threaded), stop_threads  # type: ignore[arg-type]
 
     return await scope.get(("wrapped", id(client)), wrap)
 

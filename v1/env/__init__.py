@@ -1,7 +1,8 @@
 """The run engine: `Env` (eval and training workers), run configs, loading by name or TOML,
 scheduling and executors, and the results a run writes."""
 
-from v1.env._env import MESSAGE_TYPES, Env, EnvOrigin, is_retryable, set_rubric_view
+from v1.env._env import MESSAGE_TYPES, Env, EnvOrigin, is_retryable
+from v1.env._env_state import EnvState
 from v1.env._eval_config import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_NUM_EXAMPLES,
@@ -13,6 +14,7 @@ from v1.env._eval_config import (
     RolloutsPerExample,
 )
 from v1.env._executors import RayActorsLost, RayExecutor, check_ray_address
+from v1.env._handler_rubric import HandlerRubric
 from v1.env._loading import (
     EnvSource,
     environment_config_file,
@@ -43,9 +45,11 @@ __all__ = [
     "Env",
     "ValidationWriter",
     "EnvOrigin",
+    "EnvState",
     "EnvSource",
     "EvalConfig",
     "EvalSummary",
+    "HandlerRubric",
     "Executor",
     "LocalExecutor",
     "MESSAGE_TYPES",
@@ -77,6 +81,5 @@ __all__ = [
     "pass_at_k",
     "rescore_run",
     "run_gold",
-    "set_rubric_view",
     "validate_threshold",
 ]

@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from v1._util import loop_scope as loop_scope
 from v1._util.calling import resize_pool
@@ -25,6 +25,8 @@ from v1._util.gc_tuning import batch_gc
 from v1._util.provenance import version_info
 from v1.clients import Client, resolve_client
 from v1.config import ClientConfig, EnvConfig
+from v1.env._env_state import EnvState
+from v1.env._handler_rubric import HandlerRubric
 from v1.env._results import EvalSummary, ResultsWriter, RolloutKey
 from v1.env._scheduling import Executor, LocalExecutor, RolloutLimiter, StreamPlan, Unit, UnitJob, is_stream, plan_units
 from v1.errors import ConfigError, TaskError, error_class
@@ -33,7 +35,7 @@ from v1.interception import upstream
 from v1.programs import CHAT_ROUTE, COMPLETIONS_ROUTE, call_model
 from v1.rollout import Handler, State, Task, thaw
 from v1.taskset import RowSource, Taskset, rows_to_dataset
-from v1.types import GenerateMetadata, GenerateOutputs, Response, RolloutOutput, SamplingArgs
+from v1.types import GenerateMetadata, GenerateOutputs, Info, Messages, Response, RolloutOutput, SamplingArgs
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -165,19 +167,6 @@ class EnvOrigin(Protocol):
     def load(self) -> Env: ...
 
 
-RubricView = Callable[[Callable[[], list[Handler]]], Any]
-"""Builds `env.rubric` from a source of the env's reward and metric handlers."""
-
-_rubric_view: RubricView | None = None
-
-
-def set_rubric_view(view: RubricView) -> None:
-    """How `env.rubric` of an `Env` is built: the classic layer sets its `HandlerRubric` when it is imported,
-    so `env.rubric.score_rollout(...)` (the older trainers' call) scores with the env's own handlers."""
-    global _rubric_view
-    _rubric_view = view
-
-
 class Env:
     """Makes a taskset/harness pair usable by eval and training workers.
 
@@ -190,8 +179,8 @@ class Env:
         pass_threshold: the reward at which a rollout counts as passed for pass@k.
     """
 
-    state_type: type[State] = State
-    """The `State` class each rollout of this env starts from (a layer on top may widen its reads)."""
+    state_type: type[State] = EnvState
+    """The `State` class each rollout of this env starts from (`EnvState`: the seed's reads of its handles)."""
 
     def __init__(
         self,
@@ -209,7 +198,8 @@ class Env:
             env_args=env_args,
             pass_threshold=pass_threshold,
         )
-        self.rubric: Any = _rubric_view(self.scoring_handlers) if _rubric_view is not None else None
+        self.rubric: Any = HandlerRubric(self.scoring_handlers)
+        """The env's rewards and metrics as a rubric (`HandlerRubric`; a classic environment's own `Rubric`)."""
 
     def scoring_handlers(self) -> list[Handler]:
         """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
@@ -222,13 +212,32 @@ class Env:
         self.taskset = taskset
         self.harness = harness
         self.harness.taskset = taskset
-        self.env_id = env_id or taskset.taskset_id
-        self.env_args = (
-            dict(env_args) if env_args is not None else self.config.model_dump(mode="json", exclude_defaults=True, fallback=repr)
+        module = type(taskset).__module__
+        self.init_run_fields(
+            env_id=env_id or taskset.taskset_id,
+            env_args=(
+                dict(env_args)
+                if env_args is not None
+                else self.config.model_dump(mode="json", exclude_defaults=True, fallback=repr)
+            ),
+            pass_threshold=pass_threshold,
+            module=module if module.split(".")[0] != "v1" else None,
         )
+
+    def init_run_fields(self, *, env_id: str, env_args: dict[str, Any], pass_threshold: float, module: str | None) -> None:
+        """The fields every environment has beside its parts (an `EnvGroup`, which has no single pair, sets them here too).
+
+        Args:
+            env_id: the name results are saved under.
+            env_args: how the environment was configured, recorded in results metadata.
+            pass_threshold: the reward at which a rollout counts as passed for pass@k.
+            module: the module a worker elsewhere imports to rebuild the env (None: v1's own).
+        """
+        self.env_id = env_id
+        self.env_args = env_args
         self.pass_threshold = pass_threshold
         self.concurrency = -1
-        self.module: str | None = module if (module := type(taskset).__module__).split(".")[0] != "v1" else None
+        self.module: str | None = module
         self.source: EnvOrigin | None = None
         """How this env was loaded (set by `load_environment`): what a remote executor's workers rebuild it from."""
         self._endpoint_turn = 0
@@ -323,21 +332,24 @@ class Env:
         self._endpoint_turn += 1
         return chosen
 
-    def _model(self, model: str | None) -> str:
+    def resolve_model(self, model: str | None) -> str:
+        """`model`, else the harness's; one `ConfigError` line when neither names one."""
         model = model or self.harness.config.model
         if not model:
             raise ConfigError("no model: pass model=... or set [env.harness] model")
         return model
 
-    def _sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+    def merged_sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+        """`sampling_args` over the harness's, with the harness's token limits (enforced by the endpoint, never sent)."""
         # The harness's token limits ride with the sampling args (the endpoint enforces them, never sends them).
         config = self.harness.config
         limits = {"max_seq_len": config.max_seq_len, "max_total_completion_tokens": config.max_total_completion_tokens}
         return {**config.sampling_args, **{k: v for k, v in limits.items() if v is not None}, **(sampling_args or {})}
 
-    async def _run_states(
+    async def run_tasks(
         self, tasks: list[Task], client: Client[Any, Any, Any, Any], model: str, sampling_args: SamplingArgs
     ) -> list[State]:
+        """Run `tasks` as one group with a resolved client, model and merged sampling args; the scored states."""
         tasks, states = await self._group_states(tasks)
         for state in states:
             handles = upstream(state)
@@ -375,8 +387,8 @@ class Env:
         successive groups take turns, each group on one endpoint.
         """
         tasks = [self.to_task(row) for row in group_inputs]
-        return await self._run_states(
-            tasks, await self._next_client(client), self._model(model), self._sampling_args(sampling_args)
+        return await self.run_tasks(
+            tasks, await self._next_client(client), self.resolve_model(model), self.merged_sampling_args(sampling_args)
         )
 
     def to_task(self, row: Mapping[str, Any] | Task | str) -> Task:
@@ -445,18 +457,59 @@ class Env:
         state = self.state_type.for_task(task)
         handles = upstream(state)
         handles.client = await self._next_client(client)
-        handles.sampling_args = dict(self._sampling_args(sampling_args))
-        state.runtime.model = self._model(model)
+        handles.sampling_args = dict(self.merged_sampling_args(sampling_args))
+        state.runtime.model = self.resolve_model(model)
         return state
 
+    @overload
     async def rollout(
         self,
         input: Mapping[str, Any] | Task,
         client: Any = None,
         model: str | None = None,
         sampling_args: SamplingArgs | None = None,
-    ) -> State:
-        """Run one rollout of `input` and score it alone (no group scoring, advantage left unset)."""
+    ) -> State: ...
+
+    @overload
+    async def rollout(
+        self,
+        input: None = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        *,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        example_id: Any = 0,
+    ) -> tuple[Messages, State]: ...
+
+    async def rollout(
+        self,
+        input: Mapping[str, Any] | Task | None = None,
+        client: Any = None,
+        model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **older: Any,
+    ) -> Any:
+        """Run one rollout of `input` and score it alone (no group scoring, advantage left unset).
+
+        The older keyword form `rollout(client=..., model=..., prompt=..., answer=..., task=..., info=...)`
+        (seed 003's trainer cookbook, seed 004) runs the same rollout of that row and returns
+        `(completion, state)`; which form a call is is decided by the keywords present.
+
+        Raises:
+            ConfigError: both `input` and the older form's `prompt=`.
+            TypeError: no input at all, or a keyword neither form has.
+        """
+        if older:
+            state = await self.rollout(_older_rollout_input(input, older), client, model, sampling_args)
+            return state.get("completion"), state
+        if input is None:
+            raise TypeError(
+                "rollout() needs an input row: rollout(input, client, model) or rollout(prompt=..., client=..., model=...)"
+            )
         state = await self.init_state(input, client, model, sampling_args)
         return await self.harness.run(state.task, state)
 
@@ -591,8 +644,8 @@ class Env:
         stream = StreamPlan(inputs, self.to_task, rollouts_per_example, independent_scoring) if is_stream(inputs) else None
         plan = plan_units(inputs, self.to_task, rollouts_per_example, independent_scoring) if stream is None else None
         clients = await self.resolve_clients(None if client is None else client)
-        model_name = self._model(model)
-        merged_args = self._sampling_args(sampling_args)
+        model_name = self.resolve_model(model)
+        merged_args = self.merged_sampling_args(sampling_args)
         record = _GenerateRecorder(self.pass_threshold, results, keep_outputs, on_progress)
         units: Iterable[tuple[Any, Unit]]
         if stream is not None:
@@ -672,7 +725,7 @@ class Env:
         while True:
             attempts += 1
             with batch_gc():  # wherever units run (this loop, a Ray actor), many are in flight at once
-                states = await self._run_states([task] * len(unit.indices), client, model, sampling_args)
+                states = await self.run_tasks([task] * len(unit.indices), client, model, sampling_args)
             if attempts > max_retries or not any(is_retryable(state["error"]) for state in states):
                 break
             if on_retry is not None:
@@ -690,15 +743,17 @@ class Env:
         self,
         client: Any = None,
         model: str | None = None,
+        sampling_args: SamplingArgs | None = None,
         num_examples: int = -1,
         rollouts_per_example: int = 1,
         max_concurrent: int = -1,
-        sampling_args: SamplingArgs | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
         """`generate` over the first `num_examples` evaluation rows (see `eval_inputs`); kwargs go to `generate`.
 
-        A stream's rows are drawn as the run takes them; an infinite one needs `num_examples`.
+        The positional order is the reference's and seed 004's (`client, model, sampling_args,
+        num_examples, rollouts_per_example`). A stream's rows are drawn as the run takes them; an
+        infinite one needs `num_examples`.
         """
         return await self.generate(
             self.eval_inputs(num_examples),
@@ -767,6 +822,30 @@ class Env:
         return plan
 
 
+OLDER_ROLLOUT_FIELDS = ("prompt", "answer", "task", "info", "example_id")
+"""The keywords of the older `rollout(client=, model=, prompt=, answer=, task=, info=)` form (seeds 003 and 004)."""
+
+
+def _older_rollout_input(input: Any, older: Mapping[str, Any]) -> dict[str, Any]:
+    """The input row of an older-form `rollout(prompt=..., answer=..., ...)` call.
+
+    Raises:
+        ConfigError: an `input` too (the two forms mixed in one call).
+        TypeError: a keyword neither form has, or no `prompt`.
+    """
+    unknown = sorted(set(older) - set(OLDER_ROLLOUT_FIELDS))
+    if unknown:
+        raise TypeError(f"rollout() got an unexpected keyword argument {unknown[0]!r}")
+    if input is not None:
+        raise ConfigError("rollout: pass input (rollout(input, client, model)) or prompt=... (the older form), not both")
+    if "prompt" not in older:
+        raise TypeError(f"rollout(): the older form needs prompt=...; got {sorted(older)}")
+    row = {"example_id": 0, **older}
+    if row.get("info") is None:
+        row.pop("info", None)
+    return row
+
+
 def _draw(source: RowSource, n: int, seed: int | None, env_id: str) -> Iterator[dict[str, Any]]:
     """The first `n` rows of a stream (all when n < 0), shuffled with `seed` first if given, drawn on demand."""
     if n is None or n < 0:
@@ -794,9 +873,7 @@ __all__ = [
     "EnvOrigin",
     "ProgressCallback",
     "RetryCallback",
-    "RubricView",
     "RolloutLimiter",
     "is_retryable",
-    "set_rubric_view",
     "state_to_output",
 ]

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from v1._util.entropy import uuid4_hex
 from v1.config import SandboxConfig
@@ -158,7 +158,12 @@ class State(dict):  # type: ignore[type-arg]
     Framework-managed fields (`is_completed`, `stop_condition`, `is_truncated`,
     `error`, `trajectory`) can't be written directly: use `stop()` or raise a
     `v1.Error`. Runtime handles are reached with the `get_*` methods.
+
+    Reading a key of `INPUT_FIELDS` that the state has no value of its own for reads the task's
+    (the reference's forwarding to the rollout input): the task's data stays on the task.
     """
+
+    INPUT_FIELDS: ClassVar[list[str]] = ["prompt", "answer", "info", "example_id"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         data = dict(*args, **kwargs)
@@ -229,6 +234,20 @@ class State(dict):  # type: ignore[type-arg]
         self.runtime.tools.update({name: source.tools[name] for name in tool_names})
 
     # -- guarded dict interface -----------------------------------------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.INPUT_FIELDS and not dict.__contains__(self, key):
+            task = self.__dict__.get("task")
+            if task is not None and key in task:
+                return task[key]
+        return dict.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """`state[key]` (an input field read from the task), or `default`."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def __setitem__(self, key: str, value: Any) -> None:
         _guard(key)

@@ -505,6 +505,10 @@ def host_check(allowed: frozenset[str]) -> Any:
     return check
 
 
+VIEWER_KEY: web.AppKey[Viewer] = web.AppKey("viewer", Viewer)
+"""Where the app keeps its `Viewer` (a typed key: aiohttp warns on a string one)."""
+
+
 def build_app(roots: list[Path], loopback_only: bool = True) -> web.Application:
     """The viewer's aiohttp application over the run folders at or under `roots`.
 
@@ -527,7 +531,7 @@ def build_app(roots: list[Path], loopback_only: bool = True) -> web.Application:
     app.router.add_get("/api/compare", viewer.compare)
     app.router.add_get("/api/plot", viewer.plot)
     app.router.add_static("/static/", STATIC)
-    app["viewer"] = viewer
+    app[VIEWER_KEY] = viewer
     return app
 
 

@@ -15,6 +15,10 @@ GroupHandler: TypeAlias = Callable[..., Sequence[float] | Any]
 ConfigMap: TypeAlias = Mapping[str, object]
 ConfigData: TypeAlias = dict[str, object]
 MutableConfigMap: TypeAlias = MutableMapping[str, object]
+ProgramOptionMap: TypeAlias = Mapping[str, object]
+"""A program's options (`args`, `env`, `files`, ...), as verifiers' v1 environments annotate them."""
+MessageContent: TypeAlias = str | list[dict[str, Any]]
+"""A message's content: a text, or a list of content parts (plain dicts here, as every message is)."""
 
 __all__ = [
     "AssistantMessage",
@@ -22,7 +26,9 @@ __all__ = [
     "ConfigMap",
     "GroupHandler",
     "Handler",
+    "MessageContent",
     "MutableConfigMap",
+    "ProgramOptionMap",
     "State",
     "SystemMessage",
     "ToolMessage",
