@@ -63,7 +63,7 @@ def resolves(dotted: str) -> bool:
 
 
 def names_something_that_exists(span: str) -> bool:
-    """Whether a code span of the Status names a command, module, file, public name, client type or config field."""
+    """Whether a code span of the Status names a command, module, folder, file, public name, client type or config field."""
     parsers = command_parsers()
     if span.startswith("v1 "):
         return span.split()[1] in parsers
@@ -74,6 +74,8 @@ def names_something_that_exists(span: str) -> bool:
         return any(flag in parser._option_string_actions for parser in parsers.values())
     if span.endswith("/"):
         return (ROOT / span).is_dir()
+    if "/" in span:
+        return (ROOT / span).is_file()
     if span.startswith("v1."):
         return resolves(span)
     if span in NAMED_ELSEWHERE:
@@ -95,6 +97,7 @@ def test_the_status_check_refuses_names_that_do_not_exist() -> None:
         "python -m v1.nowhere",
         "--no-such-flag",
         "nowhere/",
+        "benchmarks/nowhere.sh",
         "v1.nowhere",
         "v1.env._executors.Nowhere",
         "terminux",

@@ -42,8 +42,9 @@ def test_the_env_interface_training_uses_is_public_and_pinned() -> None:
     assert ENV_INTERFACE == ("env_id", "get_dataset", "row_stream", "run_group", "evaluate")
     assert list(inspect.signature(vf.Env.run_group).parameters) == ["self", "group_inputs", "client", "model", "sampling_args"]
     assert list(inspect.signature(vf.Env.get_dataset).parameters) == ["self", "n", "seed"]
+    # the reference's positional order (issue 45); training passes all but client and model by name
     assert list(inspect.signature(vf.Env.evaluate).parameters)[:7] == [
-        "self", "client", "model", "num_examples", "rollouts_per_example", "max_concurrent", "sampling_args"
+        "self", "client", "model", "sampling_args", "num_examples", "rollouts_per_example", "max_concurrent"
     ]  # fmt: skip
 
 

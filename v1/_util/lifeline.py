@@ -98,7 +98,12 @@ def cleanup_on_exit(cleanup: Callable[[], None]) -> Iterator[None]:
 
 def exit_now(line: str, status: int) -> None:
     """Print `line` (one line on stderr), run the registered clean-ups (failures ignored) and end the process with `status`."""
-    print(f"v1 train: {line}", file=sys.stderr, flush=True)
+    message = f"v1 train: {line}\n"
+    try:  # one write: ranks ending together share the launcher's stderr, and an unbuffered print writes the newline apart
+        sys.stderr.flush()
+        os.write(sys.stderr.fileno(), message.encode(errors="replace"))
+    except (AttributeError, OSError, ValueError):  # a stderr with no descriptor of its own
+        print(message, end="", file=sys.stderr, flush=True)
     for cleanup in reversed(list(_cleanups)):
         with contextlib.suppress(Exception):
             cleanup()
