@@ -135,7 +135,7 @@ async def test_best_of_4_runs_each_attempt_in_its_own_sandbox_with_its_own_seed(
     mock.responder = attempt
     policy = vf.Harness(sandbox={}, toolsets=[vf.Toolset([where], sandbox="program")], max_turns=3)
     taskset = vf.Taskset(source=[{"prompt": "answer", "answer": "answer-2"}], rewards=[right_answer])
-    env = vf.Env(taskset, vf.EpisodeHarness({"policy": policy}, vf.BestOfN(n=4)))
+    env = vf.Env(taskset, vf.EpisodeHarness({"policy": policy}, vf.BestOfN(n=4, seed=0)))
     client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
     state: Any = await env.rollout(env.get_dataset()[0], client, "test-model")
     assert state["error"] is None, state["error"]
@@ -154,6 +154,16 @@ async def test_best_of_4_runs_each_attempt_in_its_own_sandbox_with_its_own_seed(
     for i, record in enumerate(attempts):
         assert record["completion"][-1]["content"] == f"answer-{i}" and len(record["trajectory"]) == 2
     assert list_sandboxes() == []
+
+
+async def test_best_of_n_without_a_seed_gives_each_episode_of_a_task_its_own_seeds(mock: MockModelServer) -> None:
+    env = vf.Env(vf.Taskset(source=[{"prompt": "q"}]), vf.EpisodeHarness({"policy": vf.Harness(max_turns=1)}, vf.BestOfN(n=2)))
+    client = vf.ClientConfig(api_base_url=mock.url, max_retries=0)
+    row = env.get_dataset()[0]
+    episodes: list[Any] = [await env.rollout(row, client, "test-model") for _ in range(3)]
+    bases = [state["roles"]["policy/0"]["seed"] for state in episodes]
+    assert all(state["roles"]["policy/1"]["seed"] == base + 1 for state, base in zip(episodes, bases, strict=True))
+    assert len(set(bases)) == 3  # a group's episodes sample apart: a fixed base made every one alike
 
 
 async def test_best_of_n_refuses_a_sandbox_its_attempts_would_share(mock: MockModelServer) -> None:

@@ -83,13 +83,16 @@ class JudgeControl(Config):
 class BestOfN(Config):
     """The built-in best-of-n: `n` attempts of the policy, each with a sandbox and a seed of its own.
 
-    Attempt `i` samples with `seed + i`. The episode records `pass@n` (1.0 when an attempt's reward
-    reached `pass_threshold`) and `best` (the best attempt's reward), which is also its reward.
+    Attempt `i` samples with `seed + i`. Without a `seed`, each episode draws its own base, so the
+    episodes of one task (a training group, `-r` repeats) differ; a fixed `seed` makes every episode
+    of a task sample alike (reproducible, and no spread within a group to learn from). The episode
+    records `pass@n` (1.0 when an attempt's reward reached `pass_threshold`) and `best` (the best
+    attempt's reward), which is also its reward.
     """
 
     kind: Literal["best_of_n"] = "best_of_n"
     n: int = Field(gt=0, le=MAX_ATTEMPTS)
-    seed: int = Field(0, ge=0, le=2**31 - MAX_ATTEMPTS)
+    seed: int | None = Field(None, ge=0, le=2**31 - MAX_ATTEMPTS)
     pass_threshold: float = 1.0
 
 

@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 import math
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Union
 
@@ -201,7 +202,8 @@ def _last_json_object(text: str) -> dict[str, Any] | None:
 
 
 async def best_of_n(episode: Episode, config: BestOfN) -> None:
-    """`n` attempts of the policy, each in a sandbox of its own with seed `seed + i`, run together.
+    """`n` attempts of the policy, each in a sandbox of its own with seed `base + i` (`config.seed`, else drawn
+    for this episode), run together.
 
     Records `pass@n` and `best` (also the episode's reward); the best attempt's completion is the episode's.
     """
@@ -213,7 +215,8 @@ async def best_of_n(episode: Episode, config: BestOfN) -> None:
             f"best_of_n: the policy's sandbox has scope {sandbox.scope!r}, so its attempts would share it; "
             "give it scope 'rollout'"
         )
-    attempts = await asyncio.gather(*(episode.run(POLICY, key=f"{POLICY}/{i}", seed=config.seed + i) for i in range(config.n)))
+    base = config.seed if config.seed is not None else random.SystemRandom().randrange(2**30)
+    attempts = await asyncio.gather(*(episode.run(POLICY, key=f"{POLICY}/{i}", seed=base + i) for i in range(config.n)))
     if all(attempt.get("error") is not None for attempt in attempts):
         episode.fail_with(attempts[0], f"{POLICY}/0")
         return
