@@ -92,7 +92,7 @@ max_turns = 1
     "best_of_n": """
 [env.harness]
 loader = "v1:EpisodeHarness"
-control = {{ kind = "best_of_n", n = 2 }}
+control = {{ kind = "best_of_n", n = 4 }}
 
 [env.harness.roles.policy]
 max_turns = 1
@@ -160,7 +160,7 @@ def verdict_or_user_turn(request: MockRequest) -> Reply:
     return Reply.text("[END]" if "Once more" in text else "Once more, please.")
 
 
-@pytest.mark.parametrize(("control", "samples_per_episode"), [("judge", 1), ("user", 1), ("best_of_n", 2)])
+@pytest.mark.parametrize(("control", "samples_per_episode"), [("judge", 1), ("user", 1), ("best_of_n", 4)])
 async def test_two_steps_on_each_built_in_control_train_the_policy_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, control: str, samples_per_episode: int
 ) -> None:
@@ -171,7 +171,7 @@ async def test_two_steps_on_each_built_in_control_train_the_policy_only(
     assert result.steps == 2
     # a judge's verdict or a user's turns for every episode of both steps (the run may start a third step's rollouts)
     assert others >= (0 if control == "best_of_n" else 2 * EPISODES_PER_STEP * (2 if control == "user" else 1))
-    # best-of-2: both attempts are the policy's; a judge's or a user's turns (on the mock) never become samples
+    # best-of-4: all four attempts are the policy's; a judge's or a user's turns (on the mock) never become samples
     assert_trained_policy_samples_only(tmp_path, samples_per_episode)
 
 
