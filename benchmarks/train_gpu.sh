@@ -6,7 +6,7 @@
 #   bash benchmarks/train_gpu.sh             # there: installs .whl/ into /tmp/site, then the checks
 #   bash benchmarks/train_gpu.sh --cpu       # the same checks on CPU with a tiny model (the script's own dry run)
 # Checks: bf16 training steps, gradient checkpointing, FSDP2 under torchrun (1 rank per GPU, at most 2; gloo on --cpu),
-# the tiny recipe with v1's built-in inference (checkpoint, --resume, export), flash-attn steps, and the vLLM recipe with the NCCL weight sync in bf16, a checkpoint and --resume from it.
+# the tiny recipe with v1's built-in inference (checkpoint, --resume, export), a new FSDP2 run from a pretrained folder, flash-attn steps, and the vLLM recipe with the NCCL weight sync in bf16, a checkpoint and --resume from it.
 # On a GPU, flash-attn or vLLM that does not import is a FAIL with the reason, not a skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +75,23 @@ steps=$(wc -l < "$LOGS/tiny_out/metrics.jsonl" 2>/dev/null || echo 0)
 [ "$steps" = 6 ] && record "tiny metrics" PASS "6 steps in metrics.jsonl" \
     || record "tiny metrics" FAIL "metrics.jsonl has $steps lines, expected 6"
 check "v1 train export" 120 python3 -m v1.cli train export "$LOGS/tiny_out/checkpoints/step_6" "$LOGS/tiny_export"
+# A new FSDP2 run from a save_pretrained folder (bf16 safetensors): each rank reads its own rows from the file.
+python3 - "$LOGS/pretrained.toml" "$LOGS/pretrained" "$LOGS/pretrained_out" "$CPU" <<'PY' || record "pretrained config" FAIL "could not write $LOGS/pretrained.toml"
+import sys
+import torch
+from v1.inference import build_tiny_model
+from v1.train import TrainConfig
+out, folder, output_dir, cpu = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+config = TrainConfig.load("configs/train/tiny_first_letter.toml")
+model, tokenizer = build_tiny_model(config.model.tiny)
+model.to(torch.bfloat16).save_pretrained(folder)
+tokenizer.save_pretrained(folder)
+model_config = config.model.model_copy(update={"tiny": None, "path": folder, "dtype": "float32" if cpu else "bfloat16"})
+update = {"model": model_config, "output_dir": output_dir}
+open(out, "w").write(config.model_copy(update=update).to_toml())
+PY
+check "FSDP2 x$GPUS from a pretrained folder" 240 python3 -m torch.distributed.run --standalone --nproc-per-node "$GPUS" \
+    -m v1.train "$LOGS/pretrained.toml" --max-steps 2 --no-progress
 why=$(python3 -c "import flash_attn" 2>&1 | tail -1)
 if [ "$CPU" = 1 ]; then
     record "flash-attn steps" SKIP "CPU dry run"
