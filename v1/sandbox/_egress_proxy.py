@@ -27,6 +27,7 @@ import hashlib
 import ipaddress
 import re
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from urllib.parse import urlsplit
 
 from v1.config import NetworkPolicy
 from v1.sandbox._backend import EndpointTarget
-from v1.sandbox._endpoint_relay import HEAD_TIMEOUT_S, MAX_CONNECTIONS, pump, read_head
+from v1.sandbox._endpoint_relay import HEAD_TIMEOUT_S, MAX_CONNECTIONS, RolloutSockets, pump, read_head
 
 PROXY_PORT = 3128
 """Where the sandbox's loopback offers the proxy (`PROXY_PORT + 1` when the endpoint's port is this one)."""
@@ -290,42 +291,21 @@ def egress_socket_name(rollout: str | None) -> str:
     return f"egress-{key}.sock"
 
 
-class EgressSockets:
+class EgressSockets(RolloutSockets):
     """A sandbox's egress sockets: one per rollout (and one for commands of none) while its commands run."""
 
     def __init__(self, policy: NetworkPolicy, endpoint: EndpointTarget | None, run_dir: Path) -> None:
+        super().__init__(run_dir)
         self.policy = policy
         self.endpoint = endpoint
-        self.run_dir = run_dir
-        self.servers: dict[str | None, asyncio.AbstractServer] = {}
-        self.users: dict[str | None, int] = {}
         self.unattributed = NetworkTally()
-        self._starting = asyncio.Lock()
 
-    async def acquire(self, rollout: str | None) -> Path:
-        """The host path of `rollout`'s egress socket, served until each `acquire` has had its `release`."""
-        path = self.run_dir / egress_socket_name(rollout)
-        async with self._starting:
-            if rollout not in self.servers:
-                tally = rollout_tally(rollout) if rollout is not None else self.unattributed
-                proxy = EgressProxy(self.policy, self.endpoint, tally)
-                self.servers[rollout] = await asyncio.start_unix_server(proxy.serve, path=str(path))
-            self.users[rollout] = self.users.get(rollout, 0) + 1
-        return path
+    def socket_name(self, rollout: str | None) -> str:
+        return egress_socket_name(rollout)
 
-    async def release(self, rollout: str | None) -> None:
-        self.users[rollout] -= 1
-        if self.users[rollout] == 0:
-            del self.users[rollout]
-            self.servers.pop(rollout).close()
-            with contextlib.suppress(OSError):
-                (self.run_dir / egress_socket_name(rollout)).unlink()
-
-    async def close(self) -> None:
-        for server in self.servers.values():
-            server.close()
-        self.servers.clear()
-        self.users.clear()
+    def handler(self, rollout: str | None) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        tally = rollout_tally(rollout) if rollout is not None else self.unattributed
+        return EgressProxy(self.policy, self.endpoint, tally).serve
 
 
 __all__ = [

@@ -19,7 +19,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from v1.sandbox._backend import PIN_HEADER, EndpointTarget
 
@@ -147,35 +149,38 @@ def socket_name(rollout: str) -> str:
     return f"endpoint-{hashlib.sha256(rollout.encode()).hexdigest()[:16]}.sock"
 
 
-class RolloutRelays:
-    """A sandbox's endpoint sockets: one per rollout while a command of that rollout runs, in `run_dir`."""
+class RolloutSockets:
+    """Unix sockets in `run_dir`, one per rollout while a command of that rollout runs, each serving `handler(rollout)`."""
 
-    def __init__(self, endpoint: EndpointTarget, run_dir: Path) -> None:
-        self.endpoint = endpoint
+    def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.servers: dict[str, asyncio.AbstractServer] = {}
-        self.users: dict[str, int] = {}
+        self.servers: dict[Any, asyncio.AbstractServer] = {}
+        self.users: dict[Any, int] = {}
         self._starting = asyncio.Lock()
 
-    async def acquire(self, rollout: str) -> Path:
+    def socket_name(self, rollout: Any) -> str:
+        raise NotImplementedError
+
+    def handler(self, rollout: Any) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        raise NotImplementedError
+
+    async def acquire(self, rollout: Any) -> Path:
         """The host path of `rollout`'s socket, served until each `acquire` has had its `release`."""
-        path = self.run_dir / socket_name(rollout)
+        path = self.run_dir / self.socket_name(rollout)
         async with self._starting:  # two commands of one rollout starting at once share one socket
             if rollout not in self.servers:
-                relay = EndpointRelay(self.endpoint, rollout)
-                self.servers[rollout] = await asyncio.start_unix_server(relay.serve, path=str(path))
+                self.servers[rollout] = await asyncio.start_unix_server(self.handler(rollout), path=str(path))
             self.users[rollout] = self.users.get(rollout, 0) + 1
         return path
 
-    async def release(self, rollout: str) -> None:
+    async def release(self, rollout: Any) -> None:
         """One command of `rollout` ended; with the last, its socket goes away (its key reaches nothing here)."""
         self.users[rollout] -= 1
         if self.users[rollout] == 0:
             del self.users[rollout]
-            server = self.servers.pop(rollout)
-            server.close()
+            self.servers.pop(rollout).close()
             with contextlib.suppress(OSError):
-                (self.run_dir / socket_name(rollout)).unlink()
+                (self.run_dir / self.socket_name(rollout)).unlink()
 
     async def close(self) -> None:
         for server in self.servers.values():
@@ -184,7 +189,22 @@ class RolloutRelays:
         self.users.clear()
 
 
+class RolloutRelays(RolloutSockets):
+    """A sandbox's endpoint sockets: one per rollout while a command of that rollout runs, in `run_dir`."""
+
+    def __init__(self, endpoint: EndpointTarget, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.endpoint = endpoint
+
+    def socket_name(self, rollout: str) -> str:
+        return socket_name(rollout)
+
+    def handler(self, rollout: str) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        return EndpointRelay(self.endpoint, rollout).serve
+
+
 __all__ = [
+    "RolloutSockets",
     "HEAD_TIMEOUT_S",
     "MAX_CONNECTIONS",
     "PIN_HEADER",
