@@ -9,7 +9,7 @@ plus whether its tokens are trained), and a control: `"policy"` (run the policy 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, TypeVar, Union
 
 from pydantic import Field, field_validator
 
@@ -40,6 +40,18 @@ class RoleConfig(HarnessConfig):
     attempts_task: bool | None = None
 
 
+_Value = TypeVar("_Value")
+
+
+def _named(entries: dict[str, _Value], what: str) -> dict[str, _Value]:
+    """`entries`, once every key is a usable name (`name_problem`); else a ValueError naming `what`."""
+    for name in entries:
+        problem = name_problem(name)
+        if problem is not None:
+            raise ValueError(f"{what} {problem}")
+    return entries
+
+
 class JudgeControl(Config):
     """The built-in judge: the policy attempts the task, then the `judge` role judges the attempt.
 
@@ -63,11 +75,7 @@ class JudgeControl(Config):
     @field_validator("criteria")
     @classmethod
     def _criterion_names(cls, criteria: dict[str, str]) -> dict[str, str]:
-        for name in criteria:
-            problem = name_problem(name)
-            if problem is not None:
-                raise ValueError(f"criterion {problem}")
-        return criteria
+        return _named(criteria, "criterion")
 
     @field_validator("files")
     @classmethod
@@ -129,11 +137,7 @@ class EpisodeConfig(HarnessConfig):
     @field_validator("roles")
     @classmethod
     def _role_names(cls, roles: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
-        for name in roles:
-            problem = name_problem(name)
-            if problem is not None:
-                raise ValueError(f"role {problem}")
-        return roles
+        return _named(roles, "role")
 
 
 __all__ = ["BestOfN", "EpisodeConfig", "JudgeControl", "RoleConfig", "UserControl"]
