@@ -55,6 +55,35 @@ class AnswerLimits:
                 raise
             raise self.too_slow() from None
 
+    async def whole(self, sending: Awaitable[Any]) -> tuple[Any, bytes]:
+        """The answer `sending` gives (`stream` and `aclose` are read) and its whole body, both within the limits.
+
+        One deadline covers the wait and the read (a body that does not stream is read in one go);
+        the answer is closed once read, or when a limit is passed.
+        """
+        deadline = asyncio.timeout_at(self.deadline)
+        try:
+            async with deadline:
+                answer = await sending
+                try:
+                    return answer, await self._read(answer.stream)
+                finally:
+                    await answer.aclose()
+        except TimeoutError:
+            if not deadline.expired():  # the transport's own read timeout: the caller words that one
+                raise
+            raise self.too_slow() from None
+
+    async def _read(self, chunks: AsyncIterable[bytes]) -> bytes:
+        received: list[bytes] = []
+        size = 0
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise self.too_large()
+            received.append(chunk)
+        return b"".join(received)
+
     async def bounded(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         """`chunks` as they arrive, until the answer passes a limit (then `ModelError`)."""
         received = 0

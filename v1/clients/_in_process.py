@@ -41,6 +41,7 @@ _SERVED: dict[Origin, _Served] = {}
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+@functools.lru_cache(maxsize=1024)
 def _origin_of(url: str) -> Origin:
     """``(scheme, host, port)`` as the HTTP library's `URL` spells them (a scheme's default port as None)."""
     parts = urlsplit(url)

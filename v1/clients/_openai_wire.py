@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from v1._util import bounded_json as _bounded_json
 from v1.clients._answer_limits import AnswerLimits
 from v1.clients._http import http_library
-from v1.clients._in_process import InProcessTransport, post_request
+from v1.clients._in_process import InProcessTransport, post_request, served_in_process
 from v1.errors import InvalidModelResponseError
 
 if TYPE_CHECKING:
@@ -148,11 +148,7 @@ class OpenAIWire:
         url = self.url(path)
         limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
         try:
-            answer = await limits.within(self._send(url, body, headers))
-            try:
-                content = b"".join([chunk async for chunk in limits.bounded(answer.stream)])
-            finally:
-                await answer.aclose()
+            answer, content = await limits.whole(self._send(url, body, headers))
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
         if not 200 <= answer.status_code < 300:
@@ -179,9 +175,23 @@ class OpenAIWire:
         return SSEStream(answer, url, limits)
 
     async def _send(self, url: str, body: Any, headers: Mapping[str, str] | None) -> Any:
-        """POST `body` to `url` through the transport; the answer, its body not read yet."""
-        sent = {**self.headers, **headers} if headers else self._parsed_headers()
-        return await self.transport.handle_async_request(post_request(url, sent, encode_json(body)))
+        """POST `body` to `url`; the answer (`status_code`, `headers`, `stream`, `aclose`), its body not read yet.
+
+        A server of this process that serves `url`'s origin gets it through the in-process carrier; any
+        other upstream straight over the aiohttp pool (what the carrier's fallback would do, without
+        building the HTTP library's request and response around it).
+        """
+        data = encode_json(body)
+        if served_in_process(url) is None:
+            sent = [*self._raw_headers, *headers.items()] if headers else self._raw_headers
+            answer = await self.session().request("POST", url, data=data, headers=sent, allow_redirects=False)
+            return AiohttpAnswer(answer)
+        merged = {**self.headers, **headers} if headers else self._parsed_headers()
+        return await self.transport.handle_async_request(post_request(url, merged, data))
+
+    @functools.cached_property
+    def _raw_headers(self) -> list[tuple[str, str]]:
+        return list(self.headers.items())
 
     def _parsed_headers(self) -> Any:
         """`headers` as the HTTP library's `Headers`, parsed once (each request copies them)."""
@@ -222,6 +232,21 @@ class AiohttpTransport:
 
     async def aclose(self) -> None:
         await self._wire.close()
+
+
+class AiohttpAnswer:
+    """An aiohttp answer as the wire reads one: `status_code`, `headers`, its body as `stream`, `aclose`."""
+
+    __slots__ = ("_answer", "headers", "status_code", "stream")
+
+    def __init__(self, answer: aiohttp.ClientResponse) -> None:
+        self._answer = answer
+        self.status_code = answer.status
+        self.headers = answer.headers
+        self.stream = _body_class()(answer)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 @functools.cache

@@ -437,16 +437,15 @@ class Harness:
             task_ok = False
         context = self._context(task, state)
         session = endpoint.open(state, context.first_stop)
-        arguments = rollout_arguments(task, state)
         timing.setup.start = time.time()
-        ok = task_ok and await self._setup(arguments, state)
+        ok = task_ok and await self._setup(task, state)
         timing.setup.end = time.time()
         if ok:
             await self._run_program(program, task, state, context)
         session.end_program_phase()
         timing.generation.end = time.time()
         self._record_network(state)
-        await self._run_handlers("update", rollout_arguments(task, state), state)
+        await self._run_handlers("update", task, state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
@@ -456,11 +455,12 @@ class Harness:
         timing.scoring.end = time.time()
         return context
 
-    async def _setup(self, arguments: Mapping[str, Any], state: State) -> bool:
+    async def _setup(self, task: Task, state: State) -> bool:
         """The setup handlers, within `setup_timeout_seconds`: past it the rollout stops as `setup_timeout_reached`."""
         try:
-            return await asyncio.wait_for(self._run_handlers("setup", arguments, state), self.config.setup_timeout_seconds)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.config.setup_timeout_seconds):
+                return await self._run_handlers("setup", task, state)
+        except TimeoutError:
             state.stop("setup_timeout_reached")
             return False
 
@@ -468,8 +468,9 @@ class Harness:
         """Scoring within `scoring_timeout_seconds`. Past it each rollout keeps the scores it has (a reward
         not yet given is 0.0) and ends as `scoring_timeout_reached`, unless it already ended on an error."""
         try:
-            await asyncio.wait_for(scoring, self.config.scoring_timeout_seconds)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.config.scoring_timeout_seconds):
+                await scoring
+        except TimeoutError:
             for state in states:
                 state.setdefault("metrics", {})
                 if state.get("reward") is None:
@@ -515,13 +516,14 @@ class Harness:
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
         running = _RUNNING.set(state)
         try:
-            await asyncio.wait_for(program(task, state, context), timeout)
+            async with asyncio.timeout(timeout):  # in this task: no task of its own per rollout
+                await program(task, state, context)
         except RolloutStopped as stopped:
             if stopped.condition == "has_error":
                 state.record_error(stopped.__cause__ or stopped, "tool")
             else:
                 state.stop(stopped.condition)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             stop_at_timeout(state)
         except Exception as exc:
             session = upstream(state).session
@@ -533,9 +535,11 @@ class Harness:
             _RUNNING.reset(running)
         state.stop("state_done")
 
-    async def _run_handlers(self, kind: str, arguments: Mapping[str, Any], state: State) -> bool:
+    async def _run_handlers(self, kind: str, task: Task, state: State) -> bool:
         ok = True
-        for handler in self.handlers.of(kind, group=False):  # type: ignore[arg-type]
+        handlers = self.handlers.of(kind, group=False)  # type: ignore[arg-type]
+        arguments = rollout_arguments(task, state) if handlers else {}
+        for handler in handlers:
             try:
                 await handler.call(arguments)
             except Exception as exc:
@@ -548,7 +552,7 @@ class Harness:
     async def _finish(self, task: Task, state: State) -> None:
         """Cleanups (they may still call the model), then close the rollout and finalize the state."""
         try:
-            await self._run_handlers("cleanup", rollout_arguments(task, state), state)
+            await self._run_handlers("cleanup", task, state)
         finally:
             endpoint = await get_endpoint()
             endpoint.close_session(state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from v1.clients import http_library, whole_response
@@ -56,6 +56,39 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
     return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
 
 
+class RequestHeaders(dict[str, str]):
+    """A request's headers as the handler reads them: by name in any case, the first value of a repeated
+    header from `get` and every value from `getall` (as aiohttp's server gives them), read once from the
+    raw pairs instead of searched pair by pair on every lookup."""
+
+    __slots__ = ("_repeated",)
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        super().__init__()
+        self._repeated: dict[str, list[str]] = {}
+        for name_bytes, value_bytes in raw:
+            name, value = name_bytes.decode("latin-1").lower(), value_bytes.decode("latin-1")
+            if name in self:
+                self._repeated.setdefault(name, [self[name]]).append(value)
+            else:
+                dict.__setitem__(self, name, value)
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return dict.__getitem__(self, name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+    def getall(self, name: str, default: list[str]) -> list[str]:
+        name = name.lower()
+        if name in self._repeated:
+            return list(self._repeated[name])
+        return [dict.__getitem__(self, name)] if dict.__contains__(self, name) else default
+
+
 class _InProcessExchange:
     """One request carried in process; implements `v1.interception._exchange.Exchange`."""
 
@@ -80,7 +113,7 @@ class _InProcessExchange:
         self._max_body_bytes = max_body_bytes
         self.ready = ready
         self.stream_headers: Mapping[str, str] | None = None
-        self.chunks: asyncio.Queue[Any] = asyncio.Queue()
+        self.chunks: asyncio.Queue[Any]  # made when the handler opens a stream: most answers are whole
         self.gone = False
         self.close_after = False  # no connection to close: the body is in memory already
 
@@ -90,6 +123,7 @@ class _InProcessExchange:
         return self._body
 
     async def open_stream(self, headers: Mapping[str, str]) -> None:
+        self.chunks = asyncio.Queue()
         self.stream_headers = headers
         if not self.ready.done():
             self.ready.set_result(None)
@@ -144,7 +178,7 @@ class EndpointApp:
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()
-        exchange, handler = _start(self, request.method, request.url.path, request.headers, body)
+        exchange, handler = _start(self, request.method, request.url.path, RequestHeaders(request.headers.raw), body)
         try:
             await exchange.ready
         except BaseException:  # the caller stopped waiting (its timeout): the answer will not be delivered

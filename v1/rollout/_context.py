@@ -55,8 +55,9 @@ class RolloutContext:
         """The stop condition that holds now (the one already recorded, else the first `@stop` that fires), or None."""
         if state["is_completed"]:
             return state["stop_condition"]
-        arguments = rollout_arguments(self.task, state)
-        for handler in self.handlers.of("stop", group=False):
+        stops = self.handlers.of("stop", group=False)
+        arguments = rollout_arguments(self.task, state) if stops else {}
+        for handler in stops:
             if await handler.call(arguments):
                 return handler.name
         return None

@@ -34,8 +34,9 @@ async def score_rollout(handlers: Handlers, task: Task, state: State) -> None:
     """
     metrics: dict[str, float] = dict(state.get("metrics") or {})
     reward = 0.0
-    arguments = rollout_arguments(task, state)
-    for handler in handlers.of("reward", group=False) + handlers.of("metric", group=False):
+    scorers = handlers.of("reward", group=False) + handlers.of("metric", group=False)
+    arguments = rollout_arguments(task, state) if scorers else {}
+    for handler in scorers:
         try:
             value = _as_float(await handler.call(arguments), handler)
         except Exception as exc:
