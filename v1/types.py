@@ -209,6 +209,26 @@ class RolloutTiming(_Model):
         named = self.setup.duration + self.model.duration + self.env.duration + self.scoring.duration
         return max(0.0, self.total - named)
 
+    def as_dict(self) -> dict[str, Any]:
+        """`model_dump()`'s value, built directly: every rollout's state is finalized with it."""
+
+        def span(part: TimeSpan) -> dict[str, float]:
+            return {"start": part.start, "end": part.end, "duration": part.duration}
+
+        def spans(part: TimeSpans) -> dict[str, Any]:
+            return {"spans": [span(item) for item in part.spans], "duration": part.duration}
+
+        return {
+            "start_time": self.start_time,
+            "setup": span(self.setup),
+            "generation": span(self.generation),
+            "scoring": span(self.scoring),
+            "model": spans(self.model),
+            "env": spans(self.env),
+            "total": self.total,
+            "overhead": self.overhead,
+        }
+
 
 class TokenUsage(TypedDict, total=False):
     input_tokens: float

@@ -18,15 +18,27 @@ import asyncio
 import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from v1.clients._http import http_library
 
 
 class InProcessApp(Protocol):
-    """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out."""
+    """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
+
+    An app may also offer ``post(path, headers, body)``, answering a `WholeAnswer` (or None: declined)
+    for a POST read whole: `InProcessTransport.post` then hands it the bytes as they are.
+    """
 
     async def handle_async_request(self, request: Any) -> Any | None: ...
+
+
+class WholeAnswer(NamedTuple):
+    """An answer read to its end: status, headers (any case), body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
 
 
 class _Served(NamedTuple):
@@ -93,6 +105,24 @@ class InProcessTransport:
                 return response
         return await self._fallback.handle_async_request(request)
 
+    async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> WholeAnswer:
+        """POST `body` to `url` and read the whole answer: v1's own callers' whole-answer calls.
+
+        An app serving `url`'s origin that offers ``post`` gets the path, headers and bytes as they
+        are (no request or response object is built around them); any other request goes through
+        `handle_async_request`, as every request of the SDKs does.
+        """
+        parts = urlsplit(url)
+        port = None if parts.port == _DEFAULT_PORTS.get(parts.scheme) else parts.port
+        app = _app_for(parts.scheme, parts.hostname or "", port)
+        post = getattr(app, "post", None)
+        if post is not None and not parts.query and "content-encoding" not in {name.lower() for name in headers}:
+            answer: WholeAnswer | None = await post(unquote(parts.path), headers, body)
+            if answer is not None:
+                return answer
+        response = await self.handle_async_request(post_request(url, headers, body))
+        return WholeAnswer(response.status_code, response.headers, await read_body(response))
+
     async def aclose(self) -> None:
         await self._fallback.aclose()
 
@@ -137,6 +167,7 @@ async def read_body(response: Any) -> bytes:
 __all__ = [
     "InProcessApp",
     "InProcessTransport",
+    "WholeAnswer",
     "post_request",
     "read_body",
     "serve_in_process",

@@ -11,9 +11,10 @@ it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from v1.clients import encode_json, http_library, post_request, read_body, status_error, transport_error
+from v1.clients import encode_json, http_library, status_error, transport_error
 from v1.errors import EndpointError
 
 if TYPE_CHECKING:
@@ -45,17 +46,19 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         "Content-Type": "application/json",
         "Content-Length": str(len(body)),
     }
-    sent = post_request(url, headers, body)
     try:
-        answer = await access.pools.transport.handle_async_request(sent)
-        content = await read_body(answer)
+        answer = await access.pools.transport.post(url, headers, body)
     except http_library().TransportError as exc:
         raise transport_error(exc, url) from exc
-    if answer.status_code >= 400:
-        raise status_error(answer.status_code, answer.headers, content, url)
-    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+    if answer.status >= 400:
+        raise status_error(answer.status, answer.headers, answer.body, url)
+    if _content_type(answer.headers).startswith("text/event-stream"):
         raise ValueError("call_model is for answers that do not stream")
-    return json.loads(content)  # type: ignore[no-any-return]
+    return json.loads(answer.body)  # type: ignore[no-any-return]
+
+
+def _content_type(headers: Mapping[str, str]) -> str:
+    return next((value for name, value in headers.items() if name.lower() == "content-type"), "")
 
 
 __all__ = ["CHAT_ROUTE", "COMPLETIONS_ROUTE", "call_model"]

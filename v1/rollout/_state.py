@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from v1._util.entropy import uuid4_hex
+from v1._util.json_check import is_json
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
 from v1.rollout._task import Task
@@ -419,12 +420,8 @@ class State(dict):  # type: ignore[type-arg]
         if self.runtime.finalized:
             return self
         timing = self.runtime.timing
-        dict.__setitem__(self, "timing", timing.model_dump())
-        try:
-            json.dumps(self)  # one pass when every field is JSON, as nearly always
-            fields: list[str] = []
-        except (TypeError, ValueError):
-            fields = list(self)
+        dict.__setitem__(self, "timing", timing.as_dict())
+        fields = [] if is_json(dict(self)) else list(self)  # one pass when every field is JSON, as nearly always
         for key in fields:
             try:
                 json.dumps(self[key])
