@@ -258,3 +258,12 @@ for lookup in (lambda: v1.SandboxConfig(backend="local"), lambda: v1.ClientConfi
         f"{stale.format('v1.clients')} (got 'openai_responses')"
     )
     assert dialects == f"PluginError no built-in dialect is installed: {stale.format('v1.dialects')}"
+
+
+def test_a_bundled_name_is_taken_before_any_lookup() -> None:
+    """v1's entry points are its built-ins from the start: registering over one is refused even in a registry that
+    has looked nothing up yet."""
+    harnesses = Registry(HARNESSES.kind, HARNESSES.group, HARNESSES.check)
+    with pytest.raises(vf.PluginError, match=r"^harness 'codex' is taken \(built in: 'harnesses.codex:CodexHarness'\)"):
+        harnesses.register("codex", Spinner)
+    assert harnesses.get("codex") is CodexHarness and harnesses.origin("codex") == "built in"
