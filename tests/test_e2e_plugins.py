@@ -12,13 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.metadata import distributions
 from pathlib import Path
 
 import pytest
 
 import v1 as vf
 from tests.tools.patience import HANG_S
-from v1.registry import SANDBOX_BACKENDS, Registry
+from v1.registry import CLIENT_TYPES, SANDBOX_BACKENDS, Registry
 from v1.sandbox import LocalBackend, get_backend
 from v1.testing import MockModelServer
 
@@ -237,3 +238,21 @@ def test_two_plugins_claiming_one_name_are_refused_when_it_is_used(fresh_backend
         "'v1_tagged_backend:TaggedLocalBackend'; entry point of distribution 'v1-bad-plugins': 'v1_bad_plugins:ShadowLocal'); "
         "uninstall one"
     )
+
+
+def test_a_plugin_found_twice_on_the_path_is_one_plugin(
+    tagged_site: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same distribution installed in two folders lists each entry point twice with one value: not a clash.
+    The family's built-ins, read from v1's own entry points, sit beside it."""
+    again = tmp_path_factory.mktemp("tagged-site-again")
+    pip_install("v1_tagged_backend", again, tmp_path_factory.mktemp("build"))
+    monkeypatch.syspath_prepend(str(tagged_site))
+    monkeypatch.syspath_prepend(str(again))
+    assert len([found for found in distributions() if found.name == "v1-tagged-backend"]) == 2
+    clients = Registry(CLIENT_TYPES.kind, CLIENT_TYPES.group, CLIENT_TYPES.check)
+    assert clients.get("tagged-chat").__name__ == "TaggedChatClient"
+    assert clients.origin("tagged-chat") == "entry point of distribution 'v1-tagged-backend'"
+    assert clients.get("openai_responses") is vf.clients.OpenAIResponsesClient  # type: ignore[attr-defined]
+    assert clients.origin("openai_responses") == "built in"
+    assert clients.names()[:2] == ["openai_chat_completions", "openai_chat_completions_token"]

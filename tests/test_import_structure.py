@@ -1,18 +1,27 @@
 """v1's modules depend one way: no import cycle at any level, and packages meet only through their `__init__`.
 
 No cycle at any level and no exemption: imports inside functions count, and so do imports under `if
-TYPE_CHECKING:` (what string annotations need). A function-level import is allowed when it closes no
-circle: the CLI loads its torch-heavy packages on use, so `v1 eval` never imports torch. A private
-module (any `_` part in its dotted name) is imported only from inside the package that holds it.
+TYPE_CHECKING:` (what string annotations need), imports of an ancestor package (`from v1 import x` runs
+`v1/__init__.py`) and modules named in strings to be imported by name (a ``module:object`` reference such as
+a registry default, a module given to `importlib.import_module` or `lazy_attributes`). A function-level import
+is allowed when it closes no circle: the CLI loads its torch-heavy packages on use, so `v1 eval` never imports
+torch. A private module (any `_` part in its dotted name) is imported only from inside the package that holds it.
+v1's own entry points (``pyproject.toml``) each name an object that imports.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
 import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from tests.tools.import_graph import (
     PACKAGE,
@@ -20,9 +29,11 @@ from tests.tools.import_graph import (
     import_graph,
     imported_modules,
     layers,
+    module_name,
     package_edges,
     render,
     string_annotation_modules,
+    string_reference_modules,
     type_level_cycles,
 )
 
@@ -122,6 +133,62 @@ def test_the_checker_counts_annotation_only_imports() -> None:
     plain, _ = import_graph()
     only_for_annotations = top["v1.programs._base_loop"] - plain["v1.programs._base_loop"]
     assert "v1.rollout" in only_for_annotations, "base_loop's TYPE_CHECKING import of RolloutContext"
+
+
+def test_the_checker_counts_module_names_in_strings() -> None:
+    """A ``module:object`` string names its module wherever it is; a plain dotted name only where it is imported
+    by name (an entry-point group or a logger named like a package imports nothing)."""
+    source = """
+import importlib, runpy
+from v1._util.lazy import lazy_attributes as _lazy_attributes
+DEFAULTS = {"local": "v1.sandbox._local:LocalBackend", "gone": "v1.no_such_module:Thing"}
+LAZY = {"Trainer": "v1.train._trainer"}
+__getattr__ = _lazy_attributes(__name__, LAZY)
+def load():
+    importlib.import_module("v1.clients._renderer")
+    runpy.run_module("v1.train", run_name="__main__")
+GROUP = "v1.interception"
+"""
+    known = {"v1.sandbox._local", "v1.train._trainer", "v1.clients._renderer", "v1.train", "v1.interception"}
+    named, missing = string_reference_modules(ast.parse(source), known)
+    assert named == {"v1.sandbox._local", "v1.train._trainer", "v1.clients._renderer", "v1.train"}
+    assert missing == {"v1.no_such_module"}
+    _, inner = import_graph()
+    assert "v1.train._run" in inner["v1.train"], "v1.train's lazy names load their modules"
+
+
+def test_module_names_in_strings_name_modules_that_exist() -> None:
+    """A string reference to a v1 module that is not there would be an edge the graph cannot see."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    missing = {
+        module: sorted(string_reference_modules(ast.parse(path.read_text(encoding="utf-8")), set(paths))[1])
+        for module, path in paths.items()
+    }
+    assert {module: names for module, names in missing.items() if names} == {}
+
+
+def declared_entry_points() -> dict[str, dict[str, str]]:
+    """v1's own entry points by group, as ``pyproject.toml`` declares them (its commands as ``console_scripts``)."""
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return {"console_scripts": project["scripts"], **{group: dict(points) for group, points in project["entry-points"].items()}}
+
+
+def test_v1s_entry_points_name_objects_that_import() -> None:
+    """Each of v1's entry points (its built-in parts, its console script) names a module that imports and an
+    object it has: a typo there is a built-in every install lacks."""
+    declared = declared_entry_points()
+    assert {"v1.clients", "v1.dialects", "v1.sandbox_backends", "v1.harnesses", "v1.tasksets"} <= set(declared)
+    broken = []
+    for group, points in declared.items():
+        for name, reference in points.items():
+            module, _, attributes = reference.partition(":")
+            try:
+                target: object = importlib.import_module(module.strip())
+                for attribute in filter(None, attributes.strip().split(".")):
+                    target = getattr(target, attribute)
+            except (ImportError, AttributeError) as exc:
+                broken.append(f"[{group}] {name} = {reference!r}: {type(exc).__name__}: {exc}")
+    assert broken == []
 
 
 OUTSIDE_V1 = ("harnesses", "tasksets", "toolsets")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -225,3 +226,44 @@ def test_a_family_checks_a_part_against_its_protocol() -> None:
         r"stream_writer, error_body, before_call, after_call, token_counter$",
     ):
         DIALECTS.get("tests.test_registry:Spinner")
+
+
+def test_a_stale_install_without_v1s_entry_points_says_to_reinstall_in_one_line(tmp_path: Path) -> None:
+    """v1's built-ins are its own entry points: a copy of v1 whose declaration lists none (metadata written before
+    they moved there) answers every lookup of a built-in with one line saying to reinstall, not a KeyError."""
+    shutil.copytree(ROOT / "v1", tmp_path / "v1", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "v1"\nversion = "0.1.0"\n')
+    probe = """
+import v1
+from v1.registry import DIALECTS
+print(v1.__file__)
+for lookup in (lambda: v1.SandboxConfig(backend="local"), lambda: v1.ClientConfig(client_type="openai_responses"), DIALECTS.names):
+    try:
+        lookup()
+    except v1.ConfigError as exc:
+        print(type(exc).__name__, str(exc).replace(chr(10), " | "))
+"""
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
+    assert out.returncode == 0, out.stderr
+    where, backend, client, dialects = out.stdout.splitlines()
+    assert where == str(tmp_path / "v1" / "__init__.py")
+    stale = "v1's metadata declares no entry points in group {!r} (a stale install); reinstall v1, e.g. `pip install -e .` in its checkout"
+    assert backend == (
+        "ConfigError SandboxConfig: field 'backend': no built-in sandbox backend is installed: "
+        f"{stale.format('v1.sandbox_backends')} (got 'local')"
+    )
+    assert client == (
+        "ConfigError ClientConfig: field 'client_type': no built-in client type is installed: "
+        f"{stale.format('v1.clients')} (got 'openai_responses')"
+    )
+    assert dialects == f"PluginError no built-in dialect is installed: {stale.format('v1.dialects')}"
+
+
+def test_a_bundled_name_is_taken_before_any_lookup() -> None:
+    """v1's entry points are its built-ins from the start: registering over one is refused even in a registry that
+    has looked nothing up yet."""
+    harnesses = Registry(HARNESSES.kind, HARNESSES.group, HARNESSES.check)
+    with pytest.raises(vf.PluginError, match=r"^harness 'codex' is taken \(built in: 'harnesses.codex:CodexHarness'\)"):
+        harnesses.register("codex", Spinner)
+    assert harnesses.get("codex") is CodexHarness and harnesses.origin("codex") == "built in"

@@ -299,12 +299,9 @@ if _typing.TYPE_CHECKING:
     from v1.classic import install_verifiers_alias
 
 _LAZY = {
-    "CodeMathEnv": "v1.classic._code_math_env",
-    "ReasoningGymEnv": "v1.classic._reasoning_gym_env",
-    "RendererClient": "v1.clients._renderer",
-    "NeMoRLChatCompletionsClient": "v1.clients._nemorl_chat_completions",
-    "install_verifiers_alias": "v1.classic._verifiers_alias",
-    **dict.fromkeys(["RLConfig", "RLTrainer", "TrainerCallback"], "v1.train._rl_trainer"),  # torch loads only when a run starts
+    **dict.fromkeys(["CodeMathEnv", "ReasoningGymEnv", "install_verifiers_alias"], "v1.classic"),
+    **dict.fromkeys(["RendererClient", "NeMoRLChatCompletionsClient"], "v1.clients"),
+    **dict.fromkeys(["RLConfig", "RLTrainer", "TrainerCallback"], "v1.train"),  # torch loads only when a run starts
 }
 
 

@@ -19,6 +19,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "v1"
 DOTTED_V1_NAME = re.compile(r"\bv1(?:\.\w+)+")
+MODULE_OBJECT_REFERENCE = re.compile(r"(v1(?:\.\w+)*):[A-Za-z_][\w.]*")
+PLAIN_MODULE_NAME = re.compile(r"v1(?:\.\w+)*")
+IMPORTS_BY_NAME = ("__import__", "import_module", "run_module", "find_spec", "lazy_attributes")
+"""Functions that import a module named by a string: importlib's and runpy's, and `v1._util.lazy.lazy_attributes`
+(by any alias that adds leading underscores)."""
 
 
 def module_name(path: Path) -> str:
@@ -67,11 +72,52 @@ def string_annotation_modules(tree: ast.AST, known: set[str]) -> set[str]:
     return found
 
 
+def imports_by_name(call: ast.Call) -> bool:
+    """Whether `call` imports modules named by strings among its arguments (`importlib.import_module("v1.x")`)."""
+    name = ast.unparse(call.func).rpartition(".")[2]
+    return name in IMPORTS_BY_NAME or name.lstrip("_") in IMPORTS_BY_NAME
+
+
+def strings_under(node: ast.AST) -> Iterator[str]:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            yield child.value
+
+
+def imported_by_name(tree: ast.Module) -> Iterator[str]:
+    """The strings given to a function that imports by name: its arguments, and the values of the module-level
+    names passed to it (``__getattr__ = lazy_attributes("v1", _LAZY)`` imports what ``_LAZY`` names)."""
+    assigned = {
+        target.id: statement.value
+        for statement in tree.body
+        if isinstance(statement, ast.Assign)
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and imports_by_name(call):
+            for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+                yield from strings_under(assigned.get(argument.id, argument) if isinstance(argument, ast.Name) else argument)
+
+
+def string_reference_modules(tree: ast.Module, known: set[str]) -> tuple[set[str], set[str]]:
+    """The v1 modules that strings under `tree` name to import, and the names among them that are no module.
+
+    A ``module:object`` string anywhere (a registry default, an entry point, a plugin reference) names its module;
+    a plain dotted name (``"v1.train._run"``) names a module where it is given to a function that imports by name.
+    Other strings that happen to spell a module (the entry-point group ``"v1.clients"``) import nothing.
+    """
+    named = {match.group(1) for text in strings_under(tree) if (match := MODULE_OBJECT_REFERENCE.fullmatch(text.strip()))}
+    named |= {text.strip() for text in imported_by_name(tree) if PLAIN_MODULE_NAME.fullmatch(text.strip())}
+    return named & known, named - known
+
+
 def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Module-level edges, and edges from imports inside functions.
 
     Annotation-only edges (`if TYPE_CHECKING:` imports, modules named in string annotations)
-    are left out unless `type_checking`; then they count as module-level edges.
+    are left out unless `type_checking`; then they count as module-level edges. Modules named in strings
+    to be imported by name (`string_reference_modules`) count as imports inside functions: they load on use.
     """
     paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     known = set(paths)
@@ -90,6 +136,7 @@ def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict
     for name, path in paths.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         visit(name, tree, False, path.name == "__init__.py")
+        inner[name] |= string_reference_modules(tree, known)[0] - {name}
         if type_checking:
             top[name] |= string_annotation_modules(tree, known) - {name}
     return top, inner

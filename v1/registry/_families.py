@@ -2,7 +2,8 @@
 
 The Protocols say what the framework calls on a part (the full types live with each family: `v1.clients.Client`,
 `v1.interception.Dialect`, `v1.sandbox.SandboxBackend`, `v1.Harness`, `v1.Taskset`); a part is checked
-against its family's Protocol when first looked up, so a wrong plugin fails with one line naming it.
+against its family's Protocol when first looked up, so a wrong plugin fails with one line naming it. The built-in
+parts of every family are v1's own entry points (``pyproject.toml``): this package names no module above it.
 """
 
 from __future__ import annotations
@@ -91,51 +92,27 @@ class TasksetLoader(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-CLIENT_TYPES: Registry[type[ClientPart]] = Registry(
-    "client type",
-    "v1.clients",
-    class_with(ClientPart),
-    {
-        "openai_chat_completions": "v1.clients._openai_chat_completions:OpenAIChatCompletionsClient",
-        "openai_chat_completions_token": "v1.clients._openai_chat_completions_token:OpenAIChatCompletionsTokenClient",
-        "openai_completions": "v1.clients._openai_completions:OpenAICompletionsClient",
-        "openai_responses": "v1.clients._openai_responses:OpenAIResponsesClient",
-        "anthropic_messages": "v1.clients._anthropic_messages:AnthropicMessagesClient",
-        "renderer": "v1.clients._renderer:RendererClient",
-        "nemorl_chat_completions": "v1.clients._nemorl_chat_completions:NeMoRLChatCompletionsClient",
-    },
-)
-"""`ClientConfig.client_type`: a `ClientPart` class by name (entry-point group ``v1.clients``)."""
+CLIENT_TYPES: Registry[type[ClientPart]] = Registry("client type", "v1.clients", class_with(ClientPart))
+"""`ClientConfig.client_type`: a `ClientPart` class by name; the built-ins are v1's entry points in the group
+``v1.clients`` (``pyproject.toml``)."""
 
-DIALECTS: Registry[DialectPart] = Registry(
-    "dialect",
-    "v1.dialects",
-    object_with(DialectPart),
-    {
-        "chat_completions": "v1.interception._chat_completions:DIALECT",
-        "completions": "v1.interception._completions:DIALECT",
-        "responses": "v1.interception._responses:DIALECT",
-        "messages": "v1.interception._anthropic_messages:DIALECT",
-        "gemini": "v1.interception._gemini:DIALECT",
-    },
-)
-"""The endpoint's wire formats: a `DialectPart` by name (entry-point group ``v1.dialects``)."""
+DIALECTS: Registry[DialectPart] = Registry("dialect", "v1.dialects", object_with(DialectPart))
+"""The endpoint's wire formats: a `DialectPart` by name; the built-ins are v1's entry points in the group
+``v1.dialects``."""
 
 SANDBOX_BACKENDS: Registry[Callable[[], SandboxBackendPart]] = Registry(
-    "sandbox backend",
-    "v1.sandbox_backends",
-    factory_of(SandboxBackendPart),
-    {"local": "v1.sandbox._local:LocalBackend", "prime": "v1.sandbox._prime:PrimeBackend"},
+    "sandbox backend", "v1.sandbox_backends", factory_of(SandboxBackendPart)
 )
-"""`SandboxConfig.backend`: a `SandboxBackendPart` class or factory by name (group ``v1.sandbox_backends``)."""
+"""`SandboxConfig.backend`: a `SandboxBackendPart` class or factory by name; the built-ins are v1's entry points in
+the group ``v1.sandbox_backends``."""
 
-HARNESSES: Registry[HarnessLoader] = Registry("harness", "v1.harnesses", factory_of(HarnessLoader), {})
+HARNESSES: Registry[HarnessLoader] = Registry("harness", "v1.harnesses", factory_of(HarnessLoader))
 """``[env.harness] loader = "NAME"``: a `HarnessLoader` by name; the bundled ones are v1's entry points in
-the group ``v1.harnesses`` (``pyproject.toml``)."""
+the group ``v1.harnesses``."""
 
-TASKSETS: Registry[TasksetLoader] = Registry("taskset", "v1.tasksets", factory_of(TasksetLoader), {})
+TASKSETS: Registry[TasksetLoader] = Registry("taskset", "v1.tasksets", factory_of(TasksetLoader))
 """``[env.taskset] loader = "NAME"`` and ``v1 eval NAME``: a `TasksetLoader` by name; the bundled ones are v1's
-entry points in the group ``v1.tasksets`` (``pyproject.toml``)."""
+entry points in the group ``v1.tasksets``."""
 
 __all__ = [
     "CLIENT_TYPES",

@@ -1,8 +1,9 @@
 """Parts by name: client types, endpoint dialects, sandbox backends, harnesses and tasksets.
 
-Each family has one `Registry` (`v1.registry`'s `_families.py`, one Protocol per family). Built-ins are
-declared by name and ``"module:object"`` reference, exactly as a plugin declares itself, and imported on
-first use; the bundled harnesses and tasksets are v1's own entry points (``pyproject.toml``). A third-party package
+Each family has one `Registry` (`v1.registry`'s `_families.py`, one Protocol per family). Built-ins are v1's own
+entry points in the family's group (``pyproject.toml``), declared by name and ``"module:object"`` reference exactly
+as a plugin declares itself, and imported on first use: the registry names no module of the packages above it.
+When v1's metadata declares none (a stale install), a lookup says to reinstall. A third-party package
 adds a part with a Python entry point in the family's group::
 
     [project.entry-points."v1.sandbox_backends"]
@@ -63,14 +64,20 @@ class Registry(Generic[T]):
         kind: the family's name in messages (``sandbox backend``).
         group: the entry-point group plugins declare themselves in (``v1.sandbox_backends``).
         check: why an object is not a part of this family (None when it is).
-        built_ins: name -> ``module:object`` reference of each built-in.
+        built_ins: name -> ``module:object`` reference of each built-in; None (v1's own families): v1's own entry
+            points in `group` (`bundled_points`), read on the first lookup. v1 declares built-ins in each of its
+            groups, so finding none there means its metadata is stale, and every lookup says to reinstall.
     """
 
-    def __init__(self, kind: str, group: str, check: Callable[[object], str | None], built_ins: Mapping[str, str]) -> None:
+    def __init__(
+        self, kind: str, group: str, check: Callable[[object], str | None], built_ins: Mapping[str, str] | None = None
+    ) -> None:
         self.kind, self.group, self.check = kind, group, check
-        self._entries: dict[str, Entry] = {name: Entry(ref, BUILT_IN) for name, ref in built_ins.items()}
+        self._entries: dict[str, Entry] = {name: Entry(ref, BUILT_IN) for name, ref in (built_ins or {}).items()}
         self._loaded: dict[str, T] = {}
         self._clashes: dict[str, str] = {}
+        self._built_ins_read = built_ins is not None
+        self._no_built_ins: str | None = None
         self._discovered = False
 
     def register(self, name: str, target: T | str) -> None:
@@ -83,6 +90,7 @@ class Registry(Generic[T]):
         """
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise PluginError(f"{self.kind} name {name!r}: use letters, digits, '_', '.' or '-' (at most 100)")
+        self._read_built_ins()
         taken = self._entries.get(name)
         if taken is not None and not self._same(name, target):
             raise PluginError(f"{self.kind} {name!r} is taken ({taken.origin}: {_describe(taken.target)}); choose another name")
@@ -103,7 +111,7 @@ class Registry(Generic[T]):
                 raise PluginError(f"{self.kind} {_shown(name)}: not a name, nor a 'module:object' reference")
             entry = Entry(name, REFERENCE)
         elif not isinstance(name, str) or name not in self:
-            raise UnknownNameError(self.kind, name, self.names())
+            raise self._unknown(name)
         elif name in self._clashes:
             raise PluginError(self._clashes[name])
         else:
@@ -116,8 +124,14 @@ class Registry(Generic[T]):
         return part
 
     def names(self) -> list[str]:
-        """Every name of this family, plugins included: built-ins first, in their declared order."""
+        """Every name of this family, plugins included: built-ins first, in their declared order.
+
+        Raises:
+            PluginError: v1's metadata declares none of its built-ins (a stale install).
+        """
         self._discover()
+        if self._no_built_ins is not None:
+            raise PluginError(self._no_built_ins)
         return list(self._entries)
 
     def values(self) -> list[T]:
@@ -130,15 +144,23 @@ class Registry(Generic[T]):
         if name in self._loaded and name not in self._entries:
             return REFERENCE
         if name not in self:
-            raise UnknownNameError(self.kind, name, self.names())
+            raise self._unknown(name)
         return self._entries[name].origin
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
         if name not in self._entries:
+            self._read_built_ins()
+        if name not in self._entries:
             self._discover()
         return name in self._entries
+
+    def _unknown(self, name: object) -> PluginError | UnknownNameError:
+        """The error for a name this family lacks: the stale install when v1's built-ins are missing, else unknown."""
+        if self._no_built_ins is not None:
+            return PluginError(self._no_built_ins)
+        return UnknownNameError(self.kind, name, self.names())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -163,12 +185,30 @@ class Registry(Generic[T]):
         except Exception as exc:
             raise PluginError(f"{self._label(name, entry)} failed to import: {type(exc).__name__}: {exc}") from exc
 
+    def _read_built_ins(self) -> None:
+        """Take v1's own entry points in the group as built-ins, once; a name declared twice with two references
+        is refused when used, as two plugins claiming one name are."""
+        if self._built_ins_read:
+            return
+        self._built_ins_read = True
+        declared = bundled_points(self.group)
+        if not declared:
+            self._no_built_ins = (
+                f"no built-in {self.kind} is installed: v1's metadata declares no entry points in group {self.group!r} "
+                "(a stale install); reinstall v1, e.g. `pip install -e .` in its checkout"
+            )
+        for name, value in declared:
+            taken = self._entries.setdefault(name, Entry(value, BUILT_IN))
+            if taken.target != value:
+                self._clashes[name] = (
+                    f"{self.kind} {name!r} is declared twice by v1's metadata ({taken.target!r}; {value!r}); reinstall v1"
+                )
+
     def _discover(self) -> None:
+        self._read_built_ins()
         if self._discovered:
             return
         self._discovered = True
-        for name, value in bundled_points(self.group).items():
-            self._entries.setdefault(name, Entry(value, BUILT_IN))
         for point in _unique(entry_points(group=self.group)):
             if _distribution(point) == OWN_DISTRIBUTION:
                 continue
@@ -189,19 +229,21 @@ class Registry(Generic[T]):
 
 
 @functools.cache
-def bundled_points(group: str) -> dict[str, str]:
-    """The entry points v1 itself declares in `group` (its bundled harnesses and tasksets): built-ins.
+def bundled_points(group: str) -> tuple[tuple[str, str], ...]:
+    """The entry points v1 itself declares in `group`, as (name, reference) pairs in declared order: its built-ins.
 
     Run from a source checkout (an editable install or ``PYTHONPATH``), the checkout's own ``pyproject.toml``
     declares them, so a stale install's metadata cannot hide or resurrect one; an installed wheel has no
-    ``pyproject.toml`` beside the package and its metadata is the declaration.
+    ``pyproject.toml`` beside the package and its metadata is the declaration (a `v1` found twice on `sys.path`
+    lists its points twice: each pair is kept once).
     """
     pyproject = SOURCE_ROOT / "pyproject.toml"
     if pyproject.is_file():
         project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
         if project.get("name") == OWN_DISTRIBUTION:
-            return dict(project.get("entry-points", {}).get(group, {}))
-    return {point.name: point.value for point in entry_points(group=group) if _distribution(point) == OWN_DISTRIBUTION}
+            return tuple(project.get("entry-points", {}).get(group, {}).items())
+    own = [point for point in entry_points(group=group) if _distribution(point) == OWN_DISTRIBUTION]
+    return tuple((point.name, point.value) for point in _unique(own))
 
 
 def _unique(points: Iterable[EntryPoint]) -> list[EntryPoint]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from v1.train._orchestrator import Orchestrator
     from v1.train._preflight import check_before_loading
     from v1.train._ranks import under_torchrun
+    from v1.train._rl_trainer import RLConfig, RLTrainer, TrainerCallback
     from v1.train._run import run_sft, train
     from v1.train._shards import export_checkpoint
     from v1.train._trainer import PolicyTrainer
@@ -30,6 +31,7 @@ __getattr__ = lazy_attributes(
         "Orchestrator": "v1.train._orchestrator",
         "check_before_loading": "v1.train._preflight",
         "under_torchrun": "v1.train._ranks",
+        **dict.fromkeys(["RLConfig", "RLTrainer", "TrainerCallback"], "v1.train._rl_trainer"),
         **dict.fromkeys(["run_sft", "train"], "v1.train._run"),
         "export_checkpoint": "v1.train._shards",
         "PolicyTrainer": "v1.train._trainer",
@@ -43,8 +45,11 @@ __all__ = [
     "OptimConfig",
     "Orchestrator",
     "PolicyTrainer",
+    "RLConfig",
+    "RLTrainer",
     "Sample",
     "TrainConfig",
+    "TrainerCallback",
     "check_before_loading",
     "export_checkpoint",
     "load_policy",
