@@ -407,7 +407,7 @@ def test_handlers_are_grouped_by_kind_and_filtered_by_group():
     assert [h.name for h in handlers.of("reward", group=False)] == ["single"]
     assert [h.name for h in handlers.of("reward", group=True)] == ["group"]
     assert [h.name for h in handlers.of("setup")] == ["on_setup"]
-    assert handlers.of("cleanup") == []
+    assert handlers.of("cleanup") == ()
 
 
 def test_the_same_function_twice_is_kept_once():

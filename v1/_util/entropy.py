@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 import threading
-import uuid
 
 BLOCK_BYTES = 4096
 
@@ -45,7 +44,10 @@ def token_urlsafe(count: int) -> str:
 
 def uuid4_hex() -> str:
     """A random (version 4) UUID's 32 hex digits (as ``uuid.uuid4().hex``)."""
-    return uuid.UUID(bytes=random_bytes(16), version=4).hex
+    drawn = bytearray(random_bytes(16))
+    drawn[6] = (drawn[6] & 0x0F) | 0x40  # the version and variant bits `uuid.UUID(..., version=4)` sets
+    drawn[8] = (drawn[8] & 0x3F) | 0x80
+    return drawn.hex()
 
 
 def random_bits(bits: int) -> int:

@@ -14,7 +14,6 @@ from v1.clients._endpoints import Endpoint, Endpoints, client_config_for, load_e
 from v1.clients._http import anthropic_async_client_class, async_client_class, http_library, sync_http_client
 from v1.clients._in_process import (
     InProcessTransport,
-    WholeAnswer,
     post_request,
     read_body,
     serve_in_process,
@@ -71,7 +70,6 @@ __all__ = [
     "sync_http_client",
     "text_digest",
     "transport_error",
-    "WholeAnswer",
     "whole_response",
 ]
 

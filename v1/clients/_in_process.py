@@ -26,8 +26,8 @@ from v1.clients._http import http_library
 class InProcessApp(Protocol):
     """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
 
-    An app may also offer ``post(path, headers, body)``, answering a `WholeAnswer` (or None: declined)
-    for a POST read whole: `InProcessTransport.post` then hands it the bytes as they are.
+    An app may also offer ``post(path, headers, body)``, answering ``(status, headers, body)`` (or None:
+    declined) for a POST read whole: `InProcessTransport.post` then hands it the bytes as they are.
     """
 
     async def handle_async_request(self, request: Any) -> Any | None: ...
@@ -117,9 +117,9 @@ class InProcessTransport:
         app = _app_for(parts.scheme, parts.hostname or "", port)
         post = getattr(app, "post", None)
         if post is not None and not parts.query and "content-encoding" not in {name.lower() for name in headers}:
-            answer: WholeAnswer | None = await post(unquote(parts.path), headers, body)
+            answer: tuple[int, Mapping[str, str], bytes] | None = await post(unquote(parts.path), headers, body)
             if answer is not None:
-                return answer
+                return WholeAnswer(*answer)
         response = await self.handle_async_request(post_request(url, headers, body))
         return WholeAnswer(response.status_code, response.headers, await read_body(response))
 
@@ -167,7 +167,6 @@ async def read_body(response: Any) -> bytes:
 __all__ = [
     "InProcessApp",
     "InProcessTransport",
-    "WholeAnswer",
     "post_request",
     "read_body",
     "serve_in_process",

@@ -203,7 +203,7 @@ class Env:
 
     def scoring_handlers(self) -> list[Handler]:
         """The harness's reward and metric handlers (the taskset's, its own and its toolsets'), in scoring order."""
-        return self.harness.handlers.of("reward") + self.harness.handlers.of("metric")
+        return [*self.harness.handlers.of("reward"), *self.harness.handlers.of("metric")]
 
     def bind_pair(
         self, taskset: Taskset, harness: Harness, *, env_id: str | None, env_args: Mapping[str, Any] | None, pass_threshold: float

@@ -15,7 +15,7 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
-from v1.clients import WholeAnswer, http_library, whole_response
+from v1.clients import http_library, whole_response
 from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
@@ -184,15 +184,15 @@ class EndpointApp:
             exchange.gone = True
             raise
 
-    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> WholeAnswer:
+    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes]:
         """A POST read whole (`InProcessTransport.post`): the handler's answer, a streamed one gathered."""
         raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
         exchange, handler = _start(self, "POST", path, RequestHeaders(raw), body)
         await self._ready(exchange)
         if exchange.stream_headers is None:
-            return WholeAnswer(*_whole_answer(handler))
+            return _whole_answer(handler)
         chunks = [chunk async for chunk in _chunks_class()(exchange, handler)]
-        return WholeAnswer(200, dict(exchange.stream_headers), b"".join(chunks))
+        return 200, dict(exchange.stream_headers), b"".join(chunks)
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()

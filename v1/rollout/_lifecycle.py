@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from v1._util.calling import call_user_code
@@ -295,6 +295,7 @@ class Handlers:
     """All handlers of a harness run, by kind, highest priority first."""
 
     by_kind: dict[str, list[Handler]]
+    _selections: dict[tuple[str, bool | None], tuple[Handler, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def collect(cls, handlers: Iterable[Handler]) -> Handlers:
@@ -317,8 +318,16 @@ class Handlers:
             by_kind[kind] = sorted(unique.values(), key=lambda h: -h.priority)
         return cls(by_kind)
 
-    def of(self, kind: Kind, *, group: bool | None = None) -> list[Handler]:
-        return [h for h in self.by_kind[kind] if group is None or h.is_group == group]
+    def of(self, kind: Kind, *, group: bool | None = None) -> tuple[Handler, ...]:
+        """The handlers of `kind` (only group or only per-rollout ones when `group` says), highest priority first.
+
+        Asked several times a rollout, so each selection is made once.
+        """
+        selection = self._selections.get((kind, group))
+        if selection is None:
+            selection = tuple(h for h in self.by_kind[kind] if group is None or h.is_group == group)
+            self._selections[(kind, group)] = selection
+        return selection
 
 
 __all__ = [

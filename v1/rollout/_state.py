@@ -145,6 +145,10 @@ class RolloutRuntime:
     finalized: bool = False
 
 
+_NO_TASK = Task().freeze()
+"""A state's task until it gets one (frozen: every state may share it)."""
+
+
 def _guard(key: object) -> None:
     if key in MANAGED_FIELDS:
         hint = "use state.stop(condition)" if key in ("is_completed", "stop_condition") else "raise a v1.Error subclass"
@@ -179,7 +183,7 @@ class State(dict):  # type: ignore[type-arg]
             error=None,
         )
         super().update(data)
-        self.task: Task = Task().freeze()
+        self.task: Task = _NO_TASK
         self.runtime = RolloutRuntime()
 
     # -- construction -------------------------------------------------------------------

@@ -153,7 +153,9 @@ class RolloutToolbox:
             chosen = [t for t in toolsets if t.name in kept or (t.name is None and show is None)]
         self.toolsets = chosen
         scopes = [self._scope(toolset) for toolset in chosen]
-        await asyncio.gather(*(scope.start_mcp(t.mcp_tools) for t, scope in zip(chosen, scopes) if t.mcp_tools))
+        starts = [scope.start_mcp(t.mcp_tools) for t, scope in zip(chosen, scopes) if t.mcp_tools]
+        if starts:  # gathering nothing would still cost the rollout a turn of the loop
+            await asyncio.gather(*starts)
         taken = {name for toolset in toolsets for name in toolset.functions}
         by_toolset: dict[int, list[str]] = {}
         defaults: list[str] = []
