@@ -142,6 +142,7 @@ def summarize(phase: Phase, prefix: str, count: int) -> dict[str, float]:
     span = max(phase.starts) - min(phase.starts) if len(phase.starts) > 1 else 0.0
     figures[f"{prefix}_rate"] = (len(phase.starts) - 1) / span if span > 0 else float("nan")
     figures[f"{prefix}_requests"] = float(count)
+    figures[f"{prefix}_completed"] = float(len(phase.latencies))
     figures[f"{prefix}_errors"] = float(len(phase.errors))
     return figures
 

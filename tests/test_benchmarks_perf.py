@@ -3,12 +3,15 @@ real mock model server: every figure present and sane, no request failed. No tim
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.tools.patience import HANG_S
 
@@ -31,7 +34,7 @@ def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path
     assert [(row["mode"], row["rate"]) for row in rows] == [("plain", 20), ("plain", 50), ("stream", 20), ("stream", 50)]
     for row in rows:
         for side in ("direct", "through"):
-            assert row[f"{side}_errors"] == 0 and row[f"{side}_requests"] == row["rate"] * 0.5
+            assert row[f"{side}_errors"] == 0 and row[f"{side}_requests"] == row[f"{side}_completed"] == row["rate"] * 0.5
             assert row[f"{side}_rate"] > 0
             latencies = [row[f"{side}_p{q}_ms"] for q in (50, 90, 99)]
             # Every reply waits the upstream's fixed 50 ms, so no latency can be shorter.
@@ -72,3 +75,28 @@ def test_compare_commits_refuses_a_name_that_is_no_commit() -> None:
     done = run_script("compare_commits.py", "HEAD", "no-such-commit-xyz", "--rounds", "1")
     assert done.returncode == 2
     assert done.stderr.strip() == f"compare_commits.py: error: 'no-such-commit-xyz' is not a commit of {ROOT}"
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "message"),
+    [
+        ("overhead.py", ["--rates", "0"], "must be a positive number, got 0"),
+        ("overhead.py", ["--rates", "100", "-5"], "must be a positive number, got -5"),
+        ("overhead.py", ["--rates", "nan"], "must be a positive number, got nan"),
+        ("overhead.py", ["--duration", "inf"], "must be a positive number, got inf"),
+        ("overhead.py", ["--delay", "fast"], "invalid positive value: 'fast'"),
+        ("overhead.py", ["--rates", "1e6", "--duration", "10"], "within 1,000,000 requests a phase"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--rounds", "0"], "--rounds must be between 1 and 1,000,000"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--n", "-1"], "--n must be between 1 and 1,000,000"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--concurrency", "10000000"], "--concurrency must be between 1 and 1,000,000"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], script: str, arguments: list[str], message: str
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    module = importlib.import_module(script.removesuffix(".py"))
+    with pytest.raises(SystemExit) as exited:
+        module.parse_args(arguments)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
