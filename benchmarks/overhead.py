@@ -12,8 +12,9 @@ generator's turn counts too.
 
 For every rate, plain and then streaming Chat Completions, two phases of `--duration` seconds:
 
-- direct: an `AsyncOpenAI` client calls the mock, on the SDK's aiohttp transport as v1's own pools
-  use (the SDK's default pool slows down first under load, and would flatter v1);
+- direct: an `AsyncOpenAI` client calls the mock, on the SDK's aiohttp transport and with v1's
+  timeouts, as v1's own pools (the SDK's default pool slows down first under load, and would
+  flatter v1);
 - through v1: each request is a one-call rollout of `Harness(program=fn)` whose `fn` makes the
   same call with `state.get_client()`, through the rollout's interception endpoint, recorded on
   the rollout's State (a rollout whose State lacks the step counts as an error). Its latency
@@ -159,9 +160,14 @@ async def measure(url: str, rates: list[float], duration: float) -> tuple[list[d
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
     # The transport v1's own pools use (the SDK's aiohttp one where it has it): the SDK's default pool is
-    # slower under load than v1's path, which would hide what the endpoint adds.
+    # slower under load than v1's path, which would hide what the endpoint adds. v1's waits, so that past
+    # saturation both sides show a backlog as latency, not one of them as timeouts.
+    defaults = v1.ClientConfig()
     pool = async_http_client(
-        timeout=60.0, connect_timeout=10.0, max_connections=DIRECT_CONNECTIONS, max_keepalive_connections=DIRECT_CONNECTIONS
+        timeout=defaults.timeout,
+        connect_timeout=defaults.connect_wait,
+        max_connections=DIRECT_CONNECTIONS,
+        max_keepalive_connections=DIRECT_CONNECTIONS,
     )
     direct_client = AsyncOpenAI(base_url=url, api_key="EMPTY", max_retries=0, http_client=pool)
     try:
