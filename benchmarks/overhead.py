@@ -23,7 +23,10 @@ For every rate, plain and then streaming Chat Completions, two phases of `--dura
 
 The added latency is through v1 minus direct at each percentile. The two sides run in separate
 phases (the gateways' method: each at the full rate, alone), so requests are not paired one to
-one. The load generator and v1 share this process and its CPU(s); the mock is pinned to a CPU of
+one. `--paired` runs them in one phase instead: each slot starts a direct and a through-v1
+request at the same instant (taking turns to go first), so drift and load hit both alike and
+the per-request differences ("added, paired") are reported too; the machine then carries twice
+the rate, and v1's work also slows the direct requests sharing its event loop. The load generator and v1 share this process and its CPU(s); the mock is pinned to a CPU of
 its own (`V1_BENCH_NO_PIN=1` leaves both unpinned). Nothing asserts on timing; the process exits
 non-zero if a request failed.
 """
@@ -64,7 +67,10 @@ class Phase:
     errors: list[str] = field(default_factory=list)
 
 
-Request = Callable[[float, Phase], Coroutine[Any, Any, None]]
+Request = Callable[[float, Phase], Coroutine[Any, Any, float | None]]
+"""Makes one request due at a time (perf_counter seconds), records it in a Phase; its latency, None if it failed."""
+Slot = Callable[[int, float], Coroutine[Any, Any, None]]
+"""What the i-th slot of an open-loop schedule starts, at its due time."""
 
 
 async def call(client: AsyncOpenAI, stream: bool) -> None:
@@ -76,17 +82,18 @@ async def call(client: AsyncOpenAI, stream: bool) -> None:
 
 
 def direct_request(client: AsyncOpenAI, stream: bool) -> Request:
-    async def request(due: float, phase: Phase) -> None:
+    async def request(due: float, phase: Phase) -> float | None:
         started = time.perf_counter()
         phase.starts.append(started)
         try:
             await call(client, stream)
         except Exception as exc:
             phase.errors.append(f"{type(exc).__name__}: {exc}")
-            return
+            return None
         ended = time.perf_counter()
         phase.latencies.append(ended - due)
         phase.call_only.append(ended - started)
+        return ended - due
 
     return request
 
@@ -103,35 +110,53 @@ def through_request(url: str, stream: bool) -> Request:
 
     harness = v1.Harness(program=program, client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL)
 
-    async def request(due: float, phase: Phase) -> None:
+    async def request(due: float, phase: Phase) -> float | None:
         state = await harness.run({"prompt": "hello"})
         if state["error"] is not None:
             phase.errors.append(str(state["error"]))
-            return
+            return None
         if len(state["trajectory"]) != 1:
             phase.errors.append(f"the rollout recorded {len(state['trajectory'])} steps, not 1")
-            return
+            return None
         phase.starts.append(state["call_started"])
         phase.latencies.append(state["call_ended"] - due)
         phase.call_only.append(state["call_ended"] - state["call_started"])
+        return state["call_ended"] - due  # type: ignore[no-any-return]
 
     return request
 
 
-async def open_loop(request: Request, rate: float, duration: float) -> Phase:
-    """Start `rate * duration` requests on a fixed schedule, whether or not earlier ones are done."""
-    phase = Phase()
-    count = max(1, round(rate * duration))
+async def open_loop(slot: Slot, rate: float, duration: float) -> None:
+    """Start `rate * duration` slots on a fixed schedule, whether or not earlier ones are done; wait for all."""
     first = time.perf_counter() + 0.01
     tasks: list[asyncio.Task[None]] = []
-    for i in range(count):
+    for i in range(max(1, round(rate * duration))):
         due = first + i / rate
         wait = due - time.perf_counter()
         if wait > 0:
             await asyncio.sleep(wait)
-        tasks.append(asyncio.create_task(request(due, phase)))
+        tasks.append(asyncio.create_task(slot(i, due)))
     await asyncio.gather(*tasks)
-    return phase
+
+
+def alone(request: Request, phase: Phase) -> Slot:
+    async def slot(i: int, due: float) -> None:
+        await request(due, phase)
+
+    return slot
+
+
+def paired(direct: Request, through: Request, phases: tuple[Phase, Phase], added: list[float]) -> Slot:
+    """Each slot: a direct and a through-v1 request due at once (taking turns to start first); their difference."""
+
+    async def slot(i: int, due: float) -> None:
+        sides = (direct(due, phases[0]), through(due, phases[1]))
+        latencies = await asyncio.gather(*(sides if i % 2 else sides[::-1]))
+        direct_s, through_s = latencies if i % 2 else latencies[::-1]
+        if direct_s is not None and through_s is not None:
+            added.append(through_s - direct_s)
+
+    return slot
 
 
 def summarize(phase: Phase, prefix: str, count: int) -> dict[str, float]:
@@ -148,15 +173,35 @@ def summarize(phase: Phase, prefix: str, count: int) -> dict[str, float]:
     return figures
 
 
-async def measure_side(request: Request, rate: float, duration: float, prefix: str) -> tuple[dict[str, float], list[str]]:
-    await open_loop(request, rate, min(WARMUP_S, duration / 2))  # fills connection pools at this rate; not counted
+async def run_phase(warmup: Slot, measured: Slot, rate: float, duration: float) -> None:
+    await open_loop(warmup, rate, min(WARMUP_S, duration / 2))  # fills connection pools at this rate; not counted
     gc.collect()
     with v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts; the direct side alike
-        phase = await open_loop(request, rate, duration)
-    return summarize(phase, prefix, max(1, round(rate * duration))), phase.errors
+        await open_loop(measured, rate, duration)
 
 
-async def measure(url: str, rates: list[float], duration: float) -> tuple[list[dict[str, Any]], list[str]]:
+async def measure_rate(
+    direct: Request, through: Request, rate: float, duration: float, pair: bool
+) -> tuple[dict[str, float], list[str]]:
+    """Both sides at `rate`: in phases of their own, or with `pair` in one phase, a direct and a through request a slot."""
+    direct_phase, through_phase, added = Phase(), Phase(), list[float]()
+    if pair:
+        warmup = paired(direct, through, (Phase(), Phase()), [])
+        await run_phase(warmup, paired(direct, through, (direct_phase, through_phase), added), rate, duration)
+    else:
+        await run_phase(alone(direct, Phase()), alone(direct, direct_phase), rate, duration)
+        await run_phase(alone(through, Phase()), alone(through, through_phase), rate, duration)
+    count = max(1, round(rate * duration))
+    figures = summarize(direct_phase, "direct", count) | summarize(through_phase, "through", count)
+    for q in PERCENTILES:
+        figures[f"added_p{q}_ms"] = figures[f"through_p{q}_ms"] - figures[f"direct_p{q}_ms"]
+        figures[f"added_call_only_p{q}_ms"] = figures[f"through_call_only_p{q}_ms"] - figures[f"direct_call_only_p{q}_ms"]
+        if pair:
+            figures[f"paired_added_p{q}_ms"] = ms(percentile(added, q))
+    return figures, direct_phase.errors + through_phase.errors
+
+
+async def measure(url: str, rates: list[float], duration: float, pair: bool) -> tuple[list[dict[str, Any]], list[str]]:
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
     # The transport v1's own pools use (the SDK's aiohttp one where it has it): the SDK's default pool is
@@ -176,17 +221,9 @@ async def measure(url: str, rates: list[float], duration: float) -> tuple[list[d
             for rate in rates:
                 mode = "stream" if stream else "plain"
                 print(f"{mode} at {rate:g} requests/s ...", file=sys.stderr, flush=True)
-                row: dict[str, Any] = {"mode": mode, "rate": rate}
-                direct_figures, direct_errors = await measure_side(
-                    direct_request(direct_client, stream), rate, duration, "direct"
-                )
-                through_figures, through_errors = await measure_side(through, rate, duration, "through")
-                row |= direct_figures | through_figures
-                for q in PERCENTILES:
-                    row[f"added_p{q}_ms"] = row[f"through_p{q}_ms"] - row[f"direct_p{q}_ms"]
-                    row[f"added_call_only_p{q}_ms"] = row[f"through_call_only_p{q}_ms"] - row[f"direct_call_only_p{q}_ms"]
-                rows.append(row)
-                errors += direct_errors + through_errors
+                figures, failures = await measure_rate(direct_request(direct_client, stream), through, rate, duration, pair)
+                errors += failures
+                rows.append({"mode": mode, "rate": rate, **figures})
     finally:
         await direct_client.close()
     return rows, errors
@@ -199,12 +236,23 @@ def percentiles_cell(row: dict[str, Any], prefix: str) -> str:
     return " / ".join(f"{row[f'{prefix}_p{q}_ms']:.2f}" for q in PERCENTILES)
 
 
-def print_report(rows: list[dict[str, Any]], delay: float, duration: float) -> None:
+def print_report(rows: list[dict[str, Any]], delay: float, duration: float, pair: bool) -> None:
+    how = "both sides in one phase, a request each a slot" if pair else "each side in a phase of its own"
     print(
-        f"v1 interception overhead: upstream fixed at {ms(delay):g} ms, open-loop, {duration:g} s per rate and side; "
+        f"v1 interception overhead: upstream fixed at {ms(delay):g} ms, open-loop, {duration:g} s per rate ({how}); "
         "latency in ms, p50 / p90 / p99"
     )
-    columns = ("mode", "rate/s", "direct", "through v1", "added", "added, call only", "achieved/s direct, v1", "errors")
+    columns: tuple[str, ...] = (
+        "mode",
+        "rate/s",
+        "direct",
+        "through v1",
+        "added",
+        "added, call only",
+        "achieved/s direct, v1",
+        "errors",
+    )
+    columns += ("added, paired",) if pair else ()
     table = [
         (
             row["mode"],
@@ -215,6 +263,7 @@ def print_report(rows: list[dict[str, Any]], delay: float, duration: float) -> N
             percentiles_cell(row, "added_call_only"),
             f"{row['direct_rate']:.0f}, {row['through_rate']:.0f}",
             f"{row['direct_errors']:.0f}, {row['through_errors']:.0f}",
+            *((percentiles_cell(row, "paired_added"),) if pair else ()),
         )
         for row in rows
     ]
@@ -238,6 +287,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--duration", type=positive, default=10.0, help="seconds per rate and side (default 10)")
     parser.add_argument("--delay", type=positive, default=0.05, help="the upstream's fixed latency in seconds (default 0.05)")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="both sides in one phase: each slot starts a direct and a through-v1 request at once (the machine carries "
+        "twice the rate), and the per-request differences are reported too",
+    )
     parser.add_argument("--quick", action="store_true", help="rates 20 and 50, 0.5 s each: a check that it runs")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     args = parser.parse_args(argv)
@@ -251,13 +306,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with mock_server_process(mock_args=["--delay", str(args.delay)]) as url:
-        rows, errors = run_loop(measure(url, args.rates, args.duration))
-    print_report(rows, args.delay, args.duration)
+        rows, errors = run_loop(measure(url, args.rates, args.duration, args.paired))
+    print_report(rows, args.delay, args.duration, args.paired)
     if errors:
         print(f"{len(errors)} request(s) failed; first: {errors[0]}", file=sys.stderr)
     if args.json:
         report = {
-            "config": {"rates": args.rates, "duration_s": args.duration, "upstream_delay_s": args.delay},
+            "config": {"rates": args.rates, "duration_s": args.duration, "upstream_delay_s": args.delay, "paired": args.paired},
             "environment": {"python": platform.python_version(), "platform": platform.platform()},
             "rows": rows,
         }

@@ -26,9 +26,10 @@ def run_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path) -> None:
+@pytest.mark.parametrize("paired", [False, True], ids=["phases", "paired"])
+def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path, paired: bool) -> None:
     figures_path = tmp_path / "overhead.json"
-    done = run_script("overhead.py", "--quick", "--json", str(figures_path))
+    done = run_script("overhead.py", "--quick", "--json", str(figures_path), *(["--paired"] if paired else []))
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(figures_path.read_text())["rows"]
     assert [(row["mode"], row["rate"]) for row in rows] == [("plain", 20), ("plain", 50), ("stream", 20), ("stream", 50)]
@@ -42,8 +43,11 @@ def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path
             assert all(row[f"{side}_call_only_p{q}_ms"] >= 50 for q in (50, 90, 99))
         for q in (50, 90, 99):
             assert math.isclose(row[f"added_p{q}_ms"], row[f"through_p{q}_ms"] - row[f"direct_p{q}_ms"])
+            # Each slot paired a direct and a through-v1 request, so their differences exist (only then).
+            assert math.isfinite(row[f"paired_added_p{q}_ms"]) if paired else f"paired_added_p{q}_ms" not in row
     modes = [line.split()[0] for line in done.stdout.splitlines()[2:]]
     assert "through v1" in done.stdout and modes == ["plain", "plain", "stream", "stream"]
+    assert ("added, paired" in done.stdout) == paired
 
 
 def test_compare_commits_runs_both_worktrees_and_profiles_them(tmp_path: Path) -> None:
