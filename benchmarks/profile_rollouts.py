@@ -43,6 +43,14 @@ def part_of(filename: str) -> str:
     return "other (stdlib, C calls)"
 
 
+def cpu_by_part(stats: pstats.Stats) -> dict[str, float]:
+    """The profiled CPU seconds (own time of each function) summed by part of the stack (`PARTS`)."""
+    by_part: dict[str, float] = defaultdict(float)
+    for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        by_part[part_of(filename)] += tottime
+    return dict(by_part)
+
+
 async def run(url: str, n: int, concurrency: int) -> float:
     harness = v1.Harness(client=v1.ClientConfig(api_base_url=url), model=MODEL)
     limit = asyncio.Semaphore(concurrency)
@@ -107,11 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump:
         profiler.dump_stats(args.dump)
     stats = pstats.Stats(profiler)
-    by_part: dict[str, float] = defaultdict(float)
-    total = 0.0
-    for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        by_part[part_of(filename)] += tottime
-        total += tottime
+    by_part = cpu_by_part(stats)
+    total = sum(by_part.values())
     what = (
         f"{args.stream_calls} streamed chat calls"
         if args.stream_calls

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -74,16 +74,16 @@ def pin_mock(pid: int) -> str:
 
 
 @contextmanager
-def mock_server_process(startup_timeout: float = 30.0) -> Iterator[str]:
-    """Run `python -m v1.testing --port 0` and yield its base URL; always terminate it.
+def mock_server_process(startup_timeout: float = 30.0, mock_args: Sequence[str] = ()) -> Iterator[str]:
+    """Run `python -m v1.testing --port 0 [mock_args...]` and yield its base URL; always terminate it.
 
-    The mock is pinned to a CPU of its own (`pin_mock`; `V1_BENCH_NO_PIN=1` leaves both unpinned).
+    `mock_args` are more of its flags (e.g. ``--delay 0.05``, ``--reply tool-call``). The mock is pinned to a CPU of its own (`pin_mock`; `V1_BENCH_NO_PIN=1` leaves both unpinned).
     """
     # The server's stderr goes to a file, shown only if it fails to start: when the benchmark
     # is interrupted mid-request, aiohttp logs every dropped connection there.
     errors = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "v1.testing", "--port", "0"],
+        [sys.executable, "-m", "v1.testing", "--port", "0", *mock_args],
         stdout=subprocess.PIPE,
         stderr=errors,
         stdin=subprocess.DEVNULL,

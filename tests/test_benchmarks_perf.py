@@ -1,0 +1,106 @@
+"""benchmarks/overhead.py and benchmarks/compare_commits.py in their quick modes, as real subprocesses against the
+real mock model server: every figure present and sane, no request failed. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tools.patience import HANG_S
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args], env=env, capture_output=True, text=True, timeout=HANG_S
+    )
+
+
+@pytest.mark.parametrize("paired", [False, True], ids=["phases", "paired"])
+def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path, paired: bool) -> None:
+    figures_path = tmp_path / "overhead.json"
+    done = run_script("overhead.py", "--quick", "--json", str(figures_path), *(["--paired"] if paired else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(figures_path.read_text())["rows"]
+    assert [(row["mode"], row["rate"]) for row in rows] == [("plain", 20), ("plain", 50), ("stream", 20), ("stream", 50)]
+    for row in rows:
+        for side in ("direct", "through"):
+            assert row[f"{side}_errors"] == 0 and row[f"{side}_requests"] == row[f"{side}_completed"] == row["rate"] * 0.5
+            assert row[f"{side}_rate"] > 0
+            latencies = [row[f"{side}_p{q}_ms"] for q in (50, 90, 99)]
+            # Every reply waits the upstream's fixed 50 ms, so no latency can be shorter.
+            assert all(value >= 50 for value in latencies) and latencies == sorted(latencies)
+            assert all(row[f"{side}_call_only_p{q}_ms"] >= 50 for q in (50, 90, 99))
+        for q in (50, 90, 99):
+            assert math.isclose(row[f"added_p{q}_ms"], row[f"through_p{q}_ms"] - row[f"direct_p{q}_ms"])
+            # Each slot paired a direct and a through-v1 request, so their differences exist (only then).
+            assert math.isfinite(row[f"paired_added_p{q}_ms"]) if paired else f"paired_added_p{q}_ms" not in row
+    modes = [line.split()[0] for line in done.stdout.splitlines()[2:]]
+    assert "through v1" in done.stdout and modes == ["plain", "plain", "stream", "stream"]
+    assert ("added, paired" in done.stdout) == paired
+
+
+def test_compare_commits_runs_both_worktrees_and_profiles_them(tmp_path: Path) -> None:
+    figures_path = tmp_path / "compare.json"
+    done = run_script(
+        "compare_commits.py", "HEAD", "HEAD~1", "--rounds", "1", "--n", "20", "--concurrency", "8", "--profile", "--tool-loop",
+        "--json", str(figures_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(figures_path.read_text())
+    head, parent = (
+        subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True, check=True).stdout.strip()
+        for ref in ("HEAD", "HEAD~1")
+    )
+    assert report["commits"]["A"]["commit"] == head and report["commits"]["B"]["commit"] == parent
+    (round_figures,) = report["rounds"]
+    for label in ("A", "B"):
+        figures = round_figures[label]
+        assert figures["errors"] == 0 and figures["rollouts_per_s"] > 0 and figures["cpu_ms_per_rollout"] > 0
+        # Each commit's own code ran, from the worktree made for it (removed since).
+        assert f"{os.sep}{label}{os.sep}v1{os.sep}__init__.py" in figures["v1_file"]
+        assert not Path(figures["v1_file"]).exists()
+        parts = report["profile_ms_per_rollout"][label]
+        assert parts["v1 endpoint"] > 0 and parts["v1 harness, state, lifecycle"] > 0
+    assert "B / A" in done.stdout and "CPU per rollout by part of the stack" in done.stdout
+
+
+def test_compare_commits_refuses_a_name_that_is_no_commit() -> None:
+    done = run_script("compare_commits.py", "HEAD", "no-such-commit-xyz", "--rounds", "1")
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"compare_commits.py: error: 'no-such-commit-xyz' is not a commit of {ROOT}"
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "message"),
+    [
+        ("overhead.py", ["--rates", "0"], "must be a positive number, got 0"),
+        ("overhead.py", ["--rates", "100", "-5"], "must be a positive number, got -5"),
+        ("overhead.py", ["--rates", "nan"], "must be a positive number, got nan"),
+        ("overhead.py", ["--duration", "inf"], "must be a positive number, got inf"),
+        ("overhead.py", ["--delay", "fast"], "invalid positive value: 'fast'"),
+        ("overhead.py", ["--rates", "1e6", "--duration", "10"], "within 1,000,000 requests a phase"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--rounds", "0"], "--rounds must be between 1 and 1,000,000"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--n", "-1"], "--n must be between 1 and 1,000,000"),
+        ("compare_commits.py", ["HEAD", "HEAD", "--concurrency", "10000000"], "--concurrency must be between 1 and 1,000,000"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], script: str, arguments: list[str], message: str
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    module = importlib.import_module(script.removesuffix(".py"))
+    with pytest.raises(SystemExit) as exited:
+        module.parse_args(arguments)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
