@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,3 +103,26 @@ def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """
     slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow") is not None}
     return sorted(items, key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the managed vLLM venv (minutes of downloads, once per machine) as soon as a collected test needs it.
+
+    The build runs in a background thread while this worker runs other tests; the vLLM fixtures' own
+    `vllm_python()` then waits on the build's file lock and finds the venv ready, or builds it (and fails
+    with the reason) when this build failed. A worker that never runs a vLLM test waits on nothing.
+    """
+    if session.config.option.collectonly:
+        return
+    if any(VLLM_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+        threading.Thread(target=build_vllm_venv, name="vllm-venv-build", daemon=True).start()
+
+
+def build_vllm_venv() -> None:
+    from v1.errors import ConfigError
+    from v1.inference import vllm_python
+
+    try:
+        vllm_python(log=lambda line: None)
+    except ConfigError:
+        return  # the fixture's own call builds again and reports why
