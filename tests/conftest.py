@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,11 +78,12 @@ def xdist_group(item: pytest.Item) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     """Register `xdist_group` also when pytest-xdist is off (`-p no:xdist`), so marking a test with it never warns."""
     config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group's other tests")
+    config.addinivalue_line("markers", "slow: takes a minute or more on the 2-core machine; its module runs first")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that must share a worker with `xdist_group` (only `--dist loadgroup` reads it).
+    """Mark the tests that must share a worker with `xdist_group` (only `--dist loadgroup` reads it); slow modules first.
 
     First of the hooks: pytest-xdist's own reads the marks to put each group's name in its tests' node ids.
     """
@@ -89,3 +91,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(name=group))
+    items[:] = slow_modules_first(items)
+
+
+def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with the modules that hold a `slow` test moved to the front, each module's order kept.
+
+    pytest-xdist hands out work in this order (after the groups with the most tests): a minute-long test
+    handed out last keeps one worker busy while the other idles; handed out early, the short tests fill
+    in around it. Whole modules move, so a module-scoped fixture is still set up once without xdist.
+    """
+    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow") is not None}
+    return sorted(items, key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the managed vLLM venv (minutes of downloads, once per machine) as soon as a collected test needs it.
+
+    The build runs in a background thread while this worker runs other tests; the vLLM fixtures' own
+    `vllm_python()` then waits on the build's file lock and finds the venv ready, or builds it (and fails
+    with the reason) when this build failed. A worker that never runs a vLLM test waits on nothing.
+    """
+    if session.config.option.collectonly:
+        return
+    if any(VLLM_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+        threading.Thread(target=build_vllm_venv, name="vllm-venv-build", daemon=True).start()
+
+
+def build_vllm_venv() -> None:
+    from v1.errors import ConfigError
+    from v1.inference import vllm_python
+
+    try:
+        vllm_python(log=lambda line: None)
+    except ConfigError:
+        return  # the fixture's own call builds again and reports why

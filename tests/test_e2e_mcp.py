@@ -140,6 +140,7 @@ async def test_mcp_bindings_are_checked_once_tools_are_listed(
     assert state["error"]["type"] == "ConfigError" and message in state["error"]["message"]
 
 
+@pytest.mark.slow
 async def test_a_server_per_rollout_and_none_left_after_each_wave_of_concurrent_rollouts(
     mock: MockModelServer, make_harness: Any, marker: str
 ) -> None:
@@ -156,6 +157,7 @@ async def test_a_server_per_rollout_and_none_left_after_each_wave_of_concurrent_
     assert len(pids) == 48  # one server process per rollout
 
 
+@pytest.mark.slow
 async def test_global_server_serves_256_concurrent_rollouts(mock: MockModelServer, make_harness: Any, marker: str) -> None:
     def responder(request: MockRequest) -> Reply:
         if request.last_message.get("role") == "tool":

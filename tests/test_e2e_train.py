@@ -109,6 +109,7 @@ def write_toml(config: TrainConfig, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_torchrun_two_ranks_train_with_fsdp2_and_the_server_serves_the_gathered_weights(tmp_path: Path) -> None:
     config = TrainConfig.load(RECIPE)
     model, tokenizer = build_tiny_model(config.model.tiny)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -60,6 +61,7 @@ def test_the_readme_gpu_command_installs_the_gpu_extras_in_two_steps() -> None:
     assert first | {"flash"} == second
 
 
+@pytest.mark.slow
 def test_the_gpu_extras_resolve_together(tmp_path: Path) -> None:
     _, extras = gpu_command_extras()
     report = tmp_path / "report.json"

@@ -103,6 +103,7 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield python
 
 
+@pytest.mark.slow
 def test_the_plain_venv_has_only_what_its_python_bundles(plain_venv: Path) -> None:
     """The premise: no `wheel`, and the build tools `ensurepip` gave it (v1's install must not add them)."""
     probe = "import importlib.util; print(importlib.util.find_spec('wheel') is None)"

@@ -162,6 +162,7 @@ def metrics(config: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
+@pytest.mark.slow
 def test_two_ranks_train_the_tiny_recipe_with_one_process_losses_and_a_loadable_checkpoint(tmp_path: Path) -> None:
     # 3 SFT steps: enough for rewards that differ within groups; few enough that the float noise of
     # another summation order does not flip a sampled token (after 30, the two runs sample different rollouts).
@@ -385,6 +386,7 @@ def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
     assert any(line in stderr for line in expected), f"{victim}: {stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes_or_loses_a_part(
     tmp_path: Path, vllm_ready: Path
 ) -> None:

@@ -102,6 +102,7 @@ def start_cli_train(output_dir: Path, log: TextIO) -> subprocess.Popen[str]:
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_rl_trainer_trains_the_tiny_recipe_as_far_as_v1_train(tmp_path: Path) -> None:
     recorder, rewards = Recorder(), []
     trainer = RLTrainer(
