@@ -18,10 +18,7 @@ import re
 import subprocess
 import sys
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 from tests.tools.import_graph import (
     PACKAGE,

@@ -8,10 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 V1_FOLDER = Path(__file__).parent
 

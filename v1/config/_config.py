@@ -12,11 +12,11 @@ import contextvars
 import importlib
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -26,11 +26,6 @@ from v1._util.token_budgets import MAX_TOKEN_BUDGET
 from v1.config._network import MAX_ENTRIES, HostRule, NetworkMode, network_from_access, parse_rule
 from v1.errors import ConfigError, MissingKeyError
 from v1.registry import BUILT_IN, CLIENT_TYPES, SANDBOX_BACKENDS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 try:
     from typing import Self

@@ -22,19 +22,15 @@ import functools
 import importlib
 import logging
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from v1.errors import PluginError, UnknownNameError
+import tomllib
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from v1.errors import PluginError, UnknownNameError
 
 T = TypeVar("T")
 logger = logging.getLogger("v1.registry")
