@@ -104,3 +104,25 @@ def test_bad_flags_are_refused_in_one_line(
         module.parse_args(arguments)
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+
+
+def test_rate_vs_raw_times_the_raw_client_and_both_loops_at_each_concurrency(tmp_path: Path) -> None:
+    figures_path = tmp_path / "rates.json"
+    done = run_script("rate_vs_raw.py", "--n", "40", "--rounds", "1", "--concurrency", "4", "16", "--json", str(figures_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(figures_path.read_text())
+    assert [(row["phase"], row["concurrency"]) for row in rows] == [
+        (phase, concurrency) for phase in ("raw", "single-turn", "tool loop") for concurrency in (4, 16)
+    ]
+    raw = {row["concurrency"]: row["rate_per_s"] for row in rows if row["phase"] == "raw"}
+    for row in rows:
+        assert row["rate_per_s"] > 0 and row["cpu_ms"] > 0 and len(row["rates"]) == 1
+        # The share is the rate against the raw client's, a tool-loop rollout counting as two requests.
+        requests = 2 if row["phase"] == "tool loop" else 1
+        assert math.isclose(row["share_of_raw"], row["rate_per_s"] * requests / raw[row["concurrency"]])
+    assert "16 against 4: raw" in done.stdout and "tool loop" in done.stdout.splitlines()[-1]
+
+
+def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
+    done = run_script("rate_vs_raw.py", "--n", "0")
+    assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]

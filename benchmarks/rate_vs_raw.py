@@ -1,0 +1,113 @@
+"""v1's rollout rates against the physical limit: a raw aiohttp client on the same mock.
+
+    python benchmarks/rate_vs_raw.py [--n 4000] [--concurrency 64 256] [--rounds 3] [--json out.json]
+
+One mock model server (`python -m v1.testing --reply tool-call`, pinned to a CPU of its own) serves
+every phase. Each round runs, per concurrency, three fresh processes one after another:
+
+1. raw: `raw_driver.py`, an aiohttp session posting `--n` Chat Completions requests (no v1);
+2. single-turn: `commit_driver.py`, `--n` one-call base-loop rollouts of this checkout's v1;
+3. tool loop: `commit_driver.py --tool-loop`, `--n` rollouts of two model calls and a Python tool.
+
+Printed: the medians over rounds of each rate and of CPU per request or rollout, v1's rates as a
+share of the raw client's request rate (a tool-loop rollout counts as two requests), and each
+loop's rate at the highest concurrency against the lowest. Nothing here asserts on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rollouts import mock_server_process
+
+HERE = Path(__file__).resolve().parent
+PHASES = {
+    "raw": [str(HERE / "raw_driver.py")],
+    "single-turn": [str(HERE / "commit_driver.py")],
+    "tool loop": [str(HERE / "commit_driver.py"), "--tool-loop"],
+}
+REQUESTS_PER_UNIT = {"raw": 1, "single-turn": 1, "tool loop": 2}
+
+
+def run_phase(phase: str, url: str, n: int, concurrency: int) -> dict[str, Any]:
+    """One fresh process of `phase`; its figures (rate and CPU per unit as `rollouts_per_s`, `cpu_ms_per_rollout`)."""
+    command = [sys.executable, *PHASES[phase], "--url", url, "--n", str(n), "--concurrency", str(concurrency)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    if done.returncode != 0:
+        raise SystemExit(f"{phase} at concurrency {concurrency} failed: {done.stderr.strip()[-2000:]}")
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if figures.get("errors"):
+        raise SystemExit(f"{phase} at concurrency {concurrency}: {figures['errors']} failed")
+    return figures
+
+
+def measure(n: int, concurrencies: list[int], rounds: int) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {phase: {c: [] for c in concurrencies} for phase in PHASES}
+    with mock_server_process(mock_args=["--reply", "tool-call"]) as url:
+        for round_index in range(rounds):
+            print(f"round {round_index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+            for concurrency in concurrencies:
+                for phase in PHASES:
+                    runs[phase][concurrency].append(run_phase(phase, url, n, concurrency))
+    return runs
+
+
+def summarize(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    rows = []
+    for phase, by_concurrency in runs.items():
+        for concurrency, results in by_concurrency.items():
+            rate = statistics.median(result["rollouts_per_s"] for result in results)
+            raw = statistics.median(result["rollouts_per_s"] for result in runs["raw"][concurrency])
+            rows.append(
+                {
+                    "phase": phase,
+                    "concurrency": concurrency,
+                    "rate_per_s": rate,
+                    "rates": [result["rollouts_per_s"] for result in results],
+                    "cpu_ms": statistics.median(result["cpu_ms_per_rollout"] for result in results),
+                    "share_of_raw": rate * REQUESTS_PER_UNIT[phase] / raw,
+                }
+            )
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]], n: int, rounds: int) -> None:
+    print(f"{n} per run, median of {rounds} round(s); a tool-loop rollout is two requests")
+    print(f"{'phase':<12} {'conc.':>5} {'per s':>8} {'CPU ms':>7} {'of raw':>7}  runs")
+    for row in rows:
+        runs = ", ".join(f"{rate:.0f}" for rate in row["rates"])
+        share = f"{100 * row['share_of_raw']:.0f}%"
+        print(f"{row['phase']:<12} {row['concurrency']:>5} {row['rate_per_s']:>8.0f} {row['cpu_ms']:>7.3f} {share:>7}  {runs}")
+    concurrencies = sorted({row["concurrency"] for row in rows})
+    if len(concurrencies) > 1:
+        low, high = concurrencies[0], concurrencies[-1]
+        by_key = {(row["phase"], row["concurrency"]): row["rate_per_s"] for row in rows}
+        ratios = ", ".join(f"{phase} {by_key[(phase, high)] / by_key[(phase, low)]:.2f}x" for phase in PHASES)
+        print(f"{high} against {low}: {ratios}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000, help="requests or rollouts a run (default 4000)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256], help="in flight at once (default 64 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="each phase this many times, interleaved (default 3)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.rounds < 1 or any(c < 1 for c in args.concurrency):
+        parser.error("--n, --rounds and every --concurrency must be at least 1")
+    rows = summarize(measure(args.n, args.concurrency, args.rounds))
+    print_rows(rows, args.n, args.rounds)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
