@@ -1,21 +1,24 @@
 """Benchmark rollouts in flight: thousands of one-call rollouts of one `v1 eval` waiting on a slow model together.
 
-    python benchmarks/inflight.py [--rollouts 10000] [--delay 30] [--concurrency ROLLOUTS] [--quick] [--json out.json]
+    python benchmarks/inflight.py [--rollouts 10000] [--delay 30] [--concurrency ROLLOUTS] [--reference N]
+                                  [--quick] [--json out.json]
 
 Starts the mock model server (`python -m v1.testing --delay D`, its own
 process, answering each request after D seconds), then runs the real `v1 eval`
 command (its own process) on a TOML environment of `--rollouts` rows, one
 model call each, at `-c --concurrency`. While it runs it samples, every
 `--every` seconds, the eval process's open file descriptors (`/proc/PID/fd`),
-RSS and threads, and the mock's requests in flight (its ``GET /mock/stats``).
+RSS, threads and CPU, the mock's descriptors, and the requests the mock holds
+(its ``GET /mock/stats``).
 
-Printed: the most rollouts in flight as the mock saw them (concurrent upstream
-requests), the wall time against the ideal (start-up until the first request,
-plus one delay per wave of `--concurrency`), errors, and peak descriptors and
-RSS, in all and per rollout in flight above the eval's own baseline (sampled
-just before its first model request). Exits 1 if the run had an error, or if
-fewer rollouts were in flight at once than it asked for. Nothing asserts on
-timing.
+Printed: the most rollouts in flight as the mock saw them (requests it held at
+once), the wall time against the ideal (start-up until the first request, plus
+the delay per wave of `--concurrency`), when all were in flight, errors, and the
+eval's peak descriptors, RSS and threads. Per rollout in flight: the slope
+between a first, smaller run (`--reference`, a tenth by default) and this one,
+so the process's own descriptors and memory are not counted. Exits 1 if the run
+had an error, or if fewer rollouts were in flight at once than it asked for.
+Nothing asserts on timing.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,13 +80,9 @@ class Trace:
     def peak(self, name: str) -> float:
         return max((getattr(s, name) for s in self.samples), default=0)
 
-    def baseline(self) -> Sample | None:
-        """The last sample before the mock saw a request: the eval loaded, nothing in flight."""
-        before = [s for s in self.samples if s.mock_requests == 0]
-        return before[-1] if before else None
-
-    def first_request_s(self) -> float | None:
-        return next((s.at_s for s in self.samples if s.mock_requests > 0), None)
+    def first_s(self, holds: Callable[[Sample], bool]) -> float | None:
+        """When `holds` first held of a sample."""
+        return next((s.at_s for s in self.samples if holds(s)), None)
 
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -152,91 +152,96 @@ def sample_until_done(eval_proc: subprocess.Popen[str], mock_pid: int, origin: s
     return trace
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    mock, url = start_mock(args.delay)
+def run_eval(rollouts: int, concurrency: int, delay: float, every: float) -> dict[str, Any]:
+    """One `v1 eval` of `rollouts` at `-c concurrency` against a fresh mock answering after `delay`; its figures."""
+    mock, url = start_mock(delay)
     origin = url.removesuffix("/v1")
     try:
         with tempfile.TemporaryDirectory() as folder:
             config = Path(folder) / "inflight.toml"
             config.write_text(ENV_TOML)
             out = Path(folder) / "out"
-            env = {**os.environ, "V1_INFLIGHT_ROWS": str(args.rollouts)}
+            env = {**os.environ, "V1_INFLIGHT_ROWS": str(rollouts)}
             env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(ROOT), env.get("PYTHONPATH", "")])
             command = [sys.executable, "-m", "v1.cli", "eval", str(config), "-m", "mock", "-b", url]
-            command += ["-n", str(args.rollouts), "-r", "1", "-c", str(args.concurrency), "--output-dir", str(out)]
+            command += ["-n", str(rollouts), "-r", "1", "-c", str(concurrency), "--output-dir", str(out)]
             log = Path(folder) / "eval.log"
             with log.open("w") as sink:
+                before = os.times()
                 start = time.perf_counter()
                 eval_proc = subprocess.Popen(
                     command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, text=True
                 )
-                trace = sample_until_done(eval_proc, mock.pid, origin, start, args.every)
+                trace = sample_until_done(eval_proc, mock.pid, origin, start, every)
                 wall = time.perf_counter() - start
+                cpu = os.times()
             stats = mock_stats(origin)
             metadata: dict[str, Any] = next((json.loads(p.read_text()) for p in out.glob("*/metadata.json")), {})
-            tail = log.read_text()[-3000:]
+            output = log.read_text()
     finally:
         stop(mock)
-    return figures_of(args, eval_proc.returncode, wall, trace, stats, metadata, tail)
-
-
-def figures_of(
-    args: argparse.Namespace, code: int, wall: float, trace: Trace, stats: dict[str, int], metadata: dict[str, Any], tail: str
-) -> dict[str, Any]:
-    base = trace.baseline()
-    first = trace.first_request_s()
     peak_in_flight = stats["peak_in_flight"]
-    waves = math.ceil(args.rollouts / args.concurrency)
-    per = max(peak_in_flight, 1)
-    peak_fds, peak_rss = int(trace.peak("fds")), trace.peak("rss_mib")
+    first = trace.first_s(lambda s: s.mock_requests > 0)
     return {
-        "rollouts": args.rollouts,
-        "concurrency": args.concurrency,
-        "delay_s": args.delay,
-        "exit_code": code,
+        "rollouts": rollouts,
+        "concurrency": concurrency,
+        "delay_s": delay,
+        "exit_code": eval_proc.returncode,
         "errors": metadata.get("num_errors"),
-        "completed": metadata.get("num_rollouts") or metadata.get("num_examples"),
         "mock_requests": stats["requests"],
         "peak_in_flight": peak_in_flight,
         "wall_s": wall,
         "first_request_s": first,
-        "ideal_wall_s": (first or 0.0) + waves * args.delay,
-        "peak_fds": peak_fds,
-        "baseline_fds": base.fds if base else None,
-        "fds_per_rollout": (peak_fds - base.fds) / per if base else None,
-        "peak_rss_mib": peak_rss,
-        "baseline_rss_mib": base.rss_mib if base else None,
-        "rss_kib_per_rollout": (peak_rss - base.rss_mib) * 1024 / per if base else None,
+        "all_in_flight_s": trace.first_s(lambda s: s.mock_in_flight >= peak_in_flight > 0),
+        "ideal_wall_s": (first or 0.0) + math.ceil(rollouts / concurrency) * delay,
+        "eval_cpu_s": cpu.children_user + cpu.children_system - before.children_user - before.children_system,
+        "peak_fds": int(trace.peak("fds")),
+        "peak_rss_mib": trace.peak("rss_mib"),
         "peak_threads": int(trace.peak("threads")),
-        "soft_fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-        "hard_fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-        "load_average": os.getloadavg(),
-        "tail": tail if code != 0 else "",
+        "peak_mock_fds": int(trace.peak("mock_fds")),
+        "warnings": [line for line in output.splitlines() if line.startswith("v1 eval: warning")],
+        "tail": output[-3000:] if eval_proc.returncode != 0 else "",
         "samples": [asdict(s) for s in trace.samples],
     }
 
 
-def report(figures: dict[str, Any]) -> None:
-    f = figures
-    print(f"{f['rollouts']} one-call rollouts at -c {f['concurrency']}, the mock answering after {f['delay_s']} s")
-    print(f"  exit code {f['exit_code']}, errors {f['errors']}, requests the mock received {f['mock_requests']}")
-    print(f"  peak rollouts in flight (concurrent requests at the mock): {f['peak_in_flight']}")
-    first = f["first_request_s"]
+def per_rollout(run: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, float | None]:
+    """Descriptors and RSS each rollout in flight adds: the slope between the reference run and this one."""
+    if reference is None or run["peak_in_flight"] <= reference["peak_in_flight"]:
+        return {"fds_per_rollout": None, "rss_kib_per_rollout": None}
+    more = run["peak_in_flight"] - reference["peak_in_flight"]
+    return {
+        "fds_per_rollout": (run["peak_fds"] - reference["peak_fds"]) / more,
+        "rss_kib_per_rollout": (run["peak_rss_mib"] - reference["peak_rss_mib"]) * 1024 / more,
+    }
+
+
+def report(run: dict[str, Any], reference: dict[str, Any] | None) -> None:
+    r = run
+    print(f"{r['rollouts']} one-call rollouts at -c {r['concurrency']}, the mock answering after {r['delay_s']:g} s")
+    print(f"  exit code {r['exit_code']}, errors {r['errors']}, requests the mock received {r['mock_requests']}")
+    for warning in r["warnings"]:
+        print(f"  {warning}")
+    print(f"  peak rollouts in flight (requests the mock held at once): {r['peak_in_flight']}")
     print(
-        f"  wall {f['wall_s']:.1f} s; ideal {f['ideal_wall_s']:.1f} s "
-        f"(first request at {first if first is None else round(first, 1)} s + the delay per wave)"
+        f"  wall {r['wall_s']:.1f} s, ideal {r['ideal_wall_s']:.1f} s (the first request at {fmt(r['first_request_s'], '.1f')} s "
+        f"+ the delay per wave of -c); all in flight at {fmt(r['all_in_flight_s'], '.1f')} s; eval CPU {r['eval_cpu_s']:.1f} s"
     )
     print(
-        f"  descriptors: peak {f['peak_fds']}, before the first request {f['baseline_fds']}, {fmt(f['fds_per_rollout'])} per rollout in flight"
+        f"  eval process: peak {r['peak_fds']} descriptors, {r['peak_rss_mib']:.0f} MiB RSS, {r['peak_threads']} threads; "
+        f"the mock: peak {r['peak_mock_fds']} descriptors"
     )
-    print(
-        f"  RSS: peak {f['peak_rss_mib']:.0f} MiB, before the first request {fmt(f['baseline_rss_mib'], '.0f')} MiB, "
-        f"{fmt(f['rss_kib_per_rollout'], '.1f')} KiB per rollout in flight"
-    )
-    print(f"  threads: peak {f['peak_threads']}; descriptor limit {f['soft_fd_limit']} (hard {f['hard_fd_limit']})")
-    print(f"  load average {', '.join(f'{x:.1f}' for x in f['load_average'])}")
-    if f["tail"]:
-        print(f"  the eval's last output:\n{f['tail']}")
+    if reference is not None:
+        slope = per_rollout(run, reference)
+        print(
+            f"  per rollout in flight (against {reference['peak_in_flight']} in flight: {reference['peak_fds']} descriptors, "
+            f"{reference['peak_rss_mib']:.0f} MiB): {fmt(slope['fds_per_rollout'])} descriptors, "
+            f"{fmt(slope['rss_kib_per_rollout'], '.1f')} KiB RSS"
+        )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"  open-file limit here {soft} (hard {hard}); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if r["tail"]:
+        print(f"  the eval's last output:\n{r['tail']}")
 
 
 def fmt(value: float | None, spec: str = ".2f") -> str:
@@ -248,6 +253,9 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=10000)
     parser.add_argument("--delay", type=float, default=30.0, help="seconds the mock waits before each reply")
     parser.add_argument("--concurrency", type=int, default=None, help="-c of the eval (default: --rollouts)")
+    parser.add_argument(
+        "--reference", type=int, default=None, help="rollouts of the run first made to subtract (default a tenth; 0: none)"
+    )
     parser.add_argument("--every", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("--quick", action="store_true", help="200 rollouts, a 2 s delay")
     parser.add_argument("--json", type=Path, default=None, help="write every figure and sample here")
@@ -256,14 +264,26 @@ def main() -> int:
         args.rollouts, args.delay = 200, 2.0
     if args.concurrency is None:
         args.concurrency = args.rollouts
-    if args.rollouts < 1 or args.concurrency < 1 or args.delay < 0 or args.every <= 0:
-        parser.error("--rollouts and --concurrency must be 1 or more, --delay 0 or more, --every above 0")
-    figures = run(args)
-    report(figures)
+    if args.reference is None:
+        args.reference = args.rollouts // 10
+    if args.rollouts < 1 or args.concurrency < 1 or args.delay < 0 or args.every <= 0 or not 0 <= args.reference < args.rollouts:
+        parser.error(
+            "--rollouts and --concurrency must be 1 or more, --delay 0 or more, --every above 0, --reference below --rollouts"
+        )
+    reference = None
+    if args.reference:
+        reference = run_eval(args.reference, args.reference, args.delay, args.every)
+        print(
+            f"reference: {args.reference} rollouts, peak {reference['peak_fds']} descriptors, {reference['peak_rss_mib']:.0f} MiB",
+            flush=True,
+        )
+    run = run_eval(args.rollouts, args.concurrency, args.delay, args.every)
+    report(run, reference)
     if args.json:
-        args.json.write_text(json.dumps({"python": platform.python_version(), **figures}, indent=2))
+        summary = {"python": platform.python_version(), "load_average": os.getloadavg(), "run": run, "reference": reference}
+        args.json.write_text(json.dumps({**summary, "per_rollout": per_rollout(run, reference)}, indent=2))
     wanted = min(args.rollouts, args.concurrency)
-    return 0 if figures["exit_code"] == 0 and not figures["errors"] and figures["peak_in_flight"] >= wanted else 1
+    return 0 if run["exit_code"] == 0 and not run["errors"] and run["peak_in_flight"] >= wanted else 1
 
 
 if __name__ == "__main__":

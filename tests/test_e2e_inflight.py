@@ -108,7 +108,7 @@ def test_the_mock_server_process_holds_more_requests_than_a_low_soft_limit() -> 
             origin = url.removesuffix("/v1")
 
             def in_flight() -> int:
-                with urllib.request.urlopen(f"{origin}/mock/stats", timeout=HANG_S) as answer:
+                with urllib.request.urlopen(f"{origin}/mock/stats", timeout=STUCK_S) as answer:
                     return int(json.loads(answer.read())["in_flight"])
 
             async def flood() -> None:
