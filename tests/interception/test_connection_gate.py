@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.tools.patience import HANG_S
-from v1.interception._connection_gate import MAX_CONNECTIONS, connection_limit, raise_descriptor_limit
+from v1._util.descriptors import raise_descriptor_limit
+from v1.interception._connection_gate import MAX_CONNECTIONS, connection_limit
 
 REPO = Path(__file__).resolve().parents[2]
 

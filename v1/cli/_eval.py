@@ -42,6 +42,7 @@ from rich.console import Console
 
 import v1
 from v1._util import loop_scope as loop_scope
+from v1._util.descriptors import raise_descriptor_limit, rollouts_within
 from v1._util.logs import LEVEL_VARIABLE, setup_logging
 from v1._util.terminal import printable
 from v1.cli._eval_view import LiveView, summary_table
@@ -690,8 +691,26 @@ def plan_run(args: argparse.Namespace) -> EvalPlan:
             {SAVED_SETTINGS_FIELD: saved_invocation(target, taskset_overrides, harness_overrides, settings)},
             redo=stopped_the_run,
         )
+    settings, fitted = fit_to_descriptors(settings)
     config = eval_config(settings, env, client, model, {"taskset": taskset_overrides, "harness": harness_overrides})
-    return EvalPlan(env, settings, client, model, rows, writer, [*ignored, *warnings], config, executor, notes)
+    return EvalPlan(env, settings, client, model, rows, writer, [*ignored, *warnings, *fitted], config, executor, notes)
+
+
+def fit_to_descriptors(settings: EvalSettings) -> tuple[EvalSettings, list[str]]:
+    """Raise this process's open-file limit to its hard limit; past what that holds, `-c` is lowered, with a warning.
+
+    Each rollout in flight holds an upstream connection: more than the limit would fail rollouts with
+    "Too many open files" wherever the next descriptor is opened. Ray actors are processes of their own.
+    """
+    limit = raise_descriptor_limit()
+    fitting = rollouts_within(limit, settings.max_concurrent)
+    if settings.ray is not None or fitting == settings.max_concurrent:
+        return settings, []
+    warning = (
+        f"-c {settings.max_concurrent}: this process may open {limit} files (its hard limit, `ulimit -Hn`) and each rollout "
+        f"in flight holds at least one; running at most {fitting} at once (raise the hard limit to run more)"
+    )
+    return settings.model_copy(update={"max_concurrent": fitting}), [warning]
 
 
 def eval_inputs(env: Env, settings: EvalSettings) -> list[dict[str, Any]] | Iterable[dict[str, Any]]:

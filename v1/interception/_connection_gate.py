@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import resource
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -49,17 +48,6 @@ BUSY = (
     + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
     + _BUSY_BODY
 )
-
-
-def raise_descriptor_limit() -> int:
-    """Raise this process's soft limit on open files to its hard limit; the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    return soft
 
 
 def connection_limit(descriptor_limit: int) -> int:
@@ -214,5 +202,4 @@ __all__ = [
     "PER_ROLLOUT_BUSY",
     "ConnectionGate",
     "connection_limit",
-    "raise_descriptor_limit",
 ]

@@ -25,6 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
+from v1._util.descriptors import raise_descriptor_limit
 from v1._util.loop_scope import loop_scope
 from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -34,7 +35,6 @@ from v1.interception._connection_gate import (
     IDLE_TIMEOUT_S,
     ConnectionGate,
     connection_limit,
-    raise_descriptor_limit,
 )
 from v1.interception._dialect import BadRequest, EndpointRequest, EndpointStreamWriter, deltas_of
 from v1.interception._exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange

@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from v1._util.descriptors import raise_descriptor_limit
 from v1.config import resolve_callable
 from v1.errors import ConfigError
 from v1.testing._mock_server import MockModelServer, MockRequest, Reply
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         responder = serving_only(args.model, responder)
     if args.api_key is not None:
         responder = requiring_key(args.api_key, responder)
+    raise_descriptor_limit()  # each connection it holds is a descriptor: thousands in flight pass a soft limit of 1024
     try:
         server = MockModelServer(responder, model=args.model, host=args.host, port=args.port).start()
     except OSError as exc:

@@ -4,7 +4,10 @@ Routes (under ``/v1``): ``chat/completions``, ``chat/completions/tokens`` (the
 vLLM-style token route: token ids always returned), ``completions``,
 ``responses`` (OpenAI Responses) and ``messages`` (Anthropic Messages), each
 streaming in its own event format too. Every request is seen by responders as
-chat messages (`MockRequest.messages`), whatever its dialect.
+chat messages (`MockRequest.messages`), whatever its dialect. ``GET /mock/stats``
+answers how many model requests it has received, how many are being answered
+now and the most at once (`in_flight`, `peak_in_flight`): what a benchmark
+reads to see how many rollouts were really waiting on the model together.
 
     with MockModelServer(lambda request: Reply.text(request.last_user_text[::-1])) as server:
         client = ClientConfig(api_base_url=server.url)
@@ -215,6 +218,10 @@ class MockModelServer:
         self._lock = threading.Lock()
         self._long_pauses: set[asyncio.Task[Any]] = set()
         """Handlers waiting out a `delay` that ends past `STOP_GRACE_S`: `stop()` cancels them instead of waiting."""
+        self.in_flight = 0
+        """Model requests (POSTs) being answered now."""
+        self.peak_in_flight = 0
+        """The most model requests that were being answered at once."""
 
     @property
     def url(self) -> str:
@@ -231,6 +238,7 @@ class MockModelServer:
         with self._lock:
             self._script.clear()
             self.requests.clear()
+            self.peak_in_flight = self.in_flight
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -263,12 +271,13 @@ class MockModelServer:
         return self
 
     async def _start_app(self) -> None:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._count_in_flight])
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/chat/completions/tokens", self._chat_completions)
         for path in ("/v1/completions", "/v1/responses", "/v1/messages"):
             app.router.add_post(path, self._other_dialect)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/mock/stats", self._stats)
         # stopping does not wait for a reply scripted to hang
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE_S)
         await self._runner.setup()
@@ -329,6 +338,22 @@ class MockModelServer:
             await asyncio.sleep(seconds)
         finally:
             self._long_pauses.discard(task)
+
+    @web.middleware
+    async def _count_in_flight(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)  # type: ignore[no-any-return]
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        finally:
+            self.in_flight -= 1
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        with self._lock:
+            received = len(self.requests)
+        return web.json_response({"requests": received, "in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
