@@ -39,7 +39,9 @@ REQUESTS_PER_UNIT = {"raw": 1, "single-turn": 1, "tool loop": 2}
 def run_phase(phase: str, url: str, n: int, concurrency: int) -> dict[str, Any]:
     """One fresh process of `phase`; its figures (rate and CPU per unit as `rollouts_per_s`, `cpu_ms_per_rollout`)."""
     command = [sys.executable, *PHASES[phase], "--url", url, "--n", str(n), "--concurrency", str(concurrency)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(HERE.parent)}
+    )
     if done.returncode != 0:
         raise SystemExit(f"{phase} at concurrency {concurrency} failed: {done.stderr.strip()[-2000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
