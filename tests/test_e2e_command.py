@@ -213,7 +213,9 @@ fi
 
 async def test_sandbox_lifetime_is_enforced_apart_from_the_program_timeout(mock: MockModelServer) -> None:
     program = {"command": ["sh", "-c", "sleep 30"]}
-    state = await harness(mock, program=program, sandbox={"timeout_minutes": 0.01}, timeout_seconds=60).run("p")
+    # 6 s of lifetime: long enough for the command to start on a loaded machine (at 0.6 s, CI once
+    # deleted the sandbox before the command ran), far short of the program's 30 s and its 60 s timeout.
+    state = await harness(mock, program=program, sandbox={"timeout_minutes": 0.1}, timeout_seconds=60).run("p")
     assert state["program_result"]["exit_code"] == 137 and state["program_result"]["duration"] < 20
     assert state["error"]["type"] == "ProgramError"
     assert list_sandboxes() == []
