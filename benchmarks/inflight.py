@@ -29,7 +29,6 @@ import math
 import os
 import platform
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rollouts import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,16 +126,6 @@ def start_mock(delay: float) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def sample_until_done(eval_proc: subprocess.Popen[str], mock_pid: int, origin: str, start: float, every: float) -> Trace:
     trace = Trace()
     while eval_proc.poll() is None:
@@ -179,7 +170,7 @@ def run_eval(rollouts: int, concurrency: int, delay: float, every: float) -> dic
             metadata: dict[str, Any] = next((json.loads(p.read_text()) for p in out.glob("*/metadata.json")), {})
             output = log.read_text()
     finally:
-        stop(mock)
+        stop_process(mock, grace=15)
     peak_in_flight = stats["peak_in_flight"]
     first = trace.first_s(lambda s: s.mock_requests > 0)
     return {

@@ -73,6 +73,17 @@ def pin_mock(pid: int) -> str:
     return f"mock on CPU {cpus[-1]}, benchmark on CPU(s) {','.join(map(str, cpus[:-1]))}"
 
 
+def stop_process(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
+    """SIGTERM `proc` if it still runs, then SIGKILL past `grace` seconds; always reaped."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextmanager
 def mock_server_process(startup_timeout: float = 30.0, mock_args: Sequence[str] = ()) -> Iterator[str]:
     """Run `python -m v1.testing --port 0 [mock_args...]` and yield its base URL; always terminate it.
@@ -100,13 +111,7 @@ def mock_server_process(startup_timeout: float = 30.0, mock_args: Sequence[str] 
             raise RuntimeError(f"{exc}\n{errors.read()[-2000:]}") from None
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
         errors.close()

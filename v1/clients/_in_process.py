@@ -18,7 +18,7 @@ import asyncio
 import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from v1.clients._http import http_library
 
@@ -53,12 +53,15 @@ _SERVED: dict[Origin, _Served] = {}
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-@functools.lru_cache(maxsize=1024)
-def _origin_of(url: str) -> Origin:
+def _origin(parts: SplitResult) -> Origin:
     """``(scheme, host, port)`` as the HTTP library's `URL` spells them (a scheme's default port as None)."""
-    parts = urlsplit(url)
     port = None if parts.port == _DEFAULT_PORTS.get(parts.scheme) else parts.port
     return parts.scheme, parts.hostname or "", port
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin_of(url: str) -> Origin:
+    return _origin(urlsplit(url))
 
 
 def serve_in_process(url: str, app: InProcessApp) -> None:
@@ -113,8 +116,7 @@ class InProcessTransport:
         `handle_async_request`, as every request of the SDKs does.
         """
         parts = urlsplit(url)
-        port = None if parts.port == _DEFAULT_PORTS.get(parts.scheme) else parts.port
-        app = _app_for(parts.scheme, parts.hostname or "", port)
+        app = _app_for(*_origin(parts))
         post = getattr(app, "post", None)
         if post is not None and not parts.query and "content-encoding" not in {name.lower() for name in headers}:
             answer: tuple[int, Mapping[str, str], bytes] | None = await post(unquote(parts.path), headers, body)

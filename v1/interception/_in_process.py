@@ -59,17 +59,17 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
 class RequestHeaders(dict[str, str]):
     """A request's headers as the handler reads them: by name in any case, the first value of a repeated
     header from `get` and every value from `getall` (as aiohttp's server gives them), read once from the
-    raw pairs instead of searched pair by pair on every lookup."""
+    name-value pairs instead of searched pair by pair on every lookup."""
 
     __slots__ = ("_repeated",)
 
-    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
         super().__init__()
         self._repeated: dict[str, list[str]] = {}
-        for name_bytes, value_bytes in raw:
-            name, value = name_bytes.decode("latin-1").lower(), value_bytes.decode("latin-1")
-            if name in self:
-                self._repeated.setdefault(name, [self[name]]).append(value)
+        for given_name, value in pairs:
+            name = given_name.lower()
+            if dict.__contains__(self, name):
+                self._repeated.setdefault(name, [dict.__getitem__(self, name)]).append(value)
             else:
                 dict.__setitem__(self, name, value)
 
@@ -186,8 +186,7 @@ class EndpointApp:
 
     async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes]:
         """A POST read whole (`InProcessTransport.post`): the handler's answer, a streamed one gathered."""
-        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-        exchange, handler = _start(self, "POST", path, RequestHeaders(raw), body)
+        exchange, handler = _start(self, "POST", path, RequestHeaders(headers.items()), body)
         await self._ready(exchange)
         if exchange.stream_headers is None:
             return _whole_answer(handler)
@@ -196,7 +195,8 @@ class EndpointApp:
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()
-        exchange, handler = _start(self, request.method, request.url.path, RequestHeaders(request.headers.raw), body)
+        pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw)
+        exchange, handler = _start(self, request.method, request.url.path, RequestHeaders(pairs), body)
         await self._ready(exchange)
         if exchange.stream_headers is not None:
             return http_library().Response(200, headers=dict(exchange.stream_headers), stream=_chunks_class()(exchange, handler))

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ def socket_name(rollout: str) -> str:
     return f"endpoint-{hashlib.sha256(rollout.encode()).hexdigest()[:16]}.sock"
 
 
-class RolloutSockets:
+class RolloutSockets(ABC):
     """Unix sockets in `run_dir`, one per rollout while a command of that rollout runs, each serving `handler(rollout)`."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -158,11 +159,13 @@ class RolloutSockets:
         self.users: dict[Any, int] = {}
         self._starting = asyncio.Lock()
 
+    @abstractmethod
     def socket_name(self, rollout: Any) -> str:
-        raise NotImplementedError
+        """The file name of `rollout`'s socket in `run_dir`."""
 
+    @abstractmethod
     def handler(self, rollout: Any) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-        raise NotImplementedError
+        """What serves each connection to `rollout`'s socket."""
 
     async def acquire(self, rollout: Any) -> Path:
         """The host path of `rollout`'s socket, served until each `acquire` has had its `release`."""
