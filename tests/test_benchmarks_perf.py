@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.tools.patience import HANG_S
+from v1.testing import MockModelServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -34,13 +36,21 @@ def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path
     rows = json.loads(figures_path.read_text())["rows"]
     assert [(row["mode"], row["rate"]) for row in rows] == [("plain", 20), ("plain", 50), ("stream", 20), ("stream", 50)]
     for row in rows:
+        count = row["rate"] * 0.5
         for side in ("direct", "through"):
-            assert row[f"{side}_errors"] == 0 and row[f"{side}_requests"] == row[f"{side}_completed"] == row["rate"] * 0.5
+            assert row[f"{side}_errors"] == 0 and row[f"{side}_requests"] == row[f"{side}_completed"] == count
             assert row[f"{side}_rate"] > 0
             latencies = [row[f"{side}_p{q}_ms"] for q in (50, 90, 99)]
             # Every reply waits the upstream's fixed 50 ms, so no latency can be shorter.
             assert all(value >= 50 for value in latencies) and latencies == sorted(latencies)
-            assert all(row[f"{side}_call_only_p{q}_ms"] >= 50 for q in (50, 90, 99))
+        # The recorded step's upstream call waited the 50 ms too, within the rollout's whole latency.
+        assert all(50 <= row[f"through_upstream_leg_p{q}_ms"] for q in (50, 90, 99))
+        assert row["through_upstream_leg_p50_ms"] <= row["through_p99_ms"]
+        assert not any("call_only" in name for name in row)
+        # One upstream request a request on each side, as the mock counted them (each side in a phase of its own).
+        assert row["mock_requests"] == 2 * count
+        if not paired:
+            assert row["direct_mock_requests"] == row["through_mock_requests"] == count
         for q in (50, 90, 99):
             assert math.isclose(row[f"added_p{q}_ms"], row[f"through_p{q}_ms"] - row[f"direct_p{q}_ms"])
             # Each slot paired a direct and a through-v1 request, so their differences exist (only then).
@@ -48,6 +58,25 @@ def test_overhead_quick_measures_every_rate_direct_and_through_v1(tmp_path: Path
     modes = [line.split()[0] for line in done.stdout.splitlines()[2:]]
     assert "through v1" in done.stdout and modes == ["plain", "plain", "stream", "stream"]
     assert ("added, paired" in done.stdout) == paired
+
+
+async def test_overhead_sends_the_direct_side_to_the_mock_and_the_other_through_v1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mock sees who called: the direct side's requests come from the bare aiohttp client with the body it built,
+    the through-v1 side's from v1's upstream client (never the bare one), one of each a request of the run."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    overhead = importlib.import_module("overhead")
+    rate, duration = 20.0, 0.5
+    with MockModelServer() as mock:
+        rows, errors = await overhead.measure(mock.url, [rate], duration, False)
+    assert errors == [] and len(rows) == 2
+    per_side = round(rate * min(overhead.WARMUP_S, duration / 2)) + round(rate * duration)  # warm-up and measured
+    bare_agent = f"Python/{sys.version_info.major}.{sys.version_info.minor} aiohttp/{aiohttp.__version__}"
+    for stream in (False, True):
+        sent = [request for request in mock.requests if bool(request.body.get("stream")) == stream]
+        direct = [request for request in sent if request.headers.get("User-Agent") == bare_agent]
+        assert len(sent) == 2 * per_side and len(direct) == per_side
+        assert all(request.body == json.loads(overhead.chat_body(overhead.MODEL, stream)) for request in direct)
+    assert [row["direct_mock_requests"] for row in rows] == [rate * duration] * 2
 
 
 def test_compare_commits_runs_both_worktrees_and_profiles_them(tmp_path: Path) -> None:
