@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import v1
 from v1._util import bounded_json as _bounded_json
-from v1._util.bounded_json import MAX_DEPTH, UnsafeJSONError
+from v1._util.bounded_json import MAX_DEPTH, UnsafeJSONError, loads
 
 
 def nested(depth: int) -> str:
@@ -44,3 +46,36 @@ def test_check_depth_bounds_a_value_that_arrived_parsed() -> None:
         _bounded_json.check_depth(deep, "the arguments")
     shallow = {"a": [{"b": 1}]}
     assert _bounded_json.check_depth(shallow) is shallow
+
+
+# orjson reads first; every document below is one where it differs from json.loads (or could),
+# so each must come out exactly as json.loads gives it: value, type, or refusal.
+_EDGES = [
+    b"12345678901234567890123",  # wider than 64 bits: orjson would give a float
+    b"-9223372036854775809",
+    b"[18446744073709551616, 1]",
+    b'{"id": 99999999999999999999}',
+    b'"\\ud800"',  # a lone surrogate escape: orjson refuses it
+    b'"\\udc00 tail"',
+    b"\xef\xbb\xbf[1]",  # a UTF-8 byte order mark
+    b'{"a": 1, "a": 2}',
+    b"[1e-400, -0, -0.0, 1E5]",
+    b'{"nested": [[[{"x": null}]]], "s": "caf\xc3\xa9"}',
+    '"\ud83d\ude00 as str"',
+    "[12345678901234567890]",
+]
+
+
+@pytest.mark.parametrize("text", _EDGES)
+def test_the_orjson_fast_path_gives_exactly_what_json_loads_gives(text: str | bytes) -> None:
+    expected = json.loads(text)
+    for finite in (True, False):
+        value = loads(text, finite=finite)
+        assert value == expected and repr(value) == repr(expected)  # repr: an int stays an int, -0.0 stays -0.0
+
+
+@pytest.mark.parametrize("text", [b"[1e999]", b"NaN", b"[-Infinity]", b"1" + b"0" * 400 + b".5"])
+def test_non_finite_numbers_are_refused_or_kept_as_json_loads_keeps_them(text: bytes) -> None:
+    with pytest.raises(UnsafeJSONError, match="finite numbers only"):
+        loads(text)
+    assert repr(loads(text, finite=False)) == repr(json.loads(text))

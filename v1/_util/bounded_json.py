@@ -8,19 +8,29 @@ overflows the stack of whatever walks it next; one nested 200,000 deep raises
 at most `MAX_DEPTH` nested arrays and objects, finite numbers only, and, when asked,
 at most ``max_bytes`` of text. `check_depth` applies the same depth limit to a value
 that arrived already parsed (an SDK's dict, an MCP argument object).
+
+`orjson` parses first, as it is several times faster. Its answer is used only where it is the
+same as `json.loads`'s: a document it refuses (``NaN``, ``1e999``, a lone surrogate, a BOM) and
+one with a run of 19 digits (orjson reads an integer beyond 64 bits as a float) go to `json.loads`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
+
+import orjson
 
 from v1.errors import Error
 
 MAX_DEPTH = 128
 """Nested arrays and objects an outside JSON value may hold (the outermost counts as 1)."""
 _CONTAINERS = (dict, list)
+_WIDE_INT_DIGITS = 19  # orjson reads integers of up to 64 bits exactly, and all of 18 digits fit
+_LONG_DIGITS = re.compile(rf"\d{{{_WIDE_INT_DIGITS}}}")
+_DIGITS_AS_ZEROS = bytes(b"0"[0] if b"0"[0] <= code <= b"9"[0] else b"."[0] for code in range(256))
 
 
 class UnsafeJSONError(Error, ValueError):
@@ -62,6 +72,25 @@ def check_depth(value: Any, what: str = "the JSON value", max_depth: int = MAX_D
     return value
 
 
+def _orjson_agrees(text: str | bytes | bytearray) -> bool:
+    """Whether `text` has no run of digits wide enough for orjson to read it otherwise than `json.loads`."""
+    if isinstance(text, str):
+        return _LONG_DIGITS.search(text) is None
+    return b"0" * _WIDE_INT_DIGITS not in text.translate(_DIGITS_AS_ZEROS)  # a byte scan, several times a regex's speed
+
+
+def _parse(text: str | bytes | bytearray, finite: bool) -> Any:
+    """`json.loads(text)` (finite numbers only when `finite`), by orjson where it gives the same value."""
+    if _orjson_agrees(text):
+        try:
+            return orjson.loads(text)  # refuses non-finite numbers itself
+        except orjson.JSONDecodeError:
+            pass  # json.loads decides: its value or its error, exactly as before
+    if finite:
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    return json.loads(text)
+
+
 def _openings(text: str | bytes | bytearray) -> int:
     if isinstance(text, str):
         return text.count("[") + text.count("{")
@@ -92,7 +121,7 @@ def loads(
     if max_bytes is not None and len(text) > max_bytes:
         raise UnsafeJSONError(f"{what}: larger than {max_bytes} bytes")
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant) if finite else json.loads(text)
+        value = _parse(text, finite)
     except UnsafeJSONError as exc:
         raise UnsafeJSONError(f"{what}: {exc}") from None
     except RecursionError:

@@ -10,10 +10,10 @@ it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from v1._util.bounded_json import loads
 from v1.clients import encode_json, http_library, status_error, transport_error
 from v1.errors import EndpointError
 
@@ -54,7 +54,7 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         raise status_error(answer.status, answer.headers, answer.body, url)
     if _content_type(answer.headers).startswith("text/event-stream"):
         raise ValueError("call_model is for answers that do not stream")
-    return json.loads(answer.body)  # type: ignore[no-any-return]
+    return loads(answer.body, "the endpoint's answer", finite=False)  # type: ignore[no-any-return]
 
 
 def _content_type(headers: Mapping[str, str]) -> str:
