@@ -6,7 +6,9 @@ Runs `--n` rollouts at `--concurrency` against the mock model server at `--url` 
 JSON line: rollouts/s, CPU ms per rollout of this process (`resource.getrusage`, user + system),
 errors, and which `v1` it imported. Single-turn by default; `--tool-loop` gives each rollout a
 Python tool (`add`), so two model calls (the mock must answer with `--reply tool-call`).
-`--profile FILE` runs the timed rollouts under cProfile and writes the profile to FILE.
+`--profile FILE` runs the timed rollouts under cProfile and writes the profile to FILE. `--gate`
+waits for a line on stdin before and after the timed rollouts, saying `READY` and `DONE` on stdout
+first: `instructions.py` switches callgrind's counting on and off there.
 
 It imports only the standard library and the API every measured commit shares (`v1.Harness`,
 `v1.ClientConfig`, `v1.Toolset`, `v1.batch_gc`, `Harness.run`), so it runs the commit of
@@ -45,7 +47,15 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def rollouts(url: str, n: int, concurrency: int, tool_loop: bool, profiler: cProfile.Profile | None) -> dict[str, Any]:
+async def gate(word: str) -> None:
+    """Say `word` on stdout and wait for a line on stdin (`instructions.py` switches callgrind's counting then)."""
+    print(word, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+
+async def rollouts(
+    url: str, n: int, concurrency: int, tool_loop: bool, profiler: cProfile.Profile | None, gated: bool = False
+) -> dict[str, Any]:
     toolsets = [v1.Toolset([add])] if tool_loop else []
     harness = v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL, toolsets=toolsets)
     limit = asyncio.Semaphore(concurrency)
@@ -59,10 +69,14 @@ async def rollouts(url: str, n: int, concurrency: int, tool_loop: bool, profiler
         return not tool_loop or state["completion"][-1]["content"] == "2"
 
     await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))  # warms pools and the endpoint; not counted
+    if gated:
+        await gate("READY")
     with profiler or contextlib.nullcontext(), v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts
         started, cpu_started = time.perf_counter(), cpu_seconds()
         results = await asyncio.gather(*(one() for _ in range(n)))
         wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+    if gated:
+        await gate("DONE")
     await harness.teardown()
     return {
         "rollouts_per_s": n / wall,
@@ -90,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--tool-loop", action="store_true")
     parser.add_argument("--profile", metavar="FILE")
+    parser.add_argument("--gate", action="store_true", help="wait for a stdin line before and after the timed rollouts")
     args = parser.parse_args(argv)
     if args.n < 1 or args.concurrency < 1:
         parser.error("--n and --concurrency must be at least 1")
     profiler = cProfile.Profile() if args.profile else None
-    figures = run_loop(rollouts(args.url, args.n, args.concurrency, args.tool_loop, profiler))
+    figures = run_loop(rollouts(args.url, args.n, args.concurrency, args.tool_loop, profiler, args.gate))
     if profiler is not None:
         profiler.dump_stats(args.profile)
     print(json.dumps(figures))

@@ -14,8 +14,10 @@ commits alike; the medians over rounds and B / A are printed, then each round.
 `--profile` then runs each commit once more under cProfile and prints the CPU per rollout by
 part of the stack (grouped as `profile_rollouts.py` groups it) for A and B side by side: where a
 rollout's CPU moved between the two. cProfile roughly doubles times: compare shares and the
-change, not the absolute figures with the rounds'. Nothing asserts on timing; the process exits
-non-zero if a rollout failed.
+change, not the absolute figures with the rounds'. `--instructions` then runs each commit once
+more under callgrind and prints the instructions per rollout (`instructions.py`), a figure CPU
+steal and load do not move. Nothing asserts on timing; the process exits non-zero if a rollout
+failed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from instructions import CountError, check_valgrind, count
 from profile_rollouts import cpu_by_part
 from rollouts import mock_server_process
 
@@ -112,6 +115,19 @@ def profiles(worktrees_by_label: dict[str, Path], url: str, args: argparse.Names
     return by_label
 
 
+def instructions(worktrees_by_label: dict[str, Path], url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Each commit once under callgrind: millions of instructions per rollout."""
+    driver = [str(DRIVER), "--tool-loop"] if args.tool_loop else [str(DRIVER)]
+    by_label: dict[str, float] = {}
+    for label, worktree in worktrees_by_label.items():
+        print(f"counting {label}'s instructions ...", file=sys.stderr, flush=True)
+        figures = count(driver, url, args.n, args.concurrency, worktree)
+        if not Path(figures["v1_file"]).resolve().is_relative_to(worktree.resolve()):
+            raise DriverError(f"the driver imported v1 from {figures['v1_file']}, not from the worktree {worktree}")
+        by_label[label] = figures["instructions_per_unit"] / 1e6
+    return by_label
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -150,6 +166,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=256, help="rollouts in flight at once (default 256)")
     parser.add_argument("--tool-loop", action="store_true", help="two model calls and a Python tool a rollout")
     parser.add_argument("--profile", action="store_true", help="then each commit once under cProfile, by part of the stack")
+    parser.add_argument(
+        "--instructions", action="store_true", help="then each commit once under callgrind: instructions per rollout"
+    )
     parser.add_argument("--repo", type=Path, default=HERE.parent, help="the git repository (default: this checkout)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     args = parser.parse_args(argv)
@@ -164,6 +183,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     labels = {label: commit[:8] for label, commit in commits.items()}
     rounds: list[dict[str, dict[str, Any]]] = []
     by_part: dict[str, dict[str, float]] = {}
+    counted: dict[str, float] = {}
+    if args.instructions:
+        check_valgrind()  # before minutes of rounds
     with (
         worktrees(args.repo, commits) as paths,
         mock_server_process(mock_args=["--reply", "tool-call"] if args.tool_loop else []) as url,
@@ -173,6 +195,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             rounds.append({label: drive(path, url, args) for label, path in paths.items()})
         if args.profile:
             by_part = profiles(paths, url, args)
+        if args.instructions:
+            counted = instructions(paths, url, args)
     summary = {label: {key: statistics.median(one[label][key] for one in rounds) for key, _, _ in FIGURES} for label in commits}
     kind = "tool-loop (2 model calls, a Python tool)" if args.tool_loop else "single-turn"
     print(
@@ -181,6 +205,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     print_rounds(labels, rounds, summary)
     if by_part:
         print_profiles(labels, by_part)
+    if counted:
+        ratio = counted["B"] / counted["A"]
+        print(f"M instructions per rollout (callgrind): A {counted['A']:.3f}, B {counted['B']:.3f}, B / A {ratio:.3f}")
     return {
         "config": {"n": args.n, "concurrency": args.concurrency, "rounds": args.rounds, "tool_loop": args.tool_loop},
         "commits": {label: {"ref": ref, "commit": commits[label]} for label, ref in (("A", args.a), ("B", args.b))},
@@ -188,6 +215,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "median": summary,
         "rounds": rounds,
         "profile_ms_per_rollout": by_part,
+        "million_instructions_per_rollout": counted,
     }
 
 
@@ -195,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         report = compare(args)
-    except CommitError as exc:
+    except (CommitError, CountError) as exc:
         print(f"compare_commits.py: error: {exc}", file=sys.stderr)
         return 2
     except DriverError as exc:

@@ -4,7 +4,8 @@
 
 Prints one JSON line with the same keys `commit_driver.py` prints (`rollouts_per_s` here counts
 requests), so `rate_vs_raw.py` reads both alike: requests/s, CPU ms of this process per request,
-wall time and failed requests. Each answer is read and parsed, as a client must.
+wall time and failed requests. Each answer is read and parsed, as a client must. `--gate` works as
+`commit_driver.py`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from typing import Any
 
 import aiohttp
-from commit_driver import MODEL, WARMUP, run_loop
+from commit_driver import MODEL, WARMUP, gate, run_loop
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}).encode()
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer raw"}
@@ -29,7 +30,7 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def requests(url: str, n: int, concurrency: int) -> dict[str, Any]:
+async def requests(url: str, n: int, concurrency: int, gated: bool = False) -> dict[str, Any]:
     limit = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
 
@@ -39,9 +40,13 @@ async def requests(url: str, n: int, concurrency: int) -> dict[str, Any]:
             return answer.status == 200 and bool(content["choices"])
 
         await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))
+        if gated:
+            await gate("READY")
         started, cpu_started = time.perf_counter(), cpu_seconds()
         results = await asyncio.gather(*(one() for _ in range(n)))
         wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+        if gated:
+            await gate("DONE")
     return {"rollouts_per_s": n / wall, "cpu_ms_per_rollout": 1000 * cpu / n, "wall_s": wall, "errors": results.count(False)}
 
 
@@ -50,10 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the mock model server's base URL")
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--gate", action="store_true", help="wait for a stdin line before and after the timed requests")
     args = parser.parse_args(argv)
     if args.n < 1 or args.concurrency < 1:
         parser.error("--n and --concurrency must be at least 1")
-    print(json.dumps(run_loop(requests(args.url, args.n, args.concurrency))))
+    print(json.dumps(run_loop(requests(args.url, args.n, args.concurrency, args.gate))))
     return 0
 
 

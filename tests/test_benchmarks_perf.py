@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.tools.patience import HANG_S
-from v1.testing import MockModelServer
+from v1.testing import MockModelServer, echo, tool_caller
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -155,3 +156,45 @@ def test_rate_vs_raw_times_the_raw_client_and_both_loops_at_each_concurrency(tmp
 def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
     done = run_script("rate_vs_raw.py", "--n", "0")
     assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("driver", [["commit_driver.py"], ["commit_driver.py", "--tool-loop"], ["raw_driver.py"]])
+def test_a_gated_driver_stops_between_its_warm_up_and_its_timed_part(driver: list[str]) -> None:
+    """`instructions.py` counts callgrind's instructions between READY and DONE: the mock must have seen the
+    warm-up's requests, and none of the timed ones, at READY, and every timed one at DONE."""
+    n, per_unit = 6, 2 if "--tool-loop" in driver else 1
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with MockModelServer(tool_caller if per_unit == 2 else echo) as mock:
+        command = [sys.executable, str(BENCHMARKS / driver[0]), *driver[1:], "--url", mock.url, "--n", str(n), "--gate"]
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as process:
+            assert process.stdin is not None and process.stdout is not None
+            seen = []
+            for word in ("READY", "DONE"):
+                assert process.stdout.readline().strip() == word
+                seen.append(len(mock.requests))
+                process.stdin.write("\n")
+                process.stdin.flush()
+            figures = json.loads(process.stdout.read().strip().splitlines()[-1])
+            assert process.wait(timeout=HANG_S) == 0
+    assert seen == [n * per_unit, 2 * n * per_unit]  # the warm-up is min(32, n) units, then n timed ones
+    assert figures["errors"] == 0
+
+
+def test_instructions_without_valgrind_says_what_to_install(tmp_path: Path) -> None:
+    only_git = tmp_path / "bin"  # a PATH with git (compare_commits needs it) and no valgrind
+    only_git.mkdir()
+    git = shutil.which("git")
+    assert git is not None
+    (only_git / "git").symlink_to(git)
+    env = {**os.environ, "PATH": str(only_git), "PYTHONPATH": str(ROOT)}
+    for script, arguments, status in (
+        ("instructions.py", ["--n", "5"], 1),
+        ("compare_commits.py", ["HEAD", "HEAD", "--instructions"], 2),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(BENCHMARKS / script), *arguments], env=env, capture_output=True, text=True, timeout=HANG_S
+        )
+        assert done.returncode == status
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"{script}: error: valgrind and callgrind_control not found: install valgrind (apt-get install valgrind)"
+        )
