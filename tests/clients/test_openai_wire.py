@@ -7,6 +7,7 @@ official SDK would send and fails the way the SDK fails, against real aiohttp se
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -315,6 +316,25 @@ async def test_an_answer_past_max_response_bytes_fails_the_rollout_in_one_line(
     assert len(asked) == 1  # not retried: the same server would send it again
     small = await limited_harness(url, max_response_bytes=2**23).run({"prompt": "hi"})
     assert small["error"] is None and small["completion"][-1]["content"] == "hello"
+
+
+async def test_a_small_compressed_answer_that_decodes_past_max_response_bytes_is_refused(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    """A declared length within the limit is read in one go only when nothing decodes it larger: 3 MiB gzip to ~3 KiB."""
+    packed = gzip.compress(json.dumps({**ANSWER, "padding": "z" * (3 * 2**20)}).encode())
+    assert len(packed) < 2**20
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=packed, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+
+    url = await serve(handler)
+    state = await limited_harness(url, max_response_bytes=2**20).run({"prompt": "hi"})
+    error = state["error"]
+    assert error is not None and error["type"] == "ModelError", error
+    assert error["message"].endswith("is larger than 1048576 bytes (ClientConfig.max_response_bytes)")
+    whole = await limited_harness(url, max_response_bytes=2**23).run({"prompt": "hi"})
+    assert whole["error"] is None and whole["completion"][-1]["content"] == ANSWER["choices"][0]["message"]["content"]
 
 
 async def test_an_answer_that_drips_forever_fails_the_rollout_at_response_timeout(

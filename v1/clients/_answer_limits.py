@@ -75,6 +75,11 @@ class AnswerLimits:
             raise self.too_slow() from None
 
     async def _read(self, chunks: AsyncIterable[bytes]) -> bytes:
+        read_within = getattr(chunks, "read_within", None)  # a body that can be read whole within the limit
+        if read_within is not None:
+            whole: bytes | None = await read_within(self.max_bytes)
+            if whole is not None:
+                return whole
         received: list[bytes] = []
         size = 0
         async for chunk in chunks:

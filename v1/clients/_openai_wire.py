@@ -263,6 +263,15 @@ def _body_class() -> type[Any]:
             async for chunk in self._answer.content.iter_any():
                 yield chunk
 
+        async def read_within(self, max_bytes: int) -> bytes | None:
+            """The whole body in one read when it declares a length within `max_bytes` and no encoding;
+            else None (read it chunk by chunk, counting: a compressed body's size is known only decoded)."""
+            answer = self._answer
+            declared = answer.content_length
+            if declared is None or declared > max_bytes or "Content-Encoding" in answer.headers:
+                return None
+            return await answer.read()  # aiohttp reads the declared length, never more
+
         async def aclose(self) -> None:
             if self._answer.content.at_eof():
                 self._answer.release()

@@ -36,10 +36,13 @@ class Exchange(Protocol):
     """The request side (method, path, headers, body) and the streaming side of one call.
 
     `close_after`: set by the handler when it answers without reading the body, so the carrier closes
-    the connection after the answer instead of reading what is left of the body.
+    the connection after the answer instead of reading what is left of the body. `authorized`: the
+    rollout whose key the request presented, as the handler found it on arrival (None: none), so the
+    key is compared once a request.
     """
 
     close_after: bool
+    authorized: str | None
 
     @property
     def method(self) -> str: ...

@@ -95,6 +95,7 @@ class _InProcessExchange:
     __slots__ = (
         "_body",
         "_max_body_bytes",
+        "authorized",
         "chunks",
         "close_after",
         "gone",
@@ -116,6 +117,7 @@ class _InProcessExchange:
         self.chunks: asyncio.Queue[Any]  # made when the handler opens a stream: most answers are whole
         self.gone = False
         self.close_after = False  # no connection to close: the body is in memory already
+        self.authorized: str | None = None
 
     async def read(self) -> bytes:
         if len(self._body) > self._max_body_bytes:

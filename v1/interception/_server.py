@@ -174,12 +174,13 @@ def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
 class _AiohttpExchange:
     """A request carried by aiohttp; implements `Exchange`."""
 
-    __slots__ = ("close_after", "request", "response")
+    __slots__ = ("authorized", "close_after", "request", "response")
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
         self.close_after = False  # the connection is closed once answered (its body was never read to the end)
+        self.authorized: str | None = None
 
     @property
     def method(self) -> str:
@@ -383,7 +384,7 @@ class EndpointServer:
         An authorized request first reserves its declared body size in `body_budget` (see `BodyBudget`),
         held until it is answered; one over the largest body or the budget gets a 413 before its body is read.
         """
-        rollout = self._authorized_rollout(exchange.path, exchange.headers)
+        rollout = exchange.authorized = self._authorized_rollout(exchange.path, exchange.headers)
         if rollout is None:  # answered 401 (or 404) without reading a body
             return await self.routes.dispatch(exchange)
         size = declared_size(exchange.method, exchange.headers, self.max_body_bytes)
@@ -419,9 +420,9 @@ class EndpointServer:
         return session is not None and bool(presented) and matches and all(value == rollout for value in pinned)
 
     def _authorize(self, rollout: str, exchange: Exchange, dialect: DialectPart) -> RolloutSession | Answer:
+        """The session of `rollout` when `dispatch` found the request's key to be its key; else a 401."""
         session = self.sessions.get(rollout)
-        matches = self._key_matches(session, rollout, exchange.headers)  # the same work whether the rollout exists or not
-        if session is None or not matches:
+        if session is None or exchange.authorized != rollout:
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return session
 
