@@ -5,7 +5,9 @@
 Runs `--n` rollouts at `--concurrency` against the mock model server at `--url` and prints one
 JSON line: rollouts/s, CPU ms per rollout of this process (`resource.getrusage`, user + system),
 errors, and which `v1` it imported. Single-turn by default; `--tool-loop` gives each rollout a
-Python tool (`add`), so two model calls (the mock must answer with `--reply tool-call`).
+Python tool (`add`), so two model calls (the mock must answer with `--reply tool-call`);
+`--no-call` runs a program that calls no model (a rollout's own cost: state, endpoint session,
+scoring, finalize).
 `--profile FILE` runs the timed rollouts under cProfile and writes the profile to FILE. `--gate`
 waits for a line on stdin before and after the timed rollouts, saying `READY` and `DONE` on stdout
 first: `instructions.py` switches callgrind's counting on and off there.
@@ -42,6 +44,11 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+async def no_call(task: Any, state: Any) -> None:
+    """A program that calls no model: what is left of a rollout is the framework's own lifecycle."""
+    state["completion"] = []
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -54,10 +61,17 @@ async def gate(word: str) -> None:
 
 
 async def rollouts(
-    url: str, n: int, concurrency: int, tool_loop: bool, profiler: cProfile.Profile | None, gated: bool = False
+    url: str,
+    n: int,
+    concurrency: int,
+    tool_loop: bool,
+    profiler: cProfile.Profile | None,
+    gated: bool = False,
+    calls: bool = True,
 ) -> dict[str, Any]:
     toolsets = [v1.Toolset([add])] if tool_loop else []
-    harness = v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL, toolsets=toolsets)
+    program: dict[str, Any] = {} if calls else {"program": no_call}
+    harness = v1.Harness(client=v1.ClientConfig(api_base_url=url, max_retries=0), model=MODEL, toolsets=toolsets, **program)
     limit = asyncio.Semaphore(concurrency)
 
     async def one() -> bool:
@@ -103,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--tool-loop", action="store_true")
+    parser.add_argument("--no-call", action="store_true", help="a program that calls no model")
     parser.add_argument("--profile", metavar="FILE")
     parser.add_argument("--gate", action="store_true", help="wait for a stdin line before and after the timed rollouts")
     args = parser.parse_args(argv)
     if args.n < 1 or args.concurrency < 1:
         parser.error("--n and --concurrency must be at least 1")
     profiler = cProfile.Profile() if args.profile else None
-    figures = run_loop(rollouts(args.url, args.n, args.concurrency, args.tool_loop, profiler, args.gate))
+    figures = run_loop(rollouts(args.url, args.n, args.concurrency, args.tool_loop, profiler, args.gate, not args.no_call))
     if profiler is not None:
         profiler.dump_stats(args.profile)
     print(json.dumps(figures))

@@ -4,12 +4,14 @@
 
 Rates and CPU times on a shared virtual machine swing with the hypervisor's steal; the number of
 instructions a rollout executes does not. Each phase runs its driver (`raw_driver.py`, then
-`commit_driver.py` single-turn and `--tool-loop`) under valgrind's callgrind with counting off,
+`commit_driver.py --no-call`, single-turn and `--tool-loop`) under valgrind's callgrind with counting off,
 warms up, and counts only the `--n` timed requests or rollouts: the driver's `--gate` stops
 before and after them and counting is switched on and off there (`callgrind_control -i`).
-Printed: millions of instructions per raw request, per single-turn rollout and per tool-loop
-rollout, and each loop's count against the raw client's for as many requests (a tool-loop
-rollout is two requests). The same count run on two commits is `compare_commits.py --instructions`.
+Printed: millions of instructions per raw request, per rollout whose program calls no model (the
+framework's own lifecycle: state, endpoint session, scoring, finalize), per single-turn rollout
+and per tool-loop rollout, and each against the raw client's count for as many requests (a
+tool-loop rollout is two; the no-call rollout is set against one request, for scale). The same
+count run on two commits is `compare_commits.py --instructions`.
 
 What it does not see: time in the kernel (socket system calls count as one instruction), cache
 misses and waiting. So it tells apart two versions of v1's own work, while `rate_vs_raw.py`
@@ -37,10 +39,11 @@ from rollouts import mock_server_process
 HERE = Path(__file__).resolve().parent
 PHASES = {
     "raw": [str(HERE / "raw_driver.py")],
+    "no call": [str(HERE / "commit_driver.py"), "--no-call"],
     "single-turn": [str(HERE / "commit_driver.py")],
     "tool loop": [str(HERE / "commit_driver.py"), "--tool-loop"],
 }
-REQUESTS_PER_UNIT = {"raw": 1, "single-turn": 1, "tool loop": 2}
+REQUESTS_PER_UNIT = {"raw": 1, "no call": 1, "single-turn": 1, "tool loop": 2}
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 

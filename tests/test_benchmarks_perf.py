@@ -158,11 +158,13 @@ def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
     assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("driver", [["commit_driver.py"], ["commit_driver.py", "--tool-loop"], ["raw_driver.py"]])
+@pytest.mark.parametrize(
+    "driver", [["commit_driver.py"], ["commit_driver.py", "--tool-loop"], ["commit_driver.py", "--no-call"], ["raw_driver.py"]]
+)
 def test_a_gated_driver_stops_between_its_warm_up_and_its_timed_part(driver: list[str]) -> None:
     """`instructions.py` counts callgrind's instructions between READY and DONE: the mock must have seen the
     warm-up's requests, and none of the timed ones, at READY, and every timed one at DONE."""
-    n, per_unit = 6, 2 if "--tool-loop" in driver else 1
+    n, per_unit = 6, 2 if "--tool-loop" in driver else 0 if "--no-call" in driver else 1
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with MockModelServer(tool_caller if per_unit == 2 else echo) as mock:
         command = [sys.executable, str(BENCHMARKS / driver[0]), *driver[1:], "--url", mock.url, "--n", str(n), "--gate"]
@@ -176,7 +178,7 @@ def test_a_gated_driver_stops_between_its_warm_up_and_its_timed_part(driver: lis
                 process.stdin.flush()
             figures = json.loads(process.stdout.read().strip().splitlines()[-1])
             assert process.wait(timeout=HANG_S) == 0
-    assert seen == [n * per_unit, 2 * n * per_unit]  # the warm-up is min(32, n) units, then n timed ones
+    assert seen == [n * per_unit, 2 * n * per_unit]  # the warm-up is min(32, n) units, then n timed ones; no call: none
     assert figures["errors"] == 0
 
 
