@@ -152,6 +152,7 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
         **os.environ,
         "MARKER_FILE": str(marker),
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONFAULTHANDLER": "1",  # a hang below is ended with SIGABRT, which then prints every thread's stack
     }
     out = tmp_path / "out"
     process = subprocess.Popen(
@@ -169,7 +170,12 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
             process=process,
         )
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=HANG_S)
+        try:
+            _, stderr = process.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            _, stderr = process.communicate(timeout=60)
+            pytest.fail(f"v1 eval did not stop within {HANG_S:g} s of Ctrl-C; where it waited:\n{stderr[-20000:]}")
     finally:
         if process.poll() is None:
             process.kill()
