@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import pstats
 import statistics
@@ -38,7 +37,7 @@ from typing import Any
 
 from instructions import CountError, check_valgrind, count
 from profile_rollouts import cpu_by_part
-from rollouts import mock_server_process
+from rollouts import env_with_path_first, mock_server_process
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "commit_driver.py"
@@ -91,8 +90,7 @@ def drive(worktree: Path, url: str, args: argparse.Namespace, profile: Path | No
         command.append("--tool-loop")
     if profile is not None:
         command += ["--profile", str(profile)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(worktree), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=worktree)
+    done = subprocess.run(command, env=env_with_path_first(worktree), capture_output=True, text=True, cwd=worktree)
     if done.returncode != 0:
         raise DriverError(f"the driver failed on {worktree.name}: {done.stderr.strip()[-2000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import shutil
@@ -34,16 +33,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rollouts import mock_server_process
+from rate_vs_raw import PHASES as RATE_PHASES
+from rate_vs_raw import REQUESTS_PER_UNIT as RATE_REQUESTS_PER_UNIT
+from rollouts import env_with_path_first, mock_server_process
 
 HERE = Path(__file__).resolve().parent
-PHASES = {
-    "raw": [str(HERE / "raw_driver.py")],
-    "no call": [str(HERE / "commit_driver.py"), "--no-call"],
-    "single-turn": [str(HERE / "commit_driver.py")],
-    "tool loop": [str(HERE / "commit_driver.py"), "--tool-loop"],
-}
-REQUESTS_PER_UNIT = {"raw": 1, "no call": 1, "single-turn": 1, "tool loop": 2}
+PHASES = {"raw": RATE_PHASES["raw"], "no call": [str(HERE / "commit_driver.py"), "--no-call"], **RATE_PHASES}
+REQUESTS_PER_UNIT = {"no call": 1, **RATE_REQUESTS_PER_UNIT}
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
@@ -72,8 +68,7 @@ def _step(driver: subprocess.Popen[str], expected: str, switch: str) -> None:
 
 
 def count(driver_args: list[str], url: str, n: int, concurrency: int, pythonpath: Path) -> dict[str, Any]:
-    """One driver run under callgrind, counting only its timed part; its figures plus `instructions`."""
-    check_valgrind()
+    """One driver run under callgrind (`check_valgrind` first), counting only its timed part; its figures plus `instructions`."""
     with tempfile.TemporaryDirectory(prefix="instructions-") as folder:
         command = [
             "valgrind",
@@ -84,8 +79,7 @@ def count(driver_args: list[str], url: str, n: int, concurrency: int, pythonpath
             *driver_args,
             *("--url", url, "--n", str(n), "--concurrency", str(concurrency), "--gate"),
         ]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))}
-        env["PYTHONHASHSEED"] = "0"  # the same dict layouts run to run
+        env = env_with_path_first(pythonpath) | {"PYTHONHASHSEED": "0"}  # the same dict layouts run to run
         driver = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
@@ -104,6 +98,7 @@ def count(driver_args: list[str], url: str, n: int, concurrency: int, pythonpath
 
 
 def measure(n: int, concurrency: int) -> dict[str, dict[str, Any]]:
+    check_valgrind()
     runs: dict[str, dict[str, Any]] = {}
     with mock_server_process(mock_args=["--reply", "tool-call"]) as url:
         for phase, driver_args in PHASES.items():

@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -71,6 +72,11 @@ def pin_mock(pid: int) -> str:
     os.sched_setaffinity(pid, {cpus[-1]})
     os.sched_setaffinity(0, set(cpus[:-1]))
     return f"mock on CPU {cpus[-1]}, benchmark on CPU(s) {','.join(map(str, cpus[:-1]))}"
+
+
+def env_with_path_first(folder: Path) -> dict[str, str]:
+    """This process's environment with `folder` first on PYTHONPATH (so a child imports its `v1`)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
 
 
 def stop_process(proc: subprocess.Popen[str], grace: float = 10.0) -> None:

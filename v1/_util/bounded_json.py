@@ -16,6 +16,7 @@ one with a run of 19 digits (orjson reads an integer beyond 64 bits as a float) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -82,10 +83,8 @@ def _orjson_agrees(text: str | bytes | bytearray) -> bool:
 def _parse(text: str | bytes | bytearray, finite: bool) -> Any:
     """`json.loads(text)` (finite numbers only when `finite`), by orjson where it gives the same value."""
     if _orjson_agrees(text):
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):  # refused: json.loads decides, value or error, as before
             return orjson.loads(text)  # refuses non-finite numbers itself
-        except orjson.JSONDecodeError:
-            pass  # json.loads decides: its value or its error, exactly as before
     if finite:
         return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     return json.loads(text)
