@@ -18,7 +18,7 @@ import asyncio
 import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from v1.clients._http import http_library
 
@@ -62,6 +62,25 @@ def _origin(parts: SplitResult) -> Origin:
 @functools.lru_cache(maxsize=1024)
 def _origin_of(url: str) -> Origin:
     return _origin(urlsplit(url))
+
+
+_NOT_PLAIN = frozenset("?#%\t\r\n")
+"""Characters after which `_origin_and_path` leaves a URL to `urlsplit` (a query, a fragment, an escape, what it strips)."""
+
+
+def _origin_and_path(url: str) -> tuple[Origin, str] | None:
+    """The origin and path of a plain URL (``scheme://host:port/path``), the origin parsed once per address; else None.
+
+    Every rollout's URL is a new path under one address: splitting at the path's first slash keeps
+    `urlsplit` to the address, which repeats. A URL with a query, a fragment or an escape gives None.
+    """
+    if not _NOT_PLAIN.isdisjoint(url):
+        return None
+    authority = url.find("://")
+    path = url.find("/", authority + 3) if authority > 0 else -1
+    if path < 0:
+        return None
+    return _origin_of(url[:path]), url[path:]
 
 
 def serve_in_process(url: str, app: InProcessApp) -> None:
@@ -115,11 +134,11 @@ class InProcessTransport:
         are (no request or response object is built around them); any other request goes through
         `handle_async_request`, as every request of the SDKs does.
         """
-        parts = urlsplit(url)
-        app = _app_for(*_origin(parts))
+        split = _origin_and_path(url)
+        app = _app_for(*split[0]) if split is not None else None
         post = getattr(app, "post", None)
-        if post is not None and not parts.query and "content-encoding" not in {name.lower() for name in headers}:
-            answer: tuple[int, Mapping[str, str], bytes] | None = await post(unquote(parts.path), headers, body)
+        if post is not None and split is not None and not any(name.lower() == "content-encoding" for name in headers):
+            answer: tuple[int, Mapping[str, str], bytes] | None = await post(split[1], headers, body)
             if answer is not None:
                 return WholeAnswer(*answer)
         response = await self.handle_async_request(post_request(url, headers, body))

@@ -23,12 +23,12 @@ aiohttp and openai are imported on first use: `import v1` stays light.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from v1._util import bounded_json as _bounded_json
+from v1._util.json_check import compact_json
 from v1.clients._answer_limits import AnswerLimits
 from v1.clients._http import http_library
 from v1.clients._in_process import InProcessTransport, post_request, served_in_process
@@ -38,12 +38,10 @@ if TYPE_CHECKING:
     import aiohttp
     import openai
 
-JSON_SEPARATORS = (",", ":")
-
 
 def encode_json(body: Any) -> bytes:
     """A request body as compact UTF-8 JSON (NaN and infinities refused, as JSON has none)."""
-    return json.dumps(body, ensure_ascii=False, separators=JSON_SEPARATORS, allow_nan=False).encode()
+    return compact_json(body, allow_nan=False)
 
 
 def status_error(status: int, headers: Mapping[str, str], content: bytes, url: str) -> openai.APIStatusError:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.entropy import token_hex
+from v1._util.json_check import compact_json
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class EndpointRequest:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(value).decode()
 
 
 def sse(data: Any, event: str | None = None) -> bytes:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.descriptors import raise_descriptor_limit
+from v1._util.json_check import compact_json
 from v1._util.loop_scope import loop_scope
 from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -74,7 +75,7 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(value).decode()
 
 
 def auth_errors() -> tuple[type[Exception], ...]:

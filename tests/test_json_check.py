@@ -1,0 +1,84 @@
+"""`compact_json` writes what `json.dumps` writes, value for value, and refuses what it refuses, with the same error."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import uuid
+from typing import Any
+
+import pytest
+
+from v1._util.json_check import compact_json, is_json
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Tag(str):
+    pass
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def reference(value: Any, allow_nan: bool) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan).encode()
+
+
+AGREED = [
+    {"model": "m", "messages": [{"role": "user", "content": "héllo ☃ \u2028"}], "temperature": 0.7},
+    {"n": 2**63 - 1, "wide": 2**64, "negative": -(2**70), "small": 1e-05, "large": 1e16, "zero": -0.0},
+    {"nested": [[[[{"a": None, "b": True, "c": False}]]]], "empty": {}, "list": []},
+    {1: "int key", 2.5: "float key", True: "bool key", None: "null key"},
+    (1, 2, [3, (4,)]),
+    {"level": Level.HIGH, "tag": Tag("x"), "tags": [Tag("y")]},
+    "\ud800 alone",
+    {"deep": json.loads("[" * 300 + "]" * 300)},
+]
+
+
+@pytest.mark.parametrize("allow_nan", [True, False])
+@pytest.mark.parametrize("value", AGREED, ids=range(len(AGREED)))
+def test_the_value_written_is_the_value_json_dumps_writes(value: Any, allow_nan: bool) -> None:
+    try:
+        expected = reference(value, allow_nan)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            compact_json(value, allow_nan=allow_nan)
+        return
+    written = compact_json(value, allow_nan=allow_nan)
+    assert json.loads(written) == json.loads(expected)
+    assert repr(json.loads(written)) == repr(json.loads(expected))  # an int stays an int, a float a float
+
+
+@pytest.mark.parametrize("value", [float("nan"), {"t": float("inf")}, [1, -math.inf]])
+def test_non_finite_numbers_are_written_as_json_dumps_writes_them_or_refused_alike(value: Any) -> None:
+    assert compact_json(value) == reference(value, True)  # NaN, Infinity: never orjson's silent null
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        compact_json(value, allow_nan=False)
+
+
+@pytest.mark.parametrize("value", [{"c": Colour.RED}, [uuid.UUID(int=1)], {"p": Point(1)}, {"s": {1, 2}}, b"bytes"])
+def test_what_json_dumps_refuses_is_refused_though_orjson_would_write_it(value: Any) -> None:
+    with pytest.raises(TypeError):
+        reference(value, True)
+    with pytest.raises(TypeError):
+        compact_json(value)
+    assert not is_json(value)
+
+
+def test_a_lone_surrogate_is_refused_as_encoding_json_dumps_text_refuses_it() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        reference({"content": "\udc80"}, True)
+    with pytest.raises(UnicodeEncodeError):
+        compact_json({"content": "\udc80"})
