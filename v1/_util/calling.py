@@ -22,9 +22,8 @@ import functools
 import inspect
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, Literal
 
 Pool = Literal["user", "endpoint"]
@@ -74,14 +73,19 @@ def resize_pool(pool: Pool, size: int) -> None:
         old.shutdown(wait=False)
 
 
-@contextmanager
-def endpoint_calls() -> Iterator[None]:
-    """Within this block (the endpoint answering a call), sync user code runs on the endpoint pool."""
-    token = _current_pool.set("endpoint")
-    try:
-        yield
-    finally:
-        _current_pool.reset(token)
+class endpoint_calls:
+    """Within this block (the endpoint answering a call), sync user code runs on the endpoint pool.
+
+    A class rather than a `contextmanager` generator: every admitted model call enters it.
+    """
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _current_pool.set("endpoint")
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current_pool.reset(self._token)
 
 
 def is_async_callable(fn: Any) -> bool:
