@@ -403,8 +403,9 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     # seed 004's type names `GenerateInputs`, `ProcessedOutputs`, `Message` (v1, v1.classic): 547;
     # `v1.env.EnvState` (the seed's reads of a rollout's handles): 548; `HandlerRubric` moved from
     # v1.classic to v1.env, `v1.env.set_rubric_view` (an import-time hook) dropped: 547; `v1.train` lists the
-    # trainer's `RLTrainer`, `RLConfig`, `TrainerCallback` (v1's lazy names load them from there, not a private module): 550.
-    assert len(surface) <= 20 and names <= 550, f"the surface grew back: {len(surface)} modules, {names} names"
+    # trainer's `RLTrainer`, `RLConfig`, `TrainerCallback` (v1's lazy names load them from there, not a private module): 550;
+    # `v1.clients.tls_context` (one TLS context a process for every pool the endpoint and the clients build): 551.
+    assert len(surface) <= 20 and names <= 551, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

@@ -39,7 +39,7 @@ AGREED = [
     {"model": "m", "messages": [{"role": "user", "content": "héllo ☃ \u2028"}], "temperature": 0.7},
     {"n": 2**63 - 1, "wide": 2**64, "negative": -(2**70), "small": 1e-05, "large": 1e16, "zero": -0.0},
     {"nested": [[[[{"a": None, "b": True, "c": False}]]]], "empty": {}, "list": []},
-    {1: "int key", 2.5: "float key", True: "bool key", None: "null key"},
+    {1: "int key", 2.5: "float key", False: "bool key", None: "null key"},
     (1, 2, [3, (4,)]),
     {"level": Level.HIGH, "tag": Tag("x"), "tags": [Tag("y")]},
     "\ud800 alone",

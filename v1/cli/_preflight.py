@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from v1.clients import resolve_api_key
+from v1.clients import resolve_api_key, tls_context
 from v1.config import ClientConfig
 from v1.errors import Error
 
@@ -41,7 +41,7 @@ def _models_request(config: ClientConfig, base_url: str) -> tuple[str, dict[str,
 def _get(config: ClientConfig, base_url: str) -> httpx.Response:
     url, headers = _models_request(config, base_url)
     timeout = httpx.Timeout(PROBE_READ_TIMEOUT, connect=config.connect_wait)
-    return httpx.get(url, headers=headers, timeout=timeout, follow_redirects=False)
+    return httpx.get(url, headers=headers, timeout=timeout, follow_redirects=False, verify=tls_context(httpx))
 
 
 def _reason(error: BaseException) -> str:

@@ -11,7 +11,13 @@ from v1.clients._anthropic_messages import AnthropicMessagesClient
 from v1.clients._base import Client, ClientLike, redact_locations
 from v1.clients._credentials import resolve_api_key
 from v1.clients._endpoints import Endpoint, Endpoints, client_config_for, load_endpoints
-from v1.clients._http import anthropic_async_client_class, async_client_class, http_library, sync_http_client
+from v1.clients._http import (
+    anthropic_async_client_class,
+    async_client_class,
+    http_library,
+    sync_http_client,
+    tls_context,
+)
 from v1.clients._in_process import (
     InProcessTransport,
     post_request,
@@ -69,6 +75,7 @@ __all__ = [
     "stop_serving",
     "sync_http_client",
     "text_digest",
+    "tls_context",
     "transport_error",
     "whole_response",
 ]

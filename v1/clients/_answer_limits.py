@@ -10,11 +10,10 @@ from a `ClientConfig` reads its answers within `ClientConfig.max_response_bytes`
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from v1.clients._http import library_of, tls_context
 from v1.errors import ModelError
 
 if TYPE_CHECKING:
@@ -110,15 +109,6 @@ class AnswerLimits:
             yield chunk
 
 
-def _library_of(cls: type[Any]) -> ModuleType:
-    """The HTTP library (`httpx2` or `httpx`) that an SDK's client class `cls` is built on."""
-    for base in cls.__mro__:
-        root = base.__module__.split(".")[0]
-        if root in ("httpx", "httpx2"):
-            return importlib.import_module(root)
-    raise TypeError(f"{cls.__name__} is not an httpx client class")
-
-
 _BOUNDED_CLASSES: dict[type[Any], type[Any]] = {}
 
 
@@ -136,7 +126,7 @@ def bounded_client_class(cls: type[Any]) -> type[Any]:
 
 
 def _bounded(cls: type[Any]) -> type[Any]:
-    library = _library_of(cls)
+    library = library_of(cls)
 
     class BoundedBody(library.AsyncByteStream):  # type: ignore[misc,name-defined]
         """One answer's decoded body within its limits; closing it (or passing a limit) closes the answer under it."""
@@ -188,13 +178,14 @@ def bounded_http_client(cls: type[Any], config: ClientConfig) -> Any:
     """An SDK's async pool (`cls`) for a client built from `config`: its timeouts and connection limits,
     proxies from the environment, no redirects (a redirect would carry the key and the prompt elsewhere),
     and every answer read within its limits."""
-    library = _library_of(cls)
+    library = library_of(cls)
     return bounded_client_class(cls)(
         max_response_bytes=config.max_response_bytes,
         response_timeout=config.response_timeout,
         timeout=library.Timeout(config.timeout, connect=config.connect_wait),
         limits=library.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_keepalive_connections),
         trust_env=True,
+        verify=tls_context(cls),
         follow_redirects=False,
     )
 

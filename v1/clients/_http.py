@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
+import ssl
 import sys
 from types import ModuleType
 from typing import Any
@@ -33,6 +35,40 @@ def http_library() -> ModuleType:
     return importlib.import_module("httpx")
 
 
+def library_of(cls: type[Any]) -> ModuleType:
+    """The HTTP library (`httpx2` or `httpx`) that an SDK's client class `cls` is built on."""
+    for base in cls.__mro__:
+        root = base.__module__.split(".")[0]
+        if root in ("httpx", "httpx2"):
+            return importlib.import_module(root)
+    raise TypeError(f"{cls.__name__} is not an httpx client class")
+
+
+def tls_context(library: ModuleType | type[Any] | None = None, *, trust_env: bool = True) -> ssl.SSLContext:
+    """The TLS context the HTTP `library` would build for a new pool, built once per process.
+
+    `library`: `httpx2` or `httpx`, or a client class built on one (default: the SDK's library).
+
+    Building one loads the certificate bundle (~80 ms); v1 builds many pools (one per upstream client,
+    per endpoint, per SDK), each of which would build its own. With `trust_env`, `SSL_CERT_FILE` and
+    `SSL_CERT_DIR` are read when a pool is built (without them, a pool that trusts the environment
+    and one that does not get the same context).
+    """
+    certificates = tuple(os.environ.get(name) for name in _CERTIFICATE_VARIABLES) if trust_env else (None, None)
+    if isinstance(library, type):
+        library = library_of(library)
+    return _tls_context((library or http_library()).__name__, certificates)
+
+
+_CERTIFICATE_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+@functools.cache
+def _tls_context(library: str, certificates: tuple[str | None, ...]) -> ssl.SSLContext:
+    trust_env = any(certificates)  # the library reads the variables itself, as they are now
+    return importlib.import_module(library).create_ssl_context(trust_env=trust_env)  # type: ignore[no-any-return]
+
+
 def is_async_openai(client: Any) -> bool:
     """Whether `client` is an `AsyncOpenAI` (without importing the SDK: no client exists before it is imported)."""
     openai = sys.modules.get("openai")
@@ -45,7 +81,7 @@ def _buildable(candidate: Any) -> bool:
     if not isinstance(candidate, type):
         return False
     try:
-        candidate()
+        candidate(verify=tls_context(candidate))
     except RuntimeError:
         return False
     return True
@@ -85,6 +121,7 @@ def async_http_client(
         timeout=http_library().Timeout(timeout, connect=connect_timeout),
         limits=http_library().Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
         trust_env=trust_env,
+        verify=tls_context(trust_env=trust_env),
         follow_redirects=False,
     )
 
@@ -99,6 +136,7 @@ def sync_http_client(
         timeout=http_library().Timeout(timeout, connect=connect_timeout),
         limits=http_library().Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
         trust_env=False,
+        verify=tls_context(trust_env=False),
         follow_redirects=False,
     )
 
@@ -128,4 +166,5 @@ __all__ = [
     "is_async_openai",
     "sdk_timeout",
     "sync_http_client",
+    "tls_context",
 ]

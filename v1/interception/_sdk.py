@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from v1._util.loopback import LOOPBACK_CONNECT_S
-from v1.clients import anthropic_async_client_class, async_client_class, http_library, sync_http_client
+from v1.clients import anthropic_async_client_class, async_client_class, http_library, sync_http_client, tls_context
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,6 +63,7 @@ def in_process_http(origin: str, transport: Any) -> Any:
         timeout=http_library().Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
         limits=_pool_limits(),
         trust_env=False,
+        verify=tls_context(trust_env=False),
         follow_redirects=False,
     )
 
@@ -97,6 +98,7 @@ def _anthropic_pool_options() -> dict[str, Any]:
     return {
         "timeout": http_library().Timeout(POOL["timeout"], connect=POOL["connect_timeout"]),
         "limits": _pool_limits(),
+        "verify": tls_context(anthropic_async_client_class(), trust_env=False),
         "follow_redirects": False,
     }
 

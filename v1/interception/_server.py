@@ -28,7 +28,7 @@ from v1._util import bounded_json as _bounded_json
 from v1._util.descriptors import raise_descriptor_limit
 from v1._util.json_check import compact_json
 from v1._util.loop_scope import loop_scope
-from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving
+from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving, tls_context
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import _mcp_server as mcp_server
 from v1.interception._body_budget import PROCESS_FACTOR, BodyBudget, declared_size
@@ -304,7 +304,9 @@ class EndpointServer:
         assert server is not None
         self._gate = ConnectionGate(server, lambda: server.connections, connection_limit(raise_descriptor_limit()))
         self.port = self._gate.listen(self.host, LISTEN_BACKLOG)
-        fallback = http_library().AsyncHTTPTransport(trust_env=False)  # compressed bodies go over the socket
+        fallback = http_library().AsyncHTTPTransport(
+            trust_env=False, verify=tls_context(trust_env=False)
+        )  # compressed bodies go over the socket
         self.pools = EndpointPools(self.url, InProcessTransport(fallback))
         self._app = EndpointApp(self.dispatch, self.max_body_bytes)
         serve_in_process(self.url, self._app)
