@@ -221,16 +221,28 @@ def mark(state) -> None:
         threading.Event().wait()
 
 
+def stuck_reward(state) -> float:
+    with open(os.environ["MARKER_FILE"], "a") as marker:
+        marker.write("scoring\\n")
+    threading.Event().wait()  # a grader stuck for good
+    return 1.0
+
+
 def stuck_rows():
     Path(os.environ["STUCK_FILE"]).write_text("planning")
     threading.Event().wait()
 """
 
 
-def start_stuck_eval(server: MockModelServer, tmp_path: Path, *flags: str, source: str | None = None) -> subprocess.Popen[str]:
-    """`v1 eval` whose cleanups block for good once ``stuck`` exists (with `source`: whose rows never load)."""
+def start_stuck_eval(
+    server: MockModelServer, tmp_path: Path, *flags: str, source: str | None = None, reward: bool = False
+) -> subprocess.Popen[str]:
+    """`v1 eval` whose cleanups block for good once ``stuck`` exists (with `source`: whose rows never load;
+    with `reward`: whose every rollout's scoring blocks for good)."""
     (tmp_path / "stuck_env.py").write_text(STUCK_CLEANUP_ENV)
     config_text = Path(CONFIG).read_text() + '\n[[env.taskset.cleanups]]\nfn = "stuck_env:mark"\n'
+    if reward:
+        config_text += '\n[[env.taskset.rewards]]\nfn = "stuck_env:stuck_reward"\n'
     if source is not None:
         config_text = config_text.replace('"tasksets.reverse_text:load_rows"', f'"{source}"')
     config = tmp_path / "env.toml"
@@ -309,6 +321,30 @@ def test_a_second_ctrl_c_exits_at_once_while_cleanups_are_stuck(gated: tuple[Moc
         f"their cleanups; saved rollouts are in {run}, finish with --resume {run}"
     )
     assert len(saved_lines(run)) == 24
+
+
+def test_ctrl_c_gives_up_on_sync_user_code_still_running_after_the_run_stopped(
+    gated: tuple[MockModelServer, Gate], tmp_path: Path
+) -> None:
+    server, _ = gated
+    marker = tmp_path / "marker.txt"
+    process = start_stuck_eval(server, tmp_path, "--stop-grace", "3", "--output-dir", str(tmp_path / "out"), reward=True)
+    try:
+        # 6 rollouts in flight, each scoring in a worker thread that never returns: cancelling their
+        # tasks leaves the threads running, which the interpreter would wait for on its way out.
+        wait_until(lambda: marker.exists() and marker.read_text().split().count("scoring") == 6, "scoring", process=process)
+        process.send_signal(signal.SIGINT)
+        stderr = stopped(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    run = only_run(tmp_path / "out")
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "v1 eval: interrupted; gave up after 3 s waiting for 6 call(s) of sync user code in worker threads; "
+        f"saved rollouts are in {run}, finish with --resume {run}"
+    )
+    assert len([line for line in marker.read_text().split() if line != "scoring"]) == 6  # the cleanups ran
 
 
 def test_ctrl_c_while_planning_is_one_line(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:

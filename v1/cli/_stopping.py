@@ -53,13 +53,12 @@ class Stopping:
     def installed(self) -> Iterator[None]:
         """Handle SIGINT and SIGTERM while inside (main thread only: elsewhere signals keep their handlers).
 
-        A SIGINT the process was started ignoring stays ignored (as asyncio's runner and CPython itself leave it).
+        A SIGINT the process was started ignoring stays ignored, as for any program (and as asyncio's runner leaves
+        it): a shell without job control starts background commands so, and a Ctrl-C in its terminal is not for them.
         """
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        # A SIGINT ignored from the start stays ignored, as for any program: a shell without job control
-        # starts background commands so, and a Ctrl-C in its terminal is not meant for them.
         handled = [n for n in STOP_SIGNALS if not (n == signal.SIGINT and signal.getsignal(n) == signal.SIG_IGN)]
         previous = {signum: signal.signal(signum, self._on_signal) for signum in handled}
         try:
@@ -106,12 +105,12 @@ class Stopping:
         """After an interrupted run's loop closed: wait (within the grace) for sync user code still running in threads."""
         if self._requested_at is None:
             return
+        self.waiting_for = f"{calls_running()} call(s) of sync user code in worker threads"  # the watchdog's line too
         deadline = self._requested_at + self.grace_s
         while calls_running() and time.monotonic() < deadline:
             time.sleep(0.05)
-        running = calls_running()
-        if running:
-            self._exit(f"gave up after {self.grace_s:g} s waiting for {running} call(s) of sync user code in worker threads")
+        if calls_running():
+            self._exit(f"gave up after {self.grace_s:g} s waiting for {self.waiting_for}")
 
     def _exit(self, why: str) -> None:
         with contextlib.suppress(Exception):  # a signal can arrive mid-write: stdout's buffer is then busy
