@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -58,6 +59,28 @@ def gated() -> Iterator[tuple[MockModelServer, Gate]]:
 
 def eval_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "v1.cli", "eval", *args]
+
+
+DEFAULT_SIGINT = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])"
+
+
+def as_terminal_job(command: list[str]) -> list[str]:
+    """`command`, started with SIGINT at its default, as a terminal's foreground job has it.
+
+    A test runner started in the background by a shell without job control ignores SIGINT, its children
+    inherit that, and a Python program started ignoring SIGINT keeps ignoring it: Ctrl-C would never arrive.
+    """
+    return [sys.executable, "-c", DEFAULT_SIGINT, *command]
+
+
+@contextlib.contextmanager
+def ignoring_sigint() -> Iterator[None]:
+    """This process ignores SIGINT while inside, as a test runner started in the background of a script does."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def saved_lines(run: Path) -> list[dict[str, Any]]:
@@ -155,14 +178,13 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
         "PYTHONFAULTHANDLER": "1",  # a hang below is ended with SIGABRT, which then prints every thread's stack
     }
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        eval_command(str(config), "-m", "mock", "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out)),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    command = eval_command(
+        str(config), "-m", "mock", "-b", server.url, "-n", "20", "-r", "3", "-c", "6", "--output-dir", str(out)
     )
+    with ignoring_sigint():  # the parent's own SIGINT must not decide whether the user's Ctrl-C arrives
+        process = subprocess.Popen(
+            as_terminal_job(command), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     try:
         wait_until(
             lambda: out.exists() and any(out.iterdir()) and len(saved_lines(only_run(out))) == 24 and gate.seen >= 30,
@@ -170,12 +192,7 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
             process=process,
         )
         process.send_signal(signal.SIGINT)
-        try:
-            _, stderr = process.communicate(timeout=HANG_S)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGABRT)
-            _, stderr = process.communicate(timeout=60)
-            pytest.fail(f"v1 eval did not stop within {HANG_S:g} s of Ctrl-C; where it waited:\n{stderr[-20000:]}")
+        stderr = stopped(process)
     finally:
         if process.poll() is None:
             process.kill()
@@ -189,6 +206,160 @@ def test_ctrl_c_stops_cleanly_runs_cleanups_and_keeps_what_was_saved(gated: tupl
     cleaned = marker.read_text().split()
     assert len(cleaned) == 30  # 24 finished rollouts and the 6 in flight when Ctrl-C came
     assert not list(run.glob("*.tmp"))
+
+
+STUCK_CLEANUP_ENV = """
+import os
+import threading
+from pathlib import Path
+
+
+def mark(state) -> None:
+    with open(os.environ["MARKER_FILE"], "a") as marker:
+        marker.write(f"{state['example_id']}\\n")
+    if Path(os.environ["STUCK_FILE"]).exists():  # a cleanup stuck for good (on a lock, a dead server, a held model call)
+        threading.Event().wait()
+
+
+def stuck_reward(state) -> float:
+    with open(os.environ["MARKER_FILE"], "a") as marker:
+        marker.write("scoring\\n")
+    threading.Event().wait()  # a grader stuck for good
+    return 1.0
+
+
+def stuck_rows():
+    Path(os.environ["STUCK_FILE"]).write_text("planning")
+    threading.Event().wait()
+"""
+
+
+def start_stuck_eval(
+    server: MockModelServer, tmp_path: Path, *flags: str, source: str | None = None, reward: bool = False
+) -> subprocess.Popen[str]:
+    """`v1 eval` whose cleanups block for good once ``stuck`` exists (with `source`: whose rows never load;
+    with `reward`: whose every rollout's scoring blocks for good)."""
+    (tmp_path / "stuck_env.py").write_text(STUCK_CLEANUP_ENV)
+    config_text = Path(CONFIG).read_text() + '\n[[env.taskset.cleanups]]\nfn = "stuck_env:mark"\n'
+    if reward:
+        config_text += '\n[[env.taskset.rewards]]\nfn = "stuck_env:stuck_reward"\n'
+    if source is not None:
+        config_text = config_text.replace('"tasksets.reverse_text:load_rows"', f'"{source}"')
+    config = tmp_path / "env.toml"
+    config.write_text(config_text)
+    env = {
+        **os.environ,
+        "MARKER_FILE": str(tmp_path / "marker.txt"),
+        "STUCK_FILE": str(tmp_path / "stuck"),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONFAULTHANDLER": "1",
+    }
+    command = eval_command(str(config), "-m", "mock", "-b", server.url, "-n", "20", "-r", "3", "-c", "6", *flags)
+    return subprocess.Popen(
+        as_terminal_job(command), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def stopped(process: subprocess.Popen[str]) -> str:
+    """The stderr of a process that must exit by itself now; its stacks (SIGABRT) if it hangs instead."""
+    try:
+        return process.communicate(timeout=HANG_S)[1]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        _, stderr = process.communicate(timeout=60)
+        pytest.fail(f"v1 eval did not stop within {HANG_S:g} s; where it waited:\n{stderr[-20000:]}")
+
+
+def interrupt_while_cleanups_are_stuck(gate: Gate, tmp_path: Path, process: subprocess.Popen[str]) -> Path:
+    """Ctrl-C once 8 groups are saved and 6 calls held, with every cleanup from then on stuck for good."""
+    out = tmp_path / "out"
+    wait_until(
+        lambda: out.exists() and any(out.iterdir()) and len(saved_lines(only_run(out))) == 24 and gate.seen >= 30,
+        "held requests",
+        process=process,
+    )
+    (tmp_path / "stuck").write_text("")
+    process.send_signal(signal.SIGINT)
+    return only_run(out)
+
+
+def test_ctrl_c_gives_up_on_stuck_cleanups_after_the_stop_grace(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
+    server, gate = gated
+    process = start_stuck_eval(server, tmp_path, "--stop-grace", "3", "--output-dir", str(tmp_path / "out"))
+    try:
+        run = interrupt_while_cleanups_are_stuck(gate, tmp_path, process)
+        stderr = stopped(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    lines = stderr.strip().splitlines()
+    assert "v1 eval: stopping: cancelling the rollouts in flight and running their cleanups" in stderr
+    assert lines[-1] == (
+        "v1 eval: interrupted; gave up after 3 s waiting for the rollouts in flight to stop and run their cleanups; "
+        f"saved rollouts are in {run}, finish with --resume {run}"
+    )
+    assert len(saved_lines(run)) == 24
+
+
+def test_a_second_ctrl_c_exits_at_once_while_cleanups_are_stuck(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
+    server, gate = gated
+    process = start_stuck_eval(server, tmp_path, "--output-dir", str(tmp_path / "out"))
+    marker = tmp_path / "marker.txt"
+    try:
+        run = interrupt_while_cleanups_are_stuck(gate, tmp_path, process)
+        # The 6 rollouts in flight were cancelled and their cleanups started (and are stuck): Ctrl-C again.
+        wait_until(lambda: len(marker.read_text().split()) == 30, "the stuck cleanups", process=process)
+        process.send_signal(signal.SIGINT)
+        stderr = stopped(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "v1 eval: interrupted; SIGINT again: exiting now without waiting for the rollouts in flight to stop and run "
+        f"their cleanups; saved rollouts are in {run}, finish with --resume {run}"
+    )
+    assert len(saved_lines(run)) == 24
+
+
+def test_ctrl_c_gives_up_on_sync_user_code_still_running_after_the_run_stopped(
+    gated: tuple[MockModelServer, Gate], tmp_path: Path
+) -> None:
+    server, _ = gated
+    marker = tmp_path / "marker.txt"
+    process = start_stuck_eval(server, tmp_path, "--stop-grace", "3", "--output-dir", str(tmp_path / "out"), reward=True)
+    try:
+        # 6 rollouts in flight, each scoring in a worker thread that never returns: cancelling their
+        # tasks leaves the threads running, which the interpreter would wait for on its way out.
+        wait_until(lambda: marker.exists() and marker.read_text().split().count("scoring") == 6, "scoring", process=process)
+        process.send_signal(signal.SIGINT)
+        stderr = stopped(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    run = only_run(tmp_path / "out")
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "v1 eval: interrupted; gave up after 3 s waiting for 6 call(s) of sync user code in worker threads; "
+        f"saved rollouts are in {run}, finish with --resume {run}"
+    )
+    assert len([line for line in marker.read_text().split() if line != "scoring"]) == 6  # the cleanups ran
+
+
+def test_ctrl_c_while_planning_is_one_line(gated: tuple[MockModelServer, Gate], tmp_path: Path) -> None:
+    server, _ = gated
+    process = start_stuck_eval(server, tmp_path, "--output-dir", str(tmp_path / "out"), source="stuck_env:stuck_rows")
+    try:
+        wait_until((tmp_path / "stuck").exists, "the rows to start loading", process=process)
+        process.send_signal(signal.SIGINT)
+        stderr = stopped(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "v1 eval: interrupted before the run started; nothing ran"
+    assert "Traceback" not in stderr
 
 
 def run_main(*args: str) -> int:

@@ -319,6 +319,11 @@ def test_exit_status_follows_the_error_rate(
         (("-c", "-2"), "command line: -c/--max-concurrent: Input should be greater than or equal to 1 (got -2)"),
         (("--max-retries", "-1"), "command line: --max-retries: Input should be greater than or equal to 0 (got -1)"),
         (("--fail-on-error", "1.5"), "command line: --fail-on-error: Input should be less than or equal to 1 (got 1.5)"),
+        (("--stop-grace", "0"), "command line: --stop-grace: Input should be greater than 0 (got 0.0)"),
+        (("--stop-grace", "-1"), "command line: --stop-grace: Input should be greater than 0 (got -1.0)"),
+        (("--stop-grace", "nan"), "command line: --stop-grace: Input should be a finite number (got nan)"),
+        (("--stop-grace", "1e400"), "command line: --stop-grace: Input should be a finite number (got inf)"),
+        (("--stop-grace", "1e9"), "command line: --stop-grace: Input should be less than or equal to 86400 (got 1000000000.0)"),
     ],
 )
 def test_numeric_flags_are_checked_up_front(

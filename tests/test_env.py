@@ -279,6 +279,39 @@ async def test_generate_streams_to_a_results_folder(
     assert len((tmp_path / "run" / "results.jsonl").read_text().splitlines()) == 6
 
 
+class LateWriter(vf.ResultsWriter):
+    """A results folder on a slow disk: each write is on disk before its caller hears back (when the test says)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.written = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def write(self, outputs: Any) -> None:
+        await super().write(outputs)
+        self.written.set()
+        await self.answer.wait()
+
+
+async def test_a_cancelled_generate_counts_every_line_it_saved(
+    mock: MockModelServer, client_config: vf.ClientConfig, tmp_path: Path
+) -> None:
+    mock.responder = reverser
+    env = make_env()
+    writer = LateWriter(tmp_path / "run")
+    run = asyncio.create_task(env.generate(env.eval_rows(1), client_config, "m", rollouts_per_example=2, results=writer))
+    await writer.written.wait()  # the group's lines are on disk; its write has not returned yet
+    run.cancel()  # Ctrl-C now
+    for _ in range(10):  # the cancellation reaches the unit waiting for its write
+        await asyncio.sleep(0)
+    writer.answer.set()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    saved = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert len(saved) == 2
+    assert json.loads((tmp_path / "run" / "metadata.json").read_text())["num_rollouts"] == 2
+
+
 async def test_resume_under_independent_scoring_redoes_single_rollouts(
     mock: MockModelServer, client_config: vf.ClientConfig, tmp_path: Path
 ) -> None:

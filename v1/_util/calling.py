@@ -33,6 +33,8 @@ _current_pool: contextvars.ContextVar[Pool] = contextvars.ContextVar("v1_user_co
 _pools: dict[Pool, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 _resized: dict[Pool, int] = {}
+_running = [0]  # sync calls running in either pool's threads
+_running_lock = threading.Lock()
 
 
 def pool_size(pool: Pool) -> int:
@@ -98,10 +100,25 @@ def is_async_callable(fn: Any) -> bool:
     return not inspect.isroutine(fn) and inspect.iscoroutinefunction(call_method)
 
 
+def calls_running() -> int:
+    """How many sync calls `run_in_pool` has running in worker threads now (a cancelled caller leaves its call running)."""
+    return _running[0]
+
+
+def _counted(call: Callable[[], Any]) -> Any:
+    with _running_lock:
+        _running[0] += 1
+    try:
+        return call()
+    finally:
+        with _running_lock:
+            _running[0] -= 1
+
+
 async def run_in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run sync `fn` on the current pool (see the module docs), with the caller's context variables."""
     context = contextvars.copy_context()
-    call = functools.partial(context.run, fn, *args, **kwargs)
+    call = functools.partial(_counted, functools.partial(context.run, fn, *args, **kwargs))
     return await asyncio.get_running_loop().run_in_executor(executor(_current_pool.get()), call)
 
 
@@ -116,4 +133,14 @@ async def call_user_code(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     return await result if inspect.isawaitable(result) else result
 
 
-__all__ = ["Pool", "call_user_code", "endpoint_calls", "executor", "is_async_callable", "pool_size", "resize_pool", "run_in_pool"]
+__all__ = [
+    "Pool",
+    "call_user_code",
+    "calls_running",
+    "endpoint_calls",
+    "executor",
+    "is_async_callable",
+    "pool_size",
+    "resize_pool",
+    "run_in_pool",
+]

@@ -96,14 +96,21 @@ def cleanup_on_exit(cleanup: Callable[[], None]) -> Iterator[None]:
             _cleanups.remove(cleanup)
 
 
-def exit_now(line: str, status: int) -> None:
-    """Print `line` (one line on stderr), run the registered clean-ups (failures ignored) and end the process with `status`."""
-    message = f"v1 train: {line}\n"
+def write_line(line: str) -> None:
+    """`line` on stderr in one unbuffered write: whole even from a signal handler or beside other processes' lines."""
+    message = f"{line}\n"
     try:  # one write: ranks ending together share the launcher's stderr, and an unbuffered print writes the newline apart
-        sys.stderr.flush()
+        with contextlib.suppress(RuntimeError):  # a signal handler's write while the main thread is mid-write
+            sys.stderr.flush()
         os.write(sys.stderr.fileno(), message.encode(errors="replace"))
     except (AttributeError, OSError, ValueError):  # a stderr with no descriptor of its own
         print(message, end="", file=sys.stderr, flush=True)
+
+
+def exit_now(line: str, status: int, *, program: str = "v1 train") -> None:
+    """Print ``program: line`` (one line on stderr), run the registered clean-ups (failures ignored) and end the process
+    with `status`."""
+    write_line(f"{program}: {line}")
     for cleanup in reversed(list(_cleanups)):
         with contextlib.suppress(Exception):
             cleanup()
@@ -127,4 +134,12 @@ def exit_on_sigterm(who: str, parent: ParentWatch | None = None) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
-__all__ = ["EXIT_PARENT_GONE", "ParentWatch", "cleanup_on_exit", "die_with_parent", "exit_now", "exit_on_sigterm"]
+__all__ = [
+    "EXIT_PARENT_GONE",
+    "ParentWatch",
+    "cleanup_on_exit",
+    "die_with_parent",
+    "exit_now",
+    "exit_on_sigterm",
+    "write_line",
+]

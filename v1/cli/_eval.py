@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import contextvars
 import dataclasses
 import datetime
@@ -27,7 +26,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 import time
 import traceback
@@ -48,6 +46,7 @@ from v1._util.terminal import printable
 from v1.cli._eval_view import LiveView, summary_table
 from v1.cli._preflight import ServerUnusable, check_server, fatal_upstream_error
 from v1.cli._standalone import run_command
+from v1.cli._stopping import DEFAULT_STOP_GRACE_S, INTERRUPTED, Stopping
 from v1.clients import client_config_for, load_endpoints
 from v1.config import OPENAI_BASE_URL_VAR, ClientConfig, read_toml
 from v1.env import (
@@ -87,8 +86,8 @@ class ExitCode(enum.IntEnum):
     """The model server cannot serve the run (unreachable, key refused, no such model or route), or the run broke."""
     UPLOAD_FAILED = 4
     """The run finished and is saved, but ``--save-to-hf-hub`` failed."""
-    INTERRUPTED = 130
-    """Ctrl-C or SIGTERM: finished groups are saved; ``--resume`` finishes the run."""
+    INTERRUPTED = INTERRUPTED
+    """Ctrl-C or SIGTERM: finished groups are saved; ``--resume`` finishes the run (see `v1.cli._stopping`)."""
 
 
 RESUME_MUST_MATCH = ("env_id", "model", "num_examples", "rollouts_per_example", "sampling_args", "independent_scoring")
@@ -100,8 +99,11 @@ DEFAULT_MODEL = "openai/gpt-4.1-mini"
 """The model `v1 eval` runs when nothing names one (vf-eval's default): an endpoint id of the registry, else a model
 name at `ClientConfig`'s default URL."""
 NOT_SAVED = frozenset(
-    {"resume", "save_to_hf_hub", "fail_on_error", "ray", "ray_actors", "ray_actor_concurrency", "verbose", "debug"}
+    {"resume", "save_to_hf_hub", "fail_on_error", "ray", "ray_actors", "ray_actor_concurrency", "verbose", "debug", "stop_grace"}
 )
+
+MAX_STOP_GRACE_S = 86400.0
+"""The longest ``--stop-grace``: a day."""
 
 _file_settings: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("v1_eval_file_settings", default=None)
 
@@ -134,6 +136,7 @@ class EvalSettings(BaseSettings):
     ray: str | None = None
     ray_actors: int = Field(2, ge=1)
     ray_actor_concurrency: int | None = Field(None, ge=1)
+    stop_grace: float = Field(DEFAULT_STOP_GRACE_S, gt=0, le=MAX_STOP_GRACE_S, allow_inf_nan=False)
 
     @classmethod
     def settings_customise_sources(
@@ -163,6 +166,7 @@ FLAGS = {
     "ray": "--ray",
     "ray_actors": "--ray-actors",
     "ray_actor_concurrency": "--ray-actor-concurrency",
+    "stop_grace": "--stop-grace",
 }
 LOCAL_RAY = "local"
 """`--ray` without an address: a Ray instance started by this process."""
@@ -250,6 +254,14 @@ def add_parser(commands: Any) -> None:
         type=int,
         default=s,
         help="most rollouts in flight per actor (default: -c divided among the actors; with --ray)",
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=s,
+        metavar="SECONDS",
+        help=f"after Ctrl-C or SIGTERM, the most time the rollouts in flight get to stop and clean up "
+        f"(default {DEFAULT_STOP_GRACE_S:g}; Ctrl-C again exits at once)",
     )
     parser.add_argument(
         "--compat",
@@ -756,17 +768,14 @@ def stop_on_fatal(errors: list[Any], model: str) -> None:
             raise RunAborted(f"{reason} (calling model {model!r})")
 
 
-async def run_eval(plan: EvalPlan) -> tuple[GenerateMetadata, int, float]:
+async def run_eval(plan: EvalPlan, stopping: Stopping | None = None) -> tuple[GenerateMetadata, int, float]:
     """Run the eval under the live view (on stderr); the metadata, the rollouts run now, and the wall time.
 
-    SIGTERM cancels the run like Ctrl-C does. Raises `RunAborted` at the first fatal upstream error.
+    With `stopping` (installed), Ctrl-C and SIGTERM cancel the run. Raises `RunAborted` at the first fatal upstream error.
     """
     config = plan.config
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    if main_task is not None:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-            loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    if stopping is not None:
+        stopping.attach()
     examples = len(plan.rows) if isinstance(plan.rows, list) else plan.settings.num_examples
     view = LiveView(
         Console(stderr=True),
@@ -803,8 +812,6 @@ async def run_eval(plan: EvalPlan) -> tuple[GenerateMetadata, int, float]:
                 executor=plan.executor,
             )
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGTERM)
         await plan.env.teardown()
     new = result["metadata"].get("num_rollouts", 0) - (view.first or 0)
     return result["metadata"], new, time.perf_counter() - start
@@ -863,40 +870,47 @@ def run(args: argparse.Namespace) -> int:
         error_console.print(printable(line), markup=False, highlight=False, soft_wrap=True)
 
     _show_warnings()
-    try:
-        plan = plan_run(args)
-    except ServerUnusable as exc:
-        say(f"v1 eval: error: {exc}")
-        return ExitCode.ABORTED
-    except Error as exc:
-        say(f"v1 eval: error: {exc}")
-        return ExitCode.BAD_INPUT
-    for note in plan.notes:
-        say(f"v1 eval: {note}")
-    for warning in plan.warnings:
-        say(f"v1 eval: warning: {warning}")
-    writer, settings = plan.writer, plan.settings
-    resume_hint = f"; saved rollouts are in {writer.path}, finish with --resume {writer.path}" if writer else ""
-    if settings.independent_scoring:
-        console.print(plan.env.scoring_plan(True)["note"], markup=False, highlight=False)
-    try:
-        metadata, new, wall = loop_scope.run(run_eval(plan))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        say(f"v1 eval: interrupted{resume_hint}")
-        return ExitCode.INTERRUPTED
-    except (RunAborted, RayActorsLost) as exc:
-        say(f"v1 eval: error: {exc}; stopped the run{resume_hint}")
-        return ExitCode.ABORTED
-    except Error as exc:  # found only once running (a bad task row, an unsupported client type)
-        say(f"v1 eval: error: {exc}")
-        return ExitCode.BAD_INPUT
-    except Exception as exc:
-        traceback.print_exc()
-        say(f"v1 eval: error: the run broke: {_first_line(exc)}{resume_hint}")
-        return ExitCode.ABORTED
-    finally:
-        if plan.executor is not None:
-            plan.executor.close()
+    stopping = Stopping(DEFAULT_STOP_GRACE_S)
+    with stopping.installed():
+        try:
+            plan = plan_run(args)
+        except KeyboardInterrupt:
+            say("v1 eval: interrupted before the run started; nothing ran")
+            return ExitCode.INTERRUPTED
+        except ServerUnusable as exc:
+            say(f"v1 eval: error: {exc}")
+            return ExitCode.ABORTED
+        except Error as exc:
+            say(f"v1 eval: error: {exc}")
+            return ExitCode.BAD_INPUT
+        writer, settings = plan.writer, plan.settings
+        resume_hint = f"; saved rollouts are in {writer.path}, finish with --resume {writer.path}" if writer else ""
+        stopping.grace_s, stopping.resume_hint = settings.stop_grace, resume_hint
+        try:
+            for note in plan.notes:
+                say(f"v1 eval: {note}")
+            for warning in plan.warnings:
+                say(f"v1 eval: warning: {warning}")
+            if settings.independent_scoring:
+                console.print(plan.env.scoring_plan(True)["note"], markup=False, highlight=False)
+            metadata, new, wall = loop_scope.run(run_eval(plan, stopping))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            stopping.wait_for_worker_threads()
+            say(f"v1 eval: interrupted{resume_hint}")
+            return ExitCode.INTERRUPTED
+        except (RunAborted, RayActorsLost) as exc:
+            say(f"v1 eval: error: {exc}; stopped the run{resume_hint}")
+            return ExitCode.ABORTED
+        except Error as exc:  # found only once running (a bad task row, an unsupported client type)
+            say(f"v1 eval: error: {exc}")
+            return ExitCode.BAD_INPUT
+        except Exception as exc:
+            traceback.print_exc()
+            say(f"v1 eval: error: the run broke: {_first_line(exc)}{resume_hint}")
+            return ExitCode.ABORTED
+        finally:
+            if plan.executor is not None:
+                plan.executor.close()
     console.print(summary_table(metadata, wall, new))
     status, reason = exit_status(metadata, settings.fail_on_error)
     if writer is not None:

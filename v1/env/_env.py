@@ -138,6 +138,16 @@ class _GenerateRecorder:
             self.on_progress([], self.summary)
 
     async def finished(self, outputs: list[RolloutOutput]) -> None:
+        """Write and count a unit's outputs; a cancellation (Ctrl-C) arriving meanwhile waits for both, so the
+        metadata written on the way out counts every line the results file holds."""
+        recording = asyncio.ensure_future(self._record(outputs))
+        try:
+            await asyncio.shield(recording)
+        except asyncio.CancelledError:
+            await recording
+            raise
+
+    async def _record(self, outputs: list[RolloutOutput]) -> None:
         if self.results is not None:
             await self.results.write(outputs)
         for output in outputs:
