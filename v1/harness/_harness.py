@@ -419,8 +419,8 @@ class Harness:
         """Everything up to and including per-rollout scoring; the endpoint stays open."""
         if not isinstance(state.task, Task) or not state.task:
             state.task = task
-        timing = state.runtime.timing
-        timing.start_time = timing.generation.start = time.time()
+        # The timing is looked up at each stamp: a classic reader may swap it for a typed one meanwhile.
+        state.runtime.timing.start_time = state.runtime.timing.generation.start = time.time()
         await self._resolve_runtime(state)
         state.runtime.toolbox = RolloutToolbox(state, group_id, self.config.max_tool_output)
         endpoint = await get_endpoint()
@@ -437,22 +437,22 @@ class Harness:
             task_ok = False
         context = self._context(task, state)
         session = endpoint.open(state, context.first_stop)
-        timing.setup.start = time.time()
+        state.runtime.timing.setup.start = time.time()
         ok = task_ok and await self._setup(task, state)
-        timing.setup.end = time.time()
+        state.runtime.timing.setup.end = time.time()
         if ok:
             await self._run_program(program, task, state, context)
         session.end_program_phase()
-        timing.generation.end = time.time()
+        state.runtime.timing.generation.end = time.time()
         self._record_network(state)
         await self._run_handlers("update", task, state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
-        timing.scoring.start = time.time()
+        state.runtime.timing.scoring.start = time.time()
         if self.score_rollouts:
             await self._within_scoring_time(score_rollout(self.handlers, task, state), [state])
-        timing.scoring.end = time.time()
+        state.runtime.timing.scoring.end = time.time()
         return context
 
     async def _setup(self, task: Task, state: State) -> bool:
