@@ -203,8 +203,16 @@ def test_frozen_containers_pickle_on_their_own():
         ({"info": {1: "one"}}, r"field 'info': key 1 is not a string; JSON objects need string keys"),
         ({"info": {"nested": {("a",): 1}}}, r"field 'info\.nested': key \('a',\) is not a string"),
         ({"extra": b"bytes"}, r"field 'extra': bytes value"),
+        ({"info": {"a": [{"b": [0, {"c": {1}}]}]}}, r"field 'info\.a\[0\]\.b\[1\]\.c': set value"),
+        ({"info": {"xs": [[], {2: 1}]}}, r"field 'info\.xs\[1\]': key 2 is not a string"),
+        ({"prompt": [{"role": "user", "content": float("-inf")}]}, r"field 'prompt\[0\]\.content': -inf is not valid JSON"),
+        ({"info": {"a": {1}, 2: "x"}}, r"field 'info\.a': set value"),
+        ({"info": {"a": 1, 2: {1}}}, r"field 'info': key 2 is not a string"),
     ],
-    ids=["object", "set-in-list", "nan", "inf", "int-key", "tuple-key", "bytes"],
+    ids=[
+        *("object", "set-in-list", "nan", "inf", "int-key", "tuple-key", "bytes"),
+        *("deep-path", "key-in-list", "in-prompt", "bad-value-before-bad-key", "bad-key-before-bad-value"),
+    ],
 )
 def test_non_json_values_are_rejected_with_the_field_path(data, pattern):
     with pytest.raises(v1.TaskError, match=pattern):
