@@ -103,19 +103,34 @@ def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) 
 
 def token_usage(state: State) -> TokenUsage:
     """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
-    steps = [step for step in state["trajectory"] if (step.get("response") or {}).get("usage")]
-    if not steps:
+    usages = [usage for step in state["trajectory"] if (usage := (step.get("response") or {}).get("usage"))]
+    if not usages:
         return TokenUsage()
+    inputs = [usage["prompt_tokens"] for usage in usages]
+    outputs = [usage["completion_tokens"] for usage in usages]
+    if all(type(count) is int and -_EXACT_INT <= count <= _EXACT_INT for count in (*inputs, *outputs)):
+        # Each count is a float exactly: an integer sum rounded once is what `ExactSum` gives.
+        output_total = float(sum(outputs))
+        return TokenUsage(
+            input_tokens=float(sum(inputs)),
+            output_tokens=output_total,
+            final_input_tokens=max(0.0, float(inputs[-1] + outputs[-1] - int(output_total))),
+            final_output_tokens=output_total,
+        )
     # an upstream reports the counts: an absurd one (1e308, a 400-digit integer) must not make a total infinite
-    inputs = [finite_number(step["response"]["usage"]["prompt_tokens"]) or 0.0 for step in steps]
-    outputs = [finite_number(step["response"]["usage"]["completion_tokens"]) or 0.0 for step in steps]
-    final_output = _exact_total(outputs)
+    input_counts = [finite_number(count) or 0.0 for count in inputs]
+    output_counts = [finite_number(count) or 0.0 for count in outputs]
+    final_output = _exact_total(output_counts)
     return TokenUsage(
-        input_tokens=_exact_total(inputs),
+        input_tokens=_exact_total(input_counts),
         output_tokens=final_output,
-        final_input_tokens=max(0.0, _exact_total([inputs[-1], outputs[-1], -final_output])),
+        final_input_tokens=max(0.0, _exact_total([input_counts[-1], output_counts[-1], -final_output])),
         final_output_tokens=final_output,
     )
+
+
+_EXACT_INT = 2**53
+"""Every integer up to this size is a float exactly."""
 
 
 def _exact_total(values: list[float]) -> float:
