@@ -15,7 +15,7 @@ import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from v1._util.entropy import uuid4_hex
 from v1._util.exact_sum import ExactSum, finite_number
@@ -62,6 +62,8 @@ from v1.tools import RolloutToolbox, Toolset, merge_toolsets
 from v1.types import Messages, TokenUsage
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 def _system_messages(value: Any) -> list[dict[str, Any]]:
@@ -151,6 +153,14 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
+
+
+async def _within(seconds: float | None, step: Awaitable[_T]) -> _T:
+    """Await `step`, cancelled with `TimeoutError` past `seconds`; no timer at all without a limit."""
+    if seconds is None:
+        return await step
+    async with asyncio.timeout(seconds):
+        return await step
 
 
 _RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("harness_running_state", default=None)
@@ -475,8 +485,7 @@ class Harness:
         if not self.handlers.of("setup", group=False):
             return True  # nothing to time: no timer per rollout
         try:
-            async with asyncio.timeout(self.config.setup_timeout_seconds):
-                return await self._run_handlers("setup", task, state)
+            return await _within(self.config.setup_timeout_seconds, self._run_handlers("setup", task, state))
         except TimeoutError:
             state.stop("setup_timeout_reached")
             return False
@@ -485,8 +494,7 @@ class Harness:
         """Scoring within `scoring_timeout_seconds`. Past it each rollout keeps the scores it has (a reward
         not yet given is 0.0) and ends as `scoring_timeout_reached`, unless it already ended on an error."""
         try:
-            async with asyncio.timeout(self.config.scoring_timeout_seconds):
-                await scoring
+            await _within(self.config.scoring_timeout_seconds, scoring)
         except TimeoutError:
             for state in states:
                 state.setdefault("metrics", {})
@@ -533,8 +541,7 @@ class Harness:
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
         running = _RUNNING.set(state)
         try:
-            async with asyncio.timeout(timeout):  # in this task: no task of its own per rollout
-                await program(task, state, context)
+            await _within(timeout, program(task, state, context))  # in this task: no task of its own per rollout
         except RolloutStopped as stopped:
             if stopped.condition == "has_error":
                 state.record_error(stopped.__cause__ or stopped, "tool")
