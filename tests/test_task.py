@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import types
 
 import pytest
 
@@ -159,6 +160,14 @@ def test_thaw_returns_a_mutable_deep_copy():
     assert type(plain["info"]["tags"]) is list
     assert task["info"]["tags"] == ["math", {"level": 1}]
     assert task["info"]["meta"]["source"] == "gsm"
+
+
+def test_thaw_makes_any_mapping_a_dict_and_leaves_leaves_and_tuples_alone():
+    proxy = types.MappingProxyType({"a": FrozenList([FrozenDict({"b": 1.5})]), "t": (1, "x"), "n": None})
+    plain = thaw(proxy)
+    assert plain == {"a": [{"b": 1.5}], "t": (1, "x"), "n": None}
+    assert type(plain) is dict and type(plain["a"]) is list and type(plain["a"][0]) is dict
+    assert thaw("text") == "text" and thaw(True) is True and thaw(None) is None
 
 
 @pytest.mark.parametrize("roundtrip", [lambda t: pickle.loads(pickle.dumps(t)), copy.deepcopy, copy.copy])

@@ -114,10 +114,10 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
     an `AsyncAnthropic`) is wrapped once per object, so every rollout using it shares one wrapper.
     A sync `openai.OpenAI` is wrapped too: its calls run on a bounded thread pool (`ThreadedOpenAI`).
     """
+    if isinstance(client, ClientConfig):  # first: the common case, and no ABC check
+        return await shared_client(client)
     if isinstance(client, (Client, RoundRobinClient)):
         return client  # type: ignore[return-value]
-    if isinstance(client, ClientConfig):
-        return await shared_client(client)
     if isinstance(client, dict):
         return await shared_client(ClientConfig(client))
     anthropic = sys.modules.get("anthropic")  # an AsyncAnthropic passed in means anthropic is imported

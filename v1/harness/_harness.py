@@ -412,7 +412,7 @@ class Harness:
             task_system_prompt = self.taskset.system_prompt
         state["prompt"] = resolve_system_prompt(
             self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
-        ) + thaw(task.prompt)
+        ) + thaw(task.get("prompt") or [])
         toolbox = state.runtime.toolbox
         assert isinstance(toolbox, RolloutToolbox)
         await toolbox.resolve(task, self.all_toolsets, self.active_user)

@@ -90,10 +90,14 @@ def freeze_json(value: Any, path: str, prefix: str = "") -> Any:
 
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a frozen value."""
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, list):
         return [thaw(item) for item in value]
+    if value is None or isinstance(value, (str, int, float)):  # the leaves: no Mapping check each
+        return value
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
     return value
 
 
