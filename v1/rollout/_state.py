@@ -179,9 +179,6 @@ class State(dict):  # type: ignore[type-arg]
     INPUT_FIELDS: ClassVar[list[str]] = ["prompt", "answer", "info", "example_id"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = dict(*args, **kwargs)
-        for key in data:
-            _guard(key)
         super().__init__(
             trajectory_id=uuid4_hex(),
             trajectory=[],
@@ -190,7 +187,11 @@ class State(dict):  # type: ignore[type-arg]
             stop_condition=None,
             error=None,
         )
-        super().update(data)
+        if args or kwargs:  # a fresh rollout's state (`for_task`) has nothing more
+            data = dict(*args, **kwargs)
+            for key in data:
+                _guard(key)
+            super().update(data)
         self.task: Task = _NO_TASK
         self.runtime = RolloutRuntime()
 

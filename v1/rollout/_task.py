@@ -175,7 +175,10 @@ class Task(dict):  # type: ignore[type-arg]
         program = merged.get("program")
         if program is not None and not isinstance(program, (Mapping, str)):
             raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
-        frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}
+        try:
+            frozen = {key: _frozen(value) for key, value in merged.items()}
+        except _NotJSON:
+            frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}  # raises, naming the field
         super().__init__(frozen)
         self._frozen = False
 
