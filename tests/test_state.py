@@ -6,6 +6,7 @@ import copy
 import inspect
 import json
 import pickle
+import random
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from v1.rollout._state import (
     RolloutTools,
     SDKClientFactory,
 )
+from v1.rollout._timing import TimingRecord
 
 
 def make_state(**task_fields) -> v1.State:
@@ -227,6 +229,49 @@ def test_finalize_overrides_an_earlier_stop_condition_with_has_error():
     state["bad"] = object()
     state.finalize()
     assert state["stop_condition"] == "has_error"
+
+
+# -- timing ------------------------------------------------------------------------------
+
+
+def random_timing(seed: int) -> TimingRecord:
+    """A record with each stamp unset, a plausible time, or out of order (an end before its start)."""
+    pick = random.Random(seed)
+
+    def stamp() -> float:
+        return pick.choice([0.0, 1.7e9 + pick.random() * 100, pick.uniform(-5.0, 5.0), 1e-300])
+
+    timing = TimingRecord()
+    timing.start_time = stamp()
+    for span in (timing.setup, timing.generation, timing.scoring):
+        span.start, span.end = stamp(), stamp()
+    for spans in (timing.model, timing.env):
+        spans.spans.extend(v1.TimeSpan(start=stamp(), end=stamp()) for _ in range(pick.randrange(4)))
+    return timing
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_timing_record_saves_what_a_rollout_timing_would(seed: int) -> None:
+    """The record a rollout stamps and the public `RolloutTiming` give the same JSON, to the bit (an empty
+    span list's duration stays the integer 0, as `sum` gives it)."""
+    timing = random_timing(seed)
+    typed = timing.to_model()
+    assert repr(timing.as_dict()) == repr(typed.model_dump()) == repr(typed.as_dict())
+    assert (timing.total, timing.overhead) == (typed.total, typed.overhead)
+
+
+def test_a_typed_timing_read_keeps_recording_the_rollout() -> None:
+    """A classic reader's `state["timing"]` is a `RolloutTiming`; stamps made after it was read land in it."""
+    state = make_state()
+    state.runtime.timing.generation.start = 10.0
+    typed = state.runtime.typed_timing()
+    assert isinstance(typed, v1.RolloutTiming) and typed.generation.start == 10.0
+    assert state.runtime.typed_timing() is typed
+    state.runtime.timing.generation.end = 12.5
+    state.runtime.timing.model.spans.append(v1.TimeSpan(start=10.5, end=11.0))
+    state.finalize()
+    assert typed.generation.end == 12.5 and state["timing"]["generation"]["duration"] == 2.5
+    assert state["timing"] == typed.model_dump() and state.runtime.typed_timing() is typed
 
 
 # -- borrowing ---------------------------------------------------------------------------

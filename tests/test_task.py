@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import types
 
 import pytest
 
@@ -161,6 +162,14 @@ def test_thaw_returns_a_mutable_deep_copy():
     assert task["info"]["meta"]["source"] == "gsm"
 
 
+def test_thaw_makes_any_mapping_a_dict_and_leaves_leaves_and_tuples_alone():
+    proxy = types.MappingProxyType({"a": FrozenList([FrozenDict({"b": 1.5})]), "t": (1, "x"), "n": None})
+    plain = thaw(proxy)
+    assert plain == {"a": [{"b": 1.5}], "t": (1, "x"), "n": None}
+    assert type(plain) is dict and type(plain["a"]) is list and type(plain["a"][0]) is dict
+    assert thaw("text") == "text" and thaw(True) is True and thaw(None) is None
+
+
 @pytest.mark.parametrize("roundtrip", [lambda t: pickle.loads(pickle.dumps(t)), copy.deepcopy, copy.copy])
 def test_copy_and_pickle_round_trip_keeps_data_and_frozenness(roundtrip):
     task = nested_task().freeze()
@@ -203,8 +212,16 @@ def test_frozen_containers_pickle_on_their_own():
         ({"info": {1: "one"}}, r"field 'info': key 1 is not a string; JSON objects need string keys"),
         ({"info": {"nested": {("a",): 1}}}, r"field 'info\.nested': key \('a',\) is not a string"),
         ({"extra": b"bytes"}, r"field 'extra': bytes value"),
+        ({"info": {"a": [{"b": [0, {"c": {1}}]}]}}, r"field 'info\.a\[0\]\.b\[1\]\.c': set value"),
+        ({"info": {"xs": [[], {2: 1}]}}, r"field 'info\.xs\[1\]': key 2 is not a string"),
+        ({"prompt": [{"role": "user", "content": float("-inf")}]}, r"field 'prompt\[0\]\.content': -inf is not valid JSON"),
+        ({"info": {"a": {1}, 2: "x"}}, r"field 'info\.a': set value"),
+        ({"info": {"a": 1, 2: {1}}}, r"field 'info': key 2 is not a string"),
     ],
-    ids=["object", "set-in-list", "nan", "inf", "int-key", "tuple-key", "bytes"],
+    ids=[
+        *("object", "set-in-list", "nan", "inf", "int-key", "tuple-key", "bytes"),
+        *("deep-path", "key-in-list", "in-prompt", "bad-value-before-bad-key", "bad-key-before-bad-value"),
+    ],
 )
 def test_non_json_values_are_rejected_with_the_field_path(data, pattern):
     with pytest.raises(v1.TaskError, match=pattern):

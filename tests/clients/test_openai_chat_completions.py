@@ -293,6 +293,22 @@ async def test_equal_configs_share_one_client(mock: MockModelServer) -> None:
     assert await resolve_client(first) is first  # a Client passes through
 
 
+async def test_a_config_changed_in_place_gets_the_client_of_its_new_content(mock: MockModelServer) -> None:
+    """A config object resolves to its shared client without a JSON key per call, yet a change made in place
+    (a field, or a nested dict) is seen: it gets the client of what it says now."""
+    first = config(mock)
+    client = await shared_client(first)
+    assert await shared_client(first) is client
+    first.max_retries = 2
+    retrying = await shared_client(first)
+    assert retrying is not client and retrying is await shared_client(config(mock, max_retries=2))
+    first.extra_headers["X-Run"] = "b"
+    with_header = await shared_client(first)
+    assert with_header is not retrying and with_header is await shared_client(first)
+    first.extra_headers.clear()
+    assert await shared_client(first) is retrying
+
+
 async def test_concurrent_first_use_creates_one_client(mock: MockModelServer) -> None:
     clients = await asyncio.gather(*(resolve_client(config(mock, timeout=123.0)) for _ in range(10)))
     assert all(client is clients[0] for client in clients)

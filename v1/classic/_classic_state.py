@@ -134,7 +134,7 @@ def classic_view(state: CoreState) -> State:
     view["input"] = {**dict(state.task), **written}
     if isinstance(rendered, str):  # message_type="completion": the input's prompt is the text the model got
         view["input"]["prompt"] = rendered
-    view["timing"] = state.runtime.timing  # finalize keeps the typed record beside its JSON
+    view["timing"] = state.runtime.typed_timing()  # finalize keeps the record beside its JSON
     view["error"] = error_instance(dict.get(state, "error"))
     view["trajectory"] = [
         {**step, "response": Response.model_validate(step["response"])} if step.get("response") is not None else dict(step)

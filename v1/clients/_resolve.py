@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
 from v1._util.calling import is_async_callable
-from v1._util.loop_scope import loop_scope
+from v1._util.loop_scope import LoopScope, loop_scope
 from v1.clients._anthropic_messages import AnthropicMessagesClient
 from v1.clients._base import Client
 from v1.clients._http import is_async_openai
@@ -65,16 +66,45 @@ class RoundRobinClient:
             await client.close()
 
 
+class _ClientsByObject:
+    """The shared client each `ClientConfig` object last resolved to on one loop, with a copy of the config as it
+    was then: a harness resolves its config once per rollout, and a config equal to its copy needs no JSON key."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[weakref.ref[ClientConfig], ClientConfig, Client[Any, Any, Any, Any]]] = {}
+
+    def get(self, config: ClientConfig) -> Client[Any, Any, Any, Any] | None:
+        known = self._known.get(id(config))
+        if known is None or known[0]() is not config or known[1] != config:
+            return None  # a config changed in place since is looked up by its content again
+        return known[2]
+
+    def remember(self, config: ClientConfig, client: Client[Any, Any, Any, Any]) -> None:
+        key = id(config)
+        self._known[key] = (weakref.ref(config, lambda _: self._known.pop(key, None)), config.model_copy(deep=True), client)
+
+
+_by_object: weakref.WeakKeyDictionary[LoopScope, _ClientsByObject] = weakref.WeakKeyDictionary()
+
+
 async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:
     """One `Client` per distinct `ClientConfig` on this event loop, so connections are pooled."""
-    cls = client_class(config.client_type)
     scope = await loop_scope()
+    by_object = _by_object.get(scope)
+    if by_object is None:
+        by_object = _by_object[scope] = _ClientsByObject()
+    known = by_object.get(config)
+    if known is not None:
+        return known
+    cls = client_class(config.client_type)
 
     async def create() -> tuple[Client[Any, Any, Any, Any], Any]:
         client: Any = RoundRobinClient(config) if config.endpoint_configs else cls(config)
         return client, client.close
 
-    return await scope.get(("client", config.model_dump_json()), create)
+    client = await scope.get(("client", config.model_dump_json()), create)
+    by_object.remember(config, client)
+    return client
 
 
 async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
@@ -84,10 +114,10 @@ async def resolve_client(client: Any) -> Client[Any, Any, Any, Any]:
     an `AsyncAnthropic`) is wrapped once per object, so every rollout using it shares one wrapper.
     A sync `openai.OpenAI` is wrapped too: its calls run on a bounded thread pool (`ThreadedOpenAI`).
     """
+    if isinstance(client, ClientConfig):  # first: the common case, and no ABC check
+        return await shared_client(client)
     if isinstance(client, (Client, RoundRobinClient)):
         return client  # type: ignore[return-value]
-    if isinstance(client, ClientConfig):
-        return await shared_client(client)
     if isinstance(client, dict):
         return await shared_client(ClientConfig(client))
     anthropic = sys.modules.get("anthropic")  # an AsyncAnthropic passed in means anthropic is imported

@@ -38,7 +38,7 @@ class EnvState(State):
         if key == "sampling_args":
             return upstream(self).sampling_args
         if key == "timing":
-            return self.runtime.timing  # the live record (the core saves its JSON when the rollout ends)
+            return self.runtime.typed_timing()  # the live record (the core saves its JSON when the rollout ends)
         if key == "tool_defs":
             return _tool_defs_of(self.task.get("info"))  # until the harness resolves the rollout's tools
         raise KeyError(key)

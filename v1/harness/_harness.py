@@ -15,7 +15,7 @@ import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from v1._util.entropy import uuid4_hex
 from v1._util.exact_sum import ExactSum, finite_number
@@ -63,6 +63,8 @@ from v1.types import Messages, TokenUsage
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 def _system_messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
@@ -103,19 +105,34 @@ def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) 
 
 def token_usage(state: State) -> TokenUsage:
     """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
-    steps = [step for step in state["trajectory"] if (step.get("response") or {}).get("usage")]
-    if not steps:
+    usages = [usage for step in state["trajectory"] if (usage := (step.get("response") or {}).get("usage"))]
+    if not usages:
         return TokenUsage()
+    inputs = [usage["prompt_tokens"] for usage in usages]
+    outputs = [usage["completion_tokens"] for usage in usages]
+    if all(type(count) is int and -_EXACT_INT <= count <= _EXACT_INT for count in (*inputs, *outputs)):
+        # Each count is a float exactly: an integer sum rounded once is what `ExactSum` gives.
+        output_total = float(sum(outputs))
+        return TokenUsage(
+            input_tokens=float(sum(inputs)),
+            output_tokens=output_total,
+            final_input_tokens=max(0.0, float(inputs[-1] + outputs[-1] - int(output_total))),
+            final_output_tokens=output_total,
+        )
     # an upstream reports the counts: an absurd one (1e308, a 400-digit integer) must not make a total infinite
-    inputs = [finite_number(step["response"]["usage"]["prompt_tokens"]) or 0.0 for step in steps]
-    outputs = [finite_number(step["response"]["usage"]["completion_tokens"]) or 0.0 for step in steps]
-    final_output = _exact_total(outputs)
+    input_counts = [finite_number(count) or 0.0 for count in inputs]
+    output_counts = [finite_number(count) or 0.0 for count in outputs]
+    final_output = _exact_total(output_counts)
     return TokenUsage(
-        input_tokens=_exact_total(inputs),
+        input_tokens=_exact_total(input_counts),
         output_tokens=final_output,
-        final_input_tokens=max(0.0, _exact_total([inputs[-1], outputs[-1], -final_output])),
+        final_input_tokens=max(0.0, _exact_total([input_counts[-1], output_counts[-1], -final_output])),
         final_output_tokens=final_output,
     )
+
+
+_EXACT_INT = 2**53
+"""Every integer up to this size is a float exactly."""
 
 
 def _exact_total(values: list[float]) -> float:
@@ -136,6 +153,14 @@ def render_completion(state: State) -> Messages:
     if context[: len(prompt)] == list(prompt):
         return context[len(prompt) :]
     return list(last["completion"])
+
+
+async def _within(seconds: float | None, step: Awaitable[_T]) -> _T:
+    """Await `step`, cancelled with `TimeoutError` past `seconds`; no timer at all without a limit."""
+    if seconds is None:
+        return await step
+    async with asyncio.timeout(seconds):
+        return await step
 
 
 _RUNNING: contextvars.ContextVar[State | None] = contextvars.ContextVar("harness_running_state", default=None)
@@ -387,7 +412,7 @@ class Harness:
             task_system_prompt = self.taskset.system_prompt
         state["prompt"] = resolve_system_prompt(
             self.config.system_prompt, task_system_prompt, self.config.system_prompt_strategy
-        ) + thaw(task.prompt)
+        ) + thaw(task.get("prompt") or [])
         toolbox = state.runtime.toolbox
         assert isinstance(toolbox, RolloutToolbox)
         await toolbox.resolve(task, self.all_toolsets, self.active_user)
@@ -419,8 +444,8 @@ class Harness:
         """Everything up to and including per-rollout scoring; the endpoint stays open."""
         if not isinstance(state.task, Task) or not state.task:
             state.task = task
-        timing = state.runtime.timing
-        timing.start_time = timing.generation.start = time.time()
+        # The timing is looked up at each stamp: a classic reader may swap it for a typed one meanwhile.
+        state.runtime.timing.start_time = state.runtime.timing.generation.start = time.time()
         await self._resolve_runtime(state)
         state.runtime.toolbox = RolloutToolbox(state, group_id, self.config.max_tool_output)
         endpoint = await get_endpoint()
@@ -437,22 +462,22 @@ class Harness:
             task_ok = False
         context = self._context(task, state)
         session = endpoint.open(state, context.first_stop)
-        timing.setup.start = time.time()
+        state.runtime.timing.setup.start = time.time()
         ok = task_ok and await self._setup(task, state)
-        timing.setup.end = time.time()
+        state.runtime.timing.setup.end = time.time()
         if ok:
             await self._run_program(program, task, state, context)
         session.end_program_phase()
-        timing.generation.end = time.time()
+        state.runtime.timing.generation.end = time.time()
         self._record_network(state)
         await self._run_handlers("update", task, state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
-        timing.scoring.start = time.time()
+        state.runtime.timing.scoring.start = time.time()
         if self.score_rollouts:
             await self._within_scoring_time(score_rollout(self.handlers, task, state), [state])
-        timing.scoring.end = time.time()
+        state.runtime.timing.scoring.end = time.time()
         return context
 
     async def _setup(self, task: Task, state: State) -> bool:
@@ -460,8 +485,7 @@ class Harness:
         if not self.handlers.of("setup", group=False):
             return True  # nothing to time: no timer per rollout
         try:
-            async with asyncio.timeout(self.config.setup_timeout_seconds):
-                return await self._run_handlers("setup", task, state)
+            return await _within(self.config.setup_timeout_seconds, self._run_handlers("setup", task, state))
         except TimeoutError:
             state.stop("setup_timeout_reached")
             return False
@@ -470,8 +494,7 @@ class Harness:
         """Scoring within `scoring_timeout_seconds`. Past it each rollout keeps the scores it has (a reward
         not yet given is 0.0) and ends as `scoring_timeout_reached`, unless it already ended on an error."""
         try:
-            async with asyncio.timeout(self.config.scoring_timeout_seconds):
-                await scoring
+            await _within(self.config.scoring_timeout_seconds, scoring)
         except TimeoutError:
             for state in states:
                 state.setdefault("metrics", {})
@@ -518,8 +541,7 @@ class Harness:
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
         running = _RUNNING.set(state)
         try:
-            async with asyncio.timeout(timeout):  # in this task: no task of its own per rollout
-                await program(task, state, context)
+            await _within(timeout, program(task, state, context))  # in this task: no task of its own per rollout
         except RolloutStopped as stopped:
             if stopped.condition == "has_error":
                 state.record_error(stopped.__cause__ or stopped, "tool")

@@ -30,6 +30,7 @@ from v1._util.json_check import is_json
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
 from v1.rollout._task import Task
+from v1.rollout._timing import TimingRecord
 from v1.sandbox import Sandbox
 from v1.types import RolloutTiming, ToolContent
 
@@ -133,7 +134,8 @@ class RolloutRuntime:
     endpoint: EndpointAccess | None = None
     tools: dict[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
     borrowed: dict[str, Any] = field(default_factory=dict)
-    timing: RolloutTiming = field(default_factory=RolloutTiming)
+    timing: TimingRecord | RolloutTiming = field(default_factory=TimingRecord)
+    """Where the rollout's times are stamped; `typed_timing()` reads it as a `RolloutTiming`."""
     sdk_clients: dict[tuple[str, bool], Any] = field(default_factory=dict)
     toolbox: RolloutTools | None = None
     sandboxes: RolloutSandboxHandles | None = None
@@ -143,6 +145,12 @@ class RolloutRuntime:
     """The parent rollout whose upstream client and sampling args this one borrowed; the
     interception layer copies them the first time it looks this rollout's handles up."""
     finalized: bool = False
+
+    def typed_timing(self) -> RolloutTiming:
+        """The timing as a `RolloutTiming` (the seed's `state["timing"]`), which records the rest of the rollout."""
+        if isinstance(self.timing, TimingRecord):
+            self.timing = self.timing.to_model()
+        return self.timing
 
 
 _NO_TASK = Task().freeze()
@@ -171,9 +179,6 @@ class State(dict):  # type: ignore[type-arg]
     INPUT_FIELDS: ClassVar[list[str]] = ["prompt", "answer", "info", "example_id"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = dict(*args, **kwargs)
-        for key in data:
-            _guard(key)
         super().__init__(
             trajectory_id=uuid4_hex(),
             trajectory=[],
@@ -182,7 +187,11 @@ class State(dict):  # type: ignore[type-arg]
             stop_condition=None,
             error=None,
         )
-        super().update(data)
+        if args or kwargs:  # a fresh rollout's state (`for_task`) has nothing more
+            data = dict(*args, **kwargs)
+            for key in data:
+                _guard(key)
+            super().update(data)
         self.task: Task = _NO_TASK
         self.runtime = RolloutRuntime()
 

@@ -36,35 +36,68 @@ class FrozenList(list):  # type: ignore[type-arg]
         return (type(self), (list(self),))
 
 
+class _NotJSON(Exception):
+    """A value `_frozen` refuses, and what is wrong with it."""
+
+
+def _frozen(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJSON(f"{value!r} is not valid JSON (NaN and infinity are not allowed)")
+        return value
+    if isinstance(value, dict) or (not isinstance(value, (list, tuple)) and isinstance(value, Mapping)):
+        frozen = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _NotJSON(f"key {key!r} is not a string; JSON objects need string keys")
+            frozen[key] = _frozen(item)
+        return FrozenDict(frozen)
+    if isinstance(value, (list, tuple)):
+        return FrozenList([_frozen(item) for item in value])
+    raise _NotJSON(f"{type(value).__name__} value {value!r:.80} is not JSON-serializable")
+
+
+def _path_to_refused(value: Any) -> str:
+    """Where inside `value` the part `_frozen` refuses is ("" for `value` itself), in its order; walked only on failure."""
+    if isinstance(value, (list, tuple)):
+        steps: list[tuple[str | None, Any]] = [(f"[{index}]", item) for index, item in enumerate(value)]
+    elif isinstance(value, Mapping):
+        steps = [(f".{key}" if isinstance(key, str) else None, item) for key, item in value.items()]
+    else:
+        return ""
+    for step, item in steps:
+        if step is None:
+            return ""  # a key that is not a string: the mapping itself is refused
+        try:
+            _frozen(item)
+        except _NotJSON:
+            return step + _path_to_refused(item)
+    return ""
+
+
 def freeze_json(value: Any, path: str, prefix: str = "") -> Any:
     """A deep, frozen copy of a JSON value.
 
     Raises `TaskError` naming the field path (``prefix + "field 'path'"``) for anything else.
     """
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TaskError(f"{prefix}field '{path}': {value!r} is not valid JSON (NaN and infinity are not allowed)")
-        return value
-    if isinstance(value, Mapping):
-        frozen = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TaskError(f"{prefix}field '{path}': key {key!r} is not a string; JSON objects need string keys")
-            frozen[key] = freeze_json(item, f"{path}.{key}", prefix)
-        return FrozenDict(frozen)
-    if isinstance(value, (list, tuple)):
-        return FrozenList(freeze_json(item, f"{path}[{i}]", prefix) for i, item in enumerate(value))
-    raise TaskError(f"{prefix}field '{path}': {type(value).__name__} value {value!r:.80} is not JSON-serializable")
+    try:
+        return _frozen(value)
+    except _NotJSON as refused:
+        raise TaskError(f"{prefix}field '{path}{_path_to_refused(value)}': {refused}") from None
 
 
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a frozen value."""
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, list):
         return [thaw(item) for item in value]
+    if value is None or isinstance(value, (str, int, float)):  # the leaves: no Mapping check each
+        return value
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
     return value
 
 
@@ -142,7 +175,10 @@ class Task(dict):  # type: ignore[type-arg]
         program = merged.get("program")
         if program is not None and not isinstance(program, (Mapping, str)):
             raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
-        frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}
+        try:
+            frozen = {key: _frozen(value) for key, value in merged.items()}
+        except _NotJSON:
+            frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}  # raises, naming the field
         super().__init__(frozen)
         self._frozen = False
 
