@@ -236,6 +236,35 @@ def test_import_v1_loads_no_sdk_or_server_library() -> None:
     assert out.stdout.split() == []
 
 
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code`."""
+    probe = f"import sys\n{code}\nprint(' '.join(sys.modules))"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_import_v1_loads_its_packages_on_first_use() -> None:
+    """`import v1` runs only `v1.errors` and the logging helpers; a name or package namespace of `v1` loads
+    its package when first read (`lazy_attributes`), so a command pays for what it uses."""
+    assert {module for module in loaded_after("import v1") if module.startswith("v1.")} <= {
+        "v1.errors",
+        "v1._util",
+        "v1._util.gc_tuning",
+        "v1._util.lazy",
+        "v1._util.logs",
+    }
+    assert {"v1.env", "v1.env._env", "v1.testing"} <= loaded_after("import v1\nv1.Env\nv1.testing.MockModelServer")
+
+
+def test_the_cli_parser_loads_no_server_the_commands_start() -> None:
+    """`v1 --help` builds every command's parser: the mock model server, the run viewer and aiohttp load only
+    when `v1 demo` or `v1 view` runs."""
+    loaded = loaded_after("from v1.cli._main import build_parser\nbuild_parser()")
+    assert loaded & {"v1.testing", "v1.view", "aiohttp"} == set()
+
+
 CLASSIC = "v1.classic"
 
 

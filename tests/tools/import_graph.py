@@ -12,6 +12,7 @@ annotation-only imports close (none since issue 24 item 1; the test keeps it so)
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -118,7 +119,15 @@ def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict
     Annotation-only edges (`if TYPE_CHECKING:` imports, modules named in string annotations)
     are left out unless `type_checking`; then they count as module-level edges. Modules named in strings
     to be imported by name (`string_reference_modules`) count as imports inside functions: they load on use.
+    Read from the source files once per process (seconds of parsing); each call gets its own copy.
     """
+    top, inner = read_import_graph(type_checking)
+    return {module: set(targets) for module, targets in top.items()}, {module: set(targets) for module, targets in inner.items()}
+
+
+@functools.cache
+def read_import_graph(type_checking: bool) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """`import_graph`'s edges, as the source files hold them now."""
     paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     known = set(paths)
     top: dict[str, set[str]] = {name: set() for name in paths}
@@ -139,7 +148,9 @@ def import_graph(type_checking: bool = False) -> tuple[dict[str, set[str]], dict
         inner[name] |= string_reference_modules(tree, known)[0] - {name}
         if type_checking:
             top[name] |= string_annotation_modules(tree, known) - {name}
-    return top, inner
+    return {module: frozenset(targets) for module, targets in top.items()}, {
+        module: frozenset(targets) for module, targets in inner.items()
+    }
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:

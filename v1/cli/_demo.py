@@ -17,8 +17,7 @@ from typing import Any
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-import v1 as vf
-from v1.testing import MockModelServer, imperfect_reverser
+import v1 as vf  # its names load on first use: `v1 --help` never loads the mock server
 
 
 def count(text: str) -> int:
@@ -44,7 +43,7 @@ async def run_demo(num_examples: int, rollouts: int) -> list[vf.State]:
     from tasksets.reverse_text import load_taskset
 
     taskset = load_taskset()
-    with MockModelServer(imperfect_reverser(), model="mock-reverser") as mock:
+    with vf.testing.MockModelServer(vf.testing.imperfect_reverser(), model="mock-reverser") as mock:
         harness = vf.Harness(
             client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
             model="mock-reverser",

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from v1.sandbox import LocalBackend
+import v1  # v1.sandbox loads when the command runs
 
 IMPORT_TIMEOUT = 900.0
 """How long the transformers import may take (minutes on a loaded machine) before it counts as hanging."""
@@ -74,7 +74,7 @@ def check_transformers() -> str | None:
 
 def check_bubblewrap() -> str | None:
     """The local sandbox backend can run here (bubblewrap on PATH, seccomp filters loadable)."""
-    problem = LocalBackend().available()
+    problem = v1.sandbox.LocalBackend().available()
     return None if problem is None else f"sandbox: {problem}"
 
 

@@ -8,8 +8,8 @@ import json
 import time
 from typing import Any
 
+import v1  # v1.sandbox loads when the command runs
 from v1.errors import Error
-from v1.sandbox import limits_description, list_sandboxes, reap_sandboxes, sandbox_root
 
 
 def add_parser(commands: Any) -> None:
@@ -24,12 +24,12 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "list":
-        records = list_sandboxes()
+        records = v1.sandbox.list_sandboxes()
         if args.json:
             for record in records:
                 print(json.dumps({**record.__dict__, "labels": list(record.labels)}))
             return 0
-        print(f"sandbox root: {sandbox_root()}  limits: {limits_description()}")
+        print(f"sandbox root: {v1.sandbox.sandbox_root()}  limits: {v1.sandbox.limits_description()}")
         if not records:
             print("no sandboxes")
         for record in records:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{record.backend:8} {record.sandbox_id:24} {owner:20} age {age:8.0f}s {' '.join(record.labels)}")
         return 0
     try:
-        reaped, failed = asyncio.run(reap_sandboxes(include_live=args.all))
+        reaped, failed = asyncio.run(v1.sandbox.reap_sandboxes(include_live=args.all))
     except Error as exc:
         print(f"error: {exc}")
         return 2

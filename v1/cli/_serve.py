@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from v1.config import TinyModelConfig
+import v1  # v1.config loads when the command runs
 from v1.errors import ConfigError, ModelError
 
 if sys.version_info >= (3, 11):
@@ -99,7 +99,7 @@ def load_model_source(source: str) -> tuple[Any, Any, str]:
     return model, tokenizer, "tiny"
 
 
-def tiny_config_from_file(path: Path) -> TinyModelConfig:
+def tiny_config_from_file(path: Path) -> v1.config.TinyModelConfig:
     """The `TinyModelConfig` in a `.toml` or `.json` file.
 
     Raises:
@@ -111,10 +111,10 @@ def tiny_config_from_file(path: Path) -> TinyModelConfig:
             document = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: invalid TOML: {exc}") from None
-        config = TinyModelConfig.from_toml(path, section="tiny_model" if "tiny_model" in document else None)
+        config = v1.config.TinyModelConfig.from_toml(path, section="tiny_model" if "tiny_model" in document else None)
     elif path.suffix == ".json":
         try:
-            config = TinyModelConfig(json.loads(path.read_text(encoding="utf-8")))
+            config = v1.config.TinyModelConfig(json.loads(path.read_text(encoding="utf-8")))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source}: invalid JSON: {exc}") from None
     else:

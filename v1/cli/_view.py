@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from v1.view import serve
+import v1  # v1.view (aiohttp) loads when the command runs
 
 DEFAULT_DIR = "outputs"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -50,7 +50,7 @@ def run(args: Any) -> int:
             print(f"v1 view: note: listening on {args.host}: anyone who can reach it can read these runs", flush=True)
 
     try:
-        asyncio.run(serve([d.resolve() for d in dirs], args.host, args.port, ready))
+        asyncio.run(v1.view.serve([d.resolve() for d in dirs], args.host, args.port, ready))
     except OSError as exc:
         print(f"v1 view: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
