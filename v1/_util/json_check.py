@@ -44,11 +44,8 @@ def compact_json(value: Any, *, allow_nan: bool = True) -> bytes:
 
 def is_json(value: Any) -> bool:
     """Whether `json.dumps(value)` succeeds."""
-    try:
-        if orjson.loads(orjson.dumps(value, option=_PLAIN_TYPES_ONLY)) == value:
-            return True
-    except TypeError:  # orjson.JSONEncodeError included
-        pass
+    if _orjson_text(value) is not None:
+        return True
     try:
         json.dumps(value)
     except (TypeError, ValueError, RecursionError):

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.descriptors import raise_descriptor_limit
-from v1._util.json_check import compact_json
 from v1._util.loop_scope import loop_scope
 from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving, tls_context
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -38,6 +37,7 @@ from v1.interception._connection_gate import (
     connection_limit,
 )
 from v1.interception._dialect import BadRequest, EndpointRequest, EndpointStreamWriter, deltas_of
+from v1.interception._dialect import dumps as _dumps
 from v1.interception._exchange import Answer, BodyTimedOut, BodyTooLarge, Exchange
 from v1.interception._in_process import EndpointApp
 from v1.interception._lookup import DEFAULT_DIALECT, DIALECTS, dialect_for_path
@@ -72,10 +72,6 @@ BODY_READ_TIMEOUT_S = 30.0
 """Model calls one rollout may have in flight at once; more get a 429 in the dialect's shape."""
 # JSON escapes of UTF-16 surrogates, or surrogates encoded as UTF-8: only then can a body hold a lone surrogate.
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
-
-
-def _dumps(value: Any) -> str:
-    return compact_json(value).decode()
 
 
 def auth_errors() -> tuple[type[Exception], ...]:
@@ -304,9 +300,8 @@ class EndpointServer:
         assert server is not None
         self._gate = ConnectionGate(server, lambda: server.connections, connection_limit(raise_descriptor_limit()))
         self.port = self._gate.listen(self.host, LISTEN_BACKLOG)
-        fallback = http_library().AsyncHTTPTransport(
-            trust_env=False, verify=tls_context(trust_env=False)
-        )  # compressed bodies go over the socket
+        # compressed bodies go over the socket
+        fallback = http_library().AsyncHTTPTransport(trust_env=False, verify=tls_context(trust_env=False))
         self.pools = EndpointPools(self.url, InProcessTransport(fallback))
         self._app = EndpointApp(self.dispatch, self.max_body_bytes)
         serve_in_process(self.url, self._app)

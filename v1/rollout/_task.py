@@ -47,15 +47,15 @@ def _frozen(value: Any) -> Any:
         if not math.isfinite(value):
             raise _NotJSON(f"{value!r} is not valid JSON (NaN and infinity are not allowed)")
         return value
-    if isinstance(value, dict) or (not isinstance(value, (list, tuple)) and isinstance(value, Mapping)):
+    if isinstance(value, (list, tuple)):
+        return FrozenList([_frozen(item) for item in value])
+    if isinstance(value, (dict, Mapping)):  # a dict is told apart before the slower Mapping check
         frozen = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _NotJSON(f"key {key!r} is not a string; JSON objects need string keys")
             frozen[key] = _frozen(item)
         return FrozenDict(frozen)
-    if isinstance(value, (list, tuple)):
-        return FrozenList([_frozen(item) for item in value])
     raise _NotJSON(f"{type(value).__name__} value {value!r:.80} is not JSON-serializable")
 
 
