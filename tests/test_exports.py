@@ -404,8 +404,9 @@ def test_the_public_surface_is_v1_its_leaf_modules_and_the_package_namespaces(su
     # `v1.env.EnvState` (the seed's reads of a rollout's handles): 548; `HandlerRubric` moved from
     # v1.classic to v1.env, `v1.env.set_rubric_view` (an import-time hook) dropped: 547; `v1.train` lists the
     # trainer's `RLTrainer`, `RLConfig`, `TrainerCallback` (v1's lazy names load them from there, not a private module): 550;
-    # `v1.clients.tls_context` (one TLS context a process for every pool the endpoint and the clients build): 551.
-    assert len(surface) <= 20 and names <= 551, f"the surface grew back: {len(surface)} modules, {names} names"
+    # `v1.clients.tls_context` (one TLS context a process for every pool the endpoint and the clients build): 551;
+    # `v1.env.PassRates` (pass@k kept per rollout, shared by the eval summary and `v1 view`): 552.
+    assert len(surface) <= 20 and names <= 552, f"the surface grew back: {len(surface)} modules, {names} names"
 
 
 def test_importing_v1_warns_about_nothing_of_its_own() -> None:

@@ -27,6 +27,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -60,6 +61,53 @@ def k_values(n: int) -> list[int]:
     """The k of pass@k for groups of n: powers of two up to n, and n itself."""
     ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
     return ks + ([n] if n and n not in ks else [])
+
+
+class PassRates:
+    """pass@k and pass-all@k, the means over examples of `pass_at_k` and `pass_all_at_k`, kept one rollout at a time.
+
+    An example's estimates depend only on its rollouts and passes `(n, correct)`, and an eval's
+    examples share few such pairs, so the rates are kept as a count of examples per pair: `add`
+    moves one example to its next pair, and reading the rates costs a few estimates per pair,
+    however many examples there are (an eval that writes its metadata every second does not slow
+    down as it grows). Each mean is the exact sum of its examples' estimates rounded once (what
+    `math.fsum` gives), over the number of examples with at least k rollouts.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}
+        self._pairs: Counter[tuple[int, int]] = Counter()
+        self.largest = 0
+        """The most rollouts any example has."""
+
+    def add(self, example: str, passed: bool) -> None:
+        """One more rollout of `example` (a key, e.g. its id as JSON), passing or not."""
+        counts = self._counts.setdefault(example, [0, 0])
+        if counts[0]:
+            pair = (counts[0], counts[1])
+            self._pairs[pair] -= 1
+            if not self._pairs[pair]:
+                del self._pairs[pair]
+        counts[0] += 1
+        counts[1] += passed
+        self._pairs[(counts[0], counts[1])] += 1
+        self.largest = max(self.largest, counts[0])
+
+    def pass_at_k(self) -> dict[str, float]:
+        """Mean over examples of pass@k, for k = 1, 2, 4, ... up to the most rollouts of an example, and that number."""
+        return self._means(pass_at_k)
+
+    def pass_all_k(self) -> dict[str, float]:
+        """Mean over examples of pass-all@k, for the same k as `pass_at_k`."""
+        return self._means(pass_all_at_k)
+
+    def _means(self, estimate: Callable[[int, int, int], float]) -> dict[str, float]:
+        result = {}
+        for k in k_values(self.largest):
+            pairs = [(pair, count) for pair, count in self._pairs.items() if pair[0] >= k]
+            total = sum((Fraction(estimate(n, correct, k)) * count for (n, correct), count in pairs), Fraction(0))
+            result[str(k)] = float(total) / sum(count for _, count in pairs)
+        return result
 
 
 TIMED_SPANS = ("setup", "generation", "scoring", "model", "env")
@@ -125,7 +173,7 @@ class EvalSummary:
         self._timing: dict[str, ExactSum] = {}
         self.error_types: Counter[str] = Counter()
         self.stop_conditions: Counter[str] = Counter()
-        self._per_example: dict[str, list[int]] = {}
+        self._passes = PassRates()
 
     def add(self, output: Mapping[str, Any]) -> None:
         """Fold one rollout's output into the aggregates.
@@ -163,9 +211,7 @@ class EvalSummary:
             span = timing.get(name)
             if isinstance(span, Mapping) and "duration" in span:
                 self._timing.setdefault(name, ExactSum()).add(span["duration"])
-        counts = self._per_example.setdefault(json.dumps(output.get("example_id")), [0, 0])
-        counts[0] += 1
-        counts[1] += reward >= self.pass_threshold
+        self._passes.add(json.dumps(output.get("example_id")), reward >= self.pass_threshold)
 
     @property
     def avg_reward(self) -> float:
@@ -179,24 +225,15 @@ class EvalSummary:
     def avg_error(self) -> float:
         return self.errors / self.count if self.count else 0.0
 
-    def _pass(self, estimate: Callable[[int, int, int], float]) -> dict[str, float]:
-        largest = max((n for n, _ in self._per_example.values()), default=0)
-        result = {}
-        for k in k_values(largest):
-            values = sorted(estimate(n, c, k) for n, c in self._per_example.values() if n >= k)
-            if values:
-                result[str(k)] = math.fsum(values) / len(values)
-        return result
-
     @property
     def pass_at_k(self) -> dict[str, float]:
         """Mean over examples of pass@k (k = 1, 2, 4, ... up to the rollouts per example)."""
-        return self._pass(pass_at_k)
+        return self._passes.pass_at_k()
 
     @property
     def pass_all_k(self) -> dict[str, float]:
         """Mean over examples of pass-all@k: the chance that k sampled rollouts all pass."""
-        return self._pass(pass_all_at_k)
+        return self._passes.pass_all_k()
 
     @property
     def usage(self) -> dict[str, float] | None:
@@ -462,6 +499,7 @@ __all__ = [
     "RESULTS_FILE",
     "EvalSummary",
     "ExactSum",
+    "PassRates",
     "ResultsWriter",
     "RolloutKey",
     "create_run_folder",

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.exact_sum import ExactSum, finite_number
-from v1.env import METADATA_FILE, RESULTS_FILE, k_values, pass_all_at_k, pass_at_k
+from v1.env import METADATA_FILE, RESULTS_FILE, PassRates
 
 TRAIN_METRICS_FILE = "metrics.jsonl"
 TRAIN_SUMMARY_FILE = "summary.json"
@@ -236,7 +236,7 @@ def summarize_rows(rows: list[dict[str, Any]], pass_threshold: float) -> dict[st
     metrics: dict[str, list[float]] = {}
     usage: dict[str, list[float]] = {}
     timing: dict[str, list[float]] = {}
-    per_example: dict[str, list[int]] = {}
+    passes = PassRates()
     errors: Counter[str] = Counter()
     stops: Counter[str] = Counter()
     for row in rows:
@@ -249,25 +249,14 @@ def summarize_rows(rows: list[dict[str, Any]], pass_threshold: float) -> dict[st
         if row["error"]:
             errors[row["error"]] += 1
         stops[str(row["stop"])] += 1
-        counts = per_example.setdefault(json.dumps(row["example_id"]), [0, 0])
-        counts[0] += 1
-        counts[1] += (row["reward"] or 0.0) >= pass_threshold
-
-    def passing(estimate: Any) -> dict[str, float]:
-        largest = max((n for n, _ in per_example.values()), default=0)
-        result = {}
-        for k in k_values(largest):
-            values = sorted(estimate(n, c, k) for n, c in per_example.values() if n >= k)
-            if values:
-                result[str(k)] = math.fsum(values) / len(values)
-        return result
+        passes.add(json.dumps(row["example_id"]), (row["reward"] or 0.0) >= pass_threshold)
 
     return {
         "avg_reward": mean([row["reward"] or 0.0 for row in rows]),
         "avg_metrics": {name: mean(values) for name, values in sorted(metrics.items())},
         "avg_error": sum(errors.values()) / count if count else 0.0,
-        "pass_at_k": passing(pass_at_k),
-        "pass_all_k": passing(pass_all_at_k),
+        "pass_at_k": passes.pass_at_k(),
+        "pass_all_k": passes.pass_all_k(),
         "pass_threshold": pass_threshold,
         "usage": {name: mean(values, count) for name, values in sorted(usage.items())} if usage else None,
         "num_rollouts": count,
