@@ -14,11 +14,11 @@ import asyncio
 import importlib.util
 import logging
 import os
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from v1._util.single_flight import SingleFlight
+from v1._util.weak_identity import WeakIdentityMap
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class LoopScope:
                 logger.exception("closing a loop-scoped resource failed")
 
 
-_scopes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopScope] = weakref.WeakKeyDictionary()
+_scopes: WeakIdentityMap[asyncio.AbstractEventLoop, LoopScope] = WeakIdentityMap()
 
 
 async def _close_at_loop_shutdown(scope: LoopScope) -> AsyncIterator[None]:
@@ -88,7 +88,7 @@ async def loop_scope() -> LoopScope:
 
 async def close_loop_scope() -> None:
     """Close the running loop's endpoint server and shared clients now."""
-    scope = _scopes.pop(asyncio.get_running_loop(), None)
+    scope = _scopes.pop(asyncio.get_running_loop())
     if scope is not None:
         await scope.aclose()
 

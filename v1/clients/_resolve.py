@@ -10,6 +10,7 @@ from typing import Any
 
 from v1._util.calling import is_async_callable
 from v1._util.loop_scope import LoopScope, loop_scope
+from v1._util.weak_identity import WeakIdentityMap
 from v1.clients._anthropic_messages import AnthropicMessagesClient
 from v1.clients._base import Client
 from v1.clients._http import is_async_openai
@@ -84,7 +85,7 @@ class _ClientsByObject:
         self._known[key] = (weakref.ref(config, lambda _: self._known.pop(key, None)), config.model_copy(deep=True), client)
 
 
-_by_object: weakref.WeakKeyDictionary[LoopScope, _ClientsByObject] = weakref.WeakKeyDictionary()
+_by_object: WeakIdentityMap[LoopScope, _ClientsByObject] = WeakIdentityMap()
 
 
 async def shared_client(config: ClientConfig) -> Client[Any, Any, Any, Any]:

@@ -9,13 +9,12 @@ import this module; programs (`v1/programs/`) and the state never do, which
 
 from __future__ import annotations
 
-import weakref
-
+from v1._util.weak_identity import WeakIdentityMap
 from v1.errors import ModelError
 from v1.interception._session import UpstreamHandles
 from v1.rollout import RolloutRuntime, State
 
-_handles: weakref.WeakKeyDictionary[RolloutRuntime, UpstreamHandles] = weakref.WeakKeyDictionary()
+_handles: WeakIdentityMap[RolloutRuntime, UpstreamHandles] = WeakIdentityMap()
 
 
 def upstream(state: State) -> UpstreamHandles:
