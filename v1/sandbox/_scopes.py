@@ -32,22 +32,27 @@ class _Shared:
 
 @dataclass
 class SandboxScopes:
-    """The sandboxes of one harness, keyed by scope key and config."""
+    """The sandboxes of one harness, keyed by scope key, then config.
 
-    shared: dict[tuple[str, str], _Shared] = field(default_factory=dict)
+    Keyed by scope first, so ending one rollout's scope touches its own sandboxes only, however
+    many other rollouts hold theirs (thousands in flight at once).
+    """
+
+    shared: dict[str, dict[str, _Shared]] = field(default_factory=dict)
     expiring: set[asyncio.Future[None]] = field(default_factory=set)
 
     async def get(self, config: SandboxConfig, scope_key: str, endpoint: EndpointTarget | None, labels: list[str]) -> Sandbox:
-        key = (scope_key, config.model_dump_json())
-        entry = self.shared.get(key)
+        key = config.model_dump_json()
+        scope = self.shared.setdefault(scope_key, {})
+        entry = scope.get(key)
         if entry is None:
             future = asyncio.ensure_future(get_manager().create(config, endpoint=endpoint, labels=labels))
-            entry = self.shared[key] = _Shared(future)
-            future.add_done_callback(lambda done: self._start_lifetime(key, config, done))
+            entry = scope[key] = _Shared(future)
+            future.add_done_callback(lambda done: self._start_lifetime(scope_key, key, config, done))
         return await asyncio.shield(entry.future)
 
-    def _start_lifetime(self, key: tuple[str, str], config: SandboxConfig, done: asyncio.Future[Sandbox]) -> None:
-        entry = self.shared.get(key)
+    def _start_lifetime(self, scope_key: str, key: str, config: SandboxConfig, done: asyncio.Future[Sandbox]) -> None:
+        entry = self.shared.get(scope_key, {}).get(key)
         if entry is None or done.cancelled() or done.exception() is not None:
             return
         sandbox = done.result()
@@ -63,8 +68,7 @@ class SandboxScopes:
     async def close(self, scope_key: str) -> list[Exception]:
         """Delete the sandboxes of one scope; returns the errors (each sandbox is still attempted)."""
         errors: list[Exception] = []
-        for key in [key for key in self.shared if key[0] == scope_key]:
-            entry = self.shared.pop(key)
+        for entry in self.shared.pop(scope_key, {}).values():
             if entry.lifetime is not None:
                 entry.lifetime.cancel()
             if not entry.future.done():
@@ -77,9 +81,6 @@ class SandboxScopes:
             except Exception as exc:
                 errors.append(exc)
         return errors
-
-    def keys(self) -> set[str]:
-        return {key[0] for key in self.shared}
 
 
 @dataclass
