@@ -76,22 +76,28 @@ class PassRates:
 
     def __init__(self) -> None:
         self._counts: dict[str, list[int]] = {}
-        self._pairs: Counter[tuple[int, int]] = Counter()
+        self._pairs: dict[tuple[int, int], int] = {}
         self.largest = 0
         """The most rollouts any example has."""
 
     def add(self, example: str, passed: bool) -> None:
         """One more rollout of `example` (a key, e.g. its id as JSON), passing or not."""
-        counts = self._counts.setdefault(example, [0, 0])
-        if counts[0]:
+        pairs, counts = self._pairs, self._counts.get(example)
+        if counts is None:
+            counts = self._counts[example] = [0, 0]
+        else:
             pair = (counts[0], counts[1])
-            self._pairs[pair] -= 1
-            if not self._pairs[pair]:
-                del self._pairs[pair]
+            left = pairs[pair] - 1
+            if left:
+                pairs[pair] = left
+            else:
+                del pairs[pair]
         counts[0] += 1
         counts[1] += passed
-        self._pairs[(counts[0], counts[1])] += 1
-        self.largest = max(self.largest, counts[0])
+        pair = (counts[0], counts[1])
+        pairs[pair] = pairs.get(pair, 0) + 1
+        if counts[0] > self.largest:
+            self.largest = counts[0]
 
     def pass_at_k(self) -> dict[str, float]:
         """Mean over examples of pass@k, for k = 1, 2, 4, ... up to the most rollouts of an example, and that number."""
