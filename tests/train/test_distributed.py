@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -366,24 +367,46 @@ def engine_session(launch: Launch) -> int:
     return session
 
 
-def kill_and_check_the_vllm_run_ends_whole(launch: Launch, victim: str) -> None:
-    """SIGKILL `victim` of `launch` (mid-run: a step trained) and check every process ends, with the line that says why."""
+@dataclass(frozen=True)
+class Killed:
+    """What `kill_each_after_its_first_step` killed in one run, and that run's processes at that moment."""
+
+    launch: Launch
+    victim: str
+    ranks: dict[int, int]
+    session: int
+
+
+def kill_each_after_its_first_step(victims: dict[str, Launch]) -> list[Killed]:
+    """SIGKILL each victim (name -> its run) as soon as its run has trained a step, whichever run gets there first."""
+    killed: dict[str, Killed] = {}
+
+    def kill_the_ready() -> bool:
+        for victim, launch in victims.items():
+            if victim not in killed and launch.trained(1):
+                ranks, session = launch.ranks(), engine_session(launch)
+                os.kill({"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim], signal.SIGKILL)
+                killed[victim] = Killed(launch, victim, ranks, session)
+        return len(killed) == len(victims)
+
+    wait_for(kill_the_ready, f"the first step of each of {', '.join(victims)}")
+    return [killed[victim] for victim in victims]
+
+
+def check_the_vllm_run_ends_whole(killed: Killed) -> None:
+    """Every process of the killed run ends, with the line that says why."""
     from v1.inference._vllm_server import session_members
 
-    wait_for(lambda: launch.trained(1), f"{victim} run: the first step")
-    ranks, session = launch.ranks(), engine_session(launch)
-    target = {"engine": session, "rank 0": ranks[0], "launcher": launch.process.pid}[victim]
-    os.kill(target, signal.SIGKILL)
-    every = lambda: [*(pid for pid in ranks.values() if alive(pid)), *session_members(session)]  # noqa: E731
-    wait_for(lambda: not every(), f"every process gone after SIGKILL of {victim}", HANG_S)
-    stderr = launch.stderr()
+    every = lambda: [*(pid for pid in killed.ranks.values() if alive(pid)), *session_members(killed.session)]  # noqa: E731
+    wait_for(lambda: not every(), f"every process gone after SIGKILL of {killed.victim}", HANG_S)
+    stderr = killed.launch.stderr()
     expected = {
-        "engine": (f"vLLM (pid {session}) exited -9 mid-run",),
+        "engine": (f"vLLM (pid {killed.session}) exited -9 mid-run",),
         "rank 0": ("rank 1: stopped by SIGTERM", "rank 1: another rank's connection closed mid-collective"),
         "launcher": ("rank 0: the launcher (torchrun)",),
-    }[victim]
+    }[killed.victim]
     # rank 1 ends by torchrun's SIGTERM, or first by its collective failing when rank 0's socket closes
-    assert any(line in stderr for line in expected), f"{victim}: {stderr[-3000:]}"
+    assert any(line in stderr for line in expected), f"{killed.victim}: {stderr[-3000:]}"
 
 
 @pytest.mark.slow
@@ -395,7 +418,8 @@ def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes
 
     # Four runs start together: one trains 2 steps and exits; in each of the others the engine, rank 0 or the
     # launcher is SIGKILLed as soon as a step has trained. Each run is mostly vLLM's start-up, mostly one busy
-    # process: one after another they cost the suite minutes with a core idle.
+    # process: one after another they cost the suite minutes with a core idle. Every victim is killed before
+    # any run is checked, each as soon as it can be: a run left training takes the cores the others need.
     victims = ("engine", "rank 0", "launcher")
     finishing = Launch(short_recipe(VLLM_RECIPE, tmp_path / "finishing", max_steps=2))
     launches = {"finishing": finishing}
@@ -404,8 +428,8 @@ def test_two_ranks_train_the_vllm_recipe_and_the_run_ends_whole_when_it_finishes
             launches[victim] = Launch(short_recipe(VLLM_RECIPE, tmp_path / victim.replace(" ", "_"), max_steps=200))
         wait_for(lambda: started_engine(finishing) is not None, "vLLM started")
         session = engine_session(finishing)
-        for victim in victims:
-            kill_and_check_the_vllm_run_ends_whole(launches[victim], victim)
+        for each in kill_each_after_its_first_step({victim: launches[victim] for victim in victims}):
+            check_the_vllm_run_ends_whole(each)
         assert finishing.process.wait(timeout=HANG_S) == 0, finishing.stderr()[-3000:]
     finally:
         for launch in launches.values():
