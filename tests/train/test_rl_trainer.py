@@ -125,7 +125,7 @@ def test_rl_trainer_trains_the_tiny_recipe_as_far_as_v1_train(tmp_path: Path) ->
     assert result.eval_before is not None and result.eval_after is not None
     # Both runs clear the bar `v1 train` is held to. Their gains are not compared with each other: which
     # rollouts a step trains on depends on when each finished, so two runs part from step 2 (one seen
-    # at 0.61 and 0.88, one at 0.88 and 0.88); a trainer that does not learn stays near 0.
+    # at 0.61 and 0.88); a trainer that does not learn stays near 0.
     gain, cli_gain = result.eval_after - result.eval_before, cli["eval_after"] - cli["eval_before"]
     assert cli_gain > 0.5, cli
     assert gain > 0.5, (result.eval_before, result.eval_after, cli)
