@@ -154,12 +154,12 @@ def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> Response
     )
 
 
-CANONICAL_ONLY = ("is_error", "reasoning_signature")
+CANONICAL_ONLY = frozenset({"is_error", "reasoning_signature"})
 """Keys of canonical messages that Chat Completions has no field for (kept on the trajectory, not sent)."""
 
 
 def _wire_message(message: Any) -> Any:
-    if any(key in message for key in CANONICAL_ONLY):
+    if not CANONICAL_ONLY.isdisjoint(message):
         return {key: value for key, value in message.items() if key not in CANONICAL_ONLY}
     return message
 

@@ -413,9 +413,10 @@ class EndpointServer:
 
     def _key_matches(self, session: RolloutSession | None, rollout: str, headers: Mapping[str, str]) -> bool:
         presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
-        authorization = headers.get("Authorization", "")
-        if presented is None and authorization[:7].lower() == "bearer ":
-            presented = authorization[7:].strip()
+        if presented is None:
+            authorization = headers.get("authorization", "")
+            if authorization[:7].lower() == "bearer ":
+                presented = authorization[7:].strip()
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
         pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
