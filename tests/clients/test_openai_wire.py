@@ -87,6 +87,25 @@ async def test_the_request_carries_the_sdks_headers_the_key_and_the_json_body(
     assert body == {"temperature": 0.5, "model": "m", "messages": PROMPT, "top_k": 3}  # extra_body merged at the top
 
 
+async def test_a_header_from_the_state_replaces_the_configured_one_of_the_same_name(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    seen: list[list[tuple[str, str]]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append([(name, value) for name, value in request.headers.items() if name.lower() == "x-session-id"])
+        return web.json_response(ANSWER)
+
+    client = await client_for(
+        await serve(handler),
+        extra_headers={"X-Session-ID": "configured"},
+        extra_headers_from_state={"X-Session-ID": "example_id"},
+    )
+    await client.get_response(PROMPT, "m", {}, state={"example_id": 7})
+    await client.get_response(PROMPT, "m", {})
+    assert seen == [[("X-Session-ID", "7")], [("X-Session-ID", "configured")]]  # one value each: the state's wins
+
+
 @pytest.mark.parametrize(
     ("status", "error_class"),
     [

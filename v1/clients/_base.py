@@ -45,6 +45,7 @@ REQUEST_FIELDS = frozenset(
     | {"previous_response_id", "conversation", "store", "background", "n", "best_of", "echo", "suffix"}
 )
 """What a request says besides sampling: the client sets these itself, never from sampling args."""
+_NOT_SAMPLING = TRANSPORT_OPTIONS | REQUEST_FIELDS
 
 
 def retry_after(error: BaseException) -> float | None:
@@ -133,7 +134,7 @@ def split_create_args(args: Mapping[str, Any], create_params: frozenset[str]) ->
         args: sampling args, already in the provider's names.
         create_params: the names `create()` takes (without `extra_body`).
     """
-    refused = TRANSPORT_OPTIONS | REQUEST_FIELDS
+    refused = _NOT_SAMPLING
     known = {k: v for k, v in args.items() if k in create_params and k not in refused and v is not None}
     extra = {k: v for k, v in args.items() if k not in create_params and k not in refused and v is not None}
     nested = args.get("extra_body")

@@ -27,14 +27,15 @@ class InProcessApp(Protocol):
     """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
 
     An app may also offer ``post(path, headers, body)``, answering ``(status, headers, body)`` (or None:
-    declined) for a POST read whole: `InProcessTransport.post` then hands it the bytes as they are.
+    declined; header names in lower case) for a POST read whole: `InProcessTransport.post` then hands it
+    the bytes as they are.
     """
 
     async def handle_async_request(self, request: Any) -> Any | None: ...
 
 
 class WholeAnswer(NamedTuple):
-    """An answer read to its end: status, headers (any case), body."""
+    """An answer read to its end: status, headers (their `get` finds a name given in lower case), body."""
 
     status: int
     headers: Mapping[str, str]

@@ -15,7 +15,7 @@ from v1.clients._http import async_client_class, http_library, is_async_openai, 
 from v1.clients._openai_wire import OpenAIWire, sdk_headers
 from v1.config import ClientConfig
 from v1.errors import Error, InvalidModelResponseError, ModelError, OverlongPromptError
-from v1.types import Messages, Response, ResponseDelta, ResponseMessage, ResponseTokens, SamplingArgs, Tool, ToolCall, Usage
+from v1.types import Messages, Response, ResponseDelta, ResponseTokens, SamplingArgs, Tool, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -119,14 +119,20 @@ def raise_for_upstream_error(response: Any, api: str) -> None:
 
 def usage_from_openai(usage: dict[str, Any] | None) -> Usage | None:
     """The `usage` object of an OpenAI Chat Completions or Completions answer as a `Usage`."""
+    fields = usage_fields(usage)
+    return None if fields is None else Usage(**fields)
+
+
+def usage_fields(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fields of `usage_from_openai`'s `Usage`, not validated yet; None when the answer has no usage."""
     if not usage:
         return None
-    return Usage(
-        prompt_tokens=usage.get("prompt_tokens") or 0,
-        completion_tokens=usage.get("completion_tokens") or 0,
-        total_tokens=usage.get("total_tokens") or 0,
-        reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
-    )
+    return {
+        "prompt_tokens": usage.get("prompt_tokens") or 0,
+        "completion_tokens": usage.get("completion_tokens") or 0,
+        "total_tokens": usage.get("total_tokens") or 0,
+        "reasoning_tokens": (usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
+    }
 
 
 def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> ResponseTokens | None:
@@ -148,12 +154,12 @@ def tokens_from_choice(data: NativeResponse, choice: dict[str, Any]) -> Response
     )
 
 
-CANONICAL_ONLY = ("is_error", "reasoning_signature")
+CANONICAL_ONLY = frozenset({"is_error", "reasoning_signature"})
 """Keys of canonical messages that Chat Completions has no field for (kept on the trajectory, not sent)."""
 
 
 def _wire_message(message: Any) -> Any:
-    if any(key in message for key in CANONICAL_ONLY):
+    if not CANONICAL_ONLY.isdisjoint(message):
         return {key: value for key, value in message.items() if key not in CANONICAL_ONLY}
     return message
 
@@ -396,30 +402,34 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
             raise InvalidModelResponseError(f"chat completion has no usable choices: {str(response)[:200]}")
 
     def from_native_response(self, response: NativeResponse) -> Response:
+        """The answer as a `Response`, validated in one pass over its fields (a nested model built
+        and validated apiece costs as much again)."""
         choice = response["choices"][0]
         message = choice["message"]
         tool_calls = [
-            ToolCall(
-                id=call.get("id") or f"call_{i}",
-                name=call["function"]["name"],
-                arguments=call["function"].get("arguments") or "{}",
-            )
+            {
+                "id": call.get("id") or f"call_{i}",
+                "name": call["function"]["name"],
+                "arguments": call["function"].get("arguments") or "{}",
+            }
             for i, call in enumerate(message.get("tool_calls") or [])
         ]
         finish_reason = FINISH_REASONS.get(choice.get("finish_reason") or "")
-        return Response(
-            id=response.get("id") or "",
-            created=int(response.get("created") or time.time()),
-            model=response.get("model") or "",
-            usage=usage_from_openai(response.get("usage")),
-            message=ResponseMessage(
-                content=message.get("content"),
-                reasoning_content=message.get("reasoning_content") or message.get("reasoning"),
-                finish_reason=finish_reason,  # type: ignore[arg-type]
-                is_truncated=finish_reason == "length",
-                tokens=tokens_from_choice(response, choice),
-                tool_calls=tool_calls or None,
-            ),
+        return Response.model_validate(
+            {
+                "id": response.get("id") or "",
+                "created": int(response.get("created") or time.time()),
+                "model": response.get("model") or "",
+                "usage": usage_fields(response.get("usage")),
+                "message": {
+                    "content": message.get("content"),
+                    "reasoning_content": message.get("reasoning_content") or message.get("reasoning"),
+                    "finish_reason": finish_reason,
+                    "is_truncated": finish_reason == "length",
+                    "tokens": tokens_from_choice(response, choice),
+                    "tool_calls": tool_calls or None,
+                },
+            }
         )
 
     async def close(self) -> None:

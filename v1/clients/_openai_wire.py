@@ -131,6 +131,7 @@ class OpenAIWire:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.timeout),
+                headers=self.headers,  # every request's: copied by aiohttp as they are, not parsed again per request
                 # proxies from the environment, as the SDK's default client; aiohttp looks them up in a
                 # thread on every request, so only when the environment names one for this URL
                 trust_env=proxied(self.base_url),
@@ -181,15 +182,11 @@ class OpenAIWire:
         """
         data = encode_json(body)
         if served_in_process(url) is None:
-            sent = [*self._raw_headers, *headers.items()] if headers else self._raw_headers
-            answer = await self.session().request("POST", url, data=data, headers=sent, allow_redirects=False)
+            # a request's own headers replace the session's of the same name, as the SDK merges its default headers
+            answer = await self.session().request("POST", url, data=data, headers=headers or None, allow_redirects=False)
             return AiohttpAnswer(answer)
         merged = {**self.headers, **headers} if headers else self._parsed_headers()
         return await self.transport.handle_async_request(post_request(url, merged, data))
-
-    @functools.cached_property
-    def _raw_headers(self) -> list[tuple[str, str]]:
-        return list(self.headers.items())
 
     def _parsed_headers(self) -> Any:
         """`headers` as the HTTP library's `Headers`, parsed once (each request copies them)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -57,9 +57,12 @@ never part of the upstream request.
 """
 
 
-def pick_sampling_args(body: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """The entries of `body` named in `names` (a dialect's own sampling params), None values dropped."""
-    return {name: body[name] for name in names if body.get(name) is not None}
+def pick_sampling_args(body: Mapping[str, Any], names: Container[str]) -> dict[str, Any]:
+    """The entries of `body` named in `names` (a dialect's own sampling params), None values dropped.
+
+    A body holds a few keys and `names` a score: the body's keys are the ones walked.
+    """
+    return {name: value for name, value in body.items() if name in names and value is not None}
 
 
 class BadRequest(Exception):

@@ -187,13 +187,13 @@ class EndpointApp:
             raise
 
     async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes]:
-        """A POST read whole (`InProcessTransport.post`): the handler's answer, a streamed one gathered."""
+        """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered."""
         exchange, handler = _start(self, "POST", path, RequestHeaders(headers.items()), body)
         await self._ready(exchange)
         if exchange.stream_headers is None:
             return _whole_answer(handler)
         chunks = [chunk async for chunk in _chunks_class()(exchange, handler)]
-        return 200, dict(exchange.stream_headers), b"".join(chunks)
+        return 200, {name.lower(): value for name, value in exchange.stream_headers.items()}, b"".join(chunks)
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()

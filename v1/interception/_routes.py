@@ -18,6 +18,9 @@ from v1.interception._exchange import Answer, Exchange
 RouteHandler = Callable[[str, Exchange, Mapping[str, str]], Awaitable[Answer | None]]
 """`handle(rollout id, exchange, route fields)` -> the answer, or None once it streamed."""
 
+Found = tuple["Route", str, dict[str, str]]
+"""A path's route, rollout id and route field values (`RouteTable.find`)."""
+
 _UNDER_ROLLOUT = re.compile(r"/r/([^{}/]+)(/.*)")
 
 
@@ -47,7 +50,7 @@ class RouteTable:
         self._exact = {route.path: route for route in reversed(self.routes) if "{" not in route.path}
         self._patterned = [route for route in self.routes if "{" in route.path]
 
-    def find(self, path: str) -> tuple[Route, str, dict[str, str]] | None:
+    def find(self, path: str) -> Found | None:
         """The route a request path takes, the rollout id and the route's field values; None for an unknown path."""
         under = _UNDER_ROLLOUT.fullmatch(path)
         if under is None:
@@ -62,13 +65,12 @@ class RouteTable:
                 return route, rollout, fields.groupdict()
         return None
 
-    async def dispatch(self, exchange: Exchange) -> Answer | None:
-        """Answer one request, whichever carrier brought it; None once the handler streamed."""
-        found = self.find(exchange.path)
+    async def dispatch(self, exchange: Exchange, found: Found | None) -> Answer | None:
+        """Answer one request, whichever carrier brought it, on the route `find` gave for its path; None once the handler streamed."""
         if found is None:
             return await self._unknown(exchange)
         route, rollout, fields = found
         return await route.handle(rollout, exchange, fields)
 
 
-__all__ = ["Route", "RouteHandler", "RouteTable"]
+__all__ = ["Found", "Route", "RouteHandler", "RouteTable"]

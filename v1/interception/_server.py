@@ -42,7 +42,7 @@ from v1.interception._exchange import Answer, BodyTimedOut, BodyTooLarge, Exchan
 from v1.interception._in_process import EndpointApp
 from v1.interception._lookup import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception._relay import StreamRelay
-from v1.interception._routes import Route, RouteTable
+from v1.interception._routes import Found, Route, RouteTable
 from v1.interception._sdk import EndpointPools
 from v1.interception._session import RolloutSession, StopCheck
 from v1.interception._upstream import upstream
@@ -382,9 +382,10 @@ class EndpointServer:
         An authorized request first reserves its declared body size in `body_budget` (see `BodyBudget`),
         held until it is answered; one over the largest body or the budget gets a 413 before its body is read.
         """
-        rollout = exchange.authorized = self._authorized_rollout(exchange.path, exchange.headers)
+        found = self.routes.find(exchange.path)
+        rollout = exchange.authorized = self._key_holder(found, exchange.headers)
         if rollout is None:  # answered 401 (or 404) without reading a body
-            return await self.routes.dispatch(exchange)
+            return await self.routes.dispatch(exchange, found)
         size = declared_size(exchange.method, exchange.headers, self.max_body_bytes)
         refusal = (
             f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
@@ -395,13 +396,16 @@ class EndpointServer:
             exchange.close_after = True
             return error_response(413, refusal, code="request_too_large", dialect=dialect_for_path(exchange.path))
         try:
-            return await self.routes.dispatch(exchange)
+            return await self.routes.dispatch(exchange, found)
         finally:
             self.body_budget.give_back(rollout, size)
 
     def _authorized_rollout(self, path: str, headers: Mapping[str, str]) -> str | None:
         """The rollout a request is for when it presents that rollout's key; else None."""
-        found = self.routes.find(path)
+        return self._key_holder(self.routes.find(path), headers)
+
+    def _key_holder(self, found: Found | None, headers: Mapping[str, str]) -> str | None:
+        """The rollout of a request's route (`RouteTable.find`) when the request presents that rollout's key; else None."""
         if found is None:
             return None
         rollout = found[1]
@@ -409,9 +413,10 @@ class EndpointServer:
 
     def _key_matches(self, session: RolloutSession | None, rollout: str, headers: Mapping[str, str]) -> bool:
         presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
-        authorization = headers.get("Authorization", "")
-        if presented is None and authorization[:7].lower() == "bearer ":
-            presented = authorization[7:].strip()
+        if presented is None:
+            authorization = headers.get("authorization", "")
+            if authorization[:7].lower() == "bearer ":
+                presented = authorization[7:].strip()
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
         pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach

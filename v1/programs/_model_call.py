@@ -10,7 +10,6 @@ it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from v1._util.bounded_json import loads
@@ -35,16 +34,15 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
     Raises:
         openai.APIStatusError: the endpoint refused the call (a stopped rollout) or the upstream failed.
     """
-    config = state.get_endpoint_config()
     access = state.runtime.endpoint
-    if access is None:
+    if access is None or not access.open:
         raise EndpointError("this rollout has no open endpoint")
-    url = config["base_url"] + route
-    body = encode_json({**request, "model": config["model"]})
+    url = access.base_url + route
+    body = encode_json({**request, "model": state.get_model()})
     headers = {
-        "Authorization": f"Bearer {config['api_key']}",
-        "Content-Type": "application/json",
-        "Content-Length": str(len(body)),
+        "authorization": "Bearer " + access.api_key,
+        "content-type": "application/json",
+        "content-length": str(len(body)),
     }
     try:
         answer = await access.pools.transport.post(url, headers, body)
@@ -52,13 +50,9 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         raise transport_error(exc, url) from exc
     if answer.status >= 400:
         raise status_error(answer.status, answer.headers, answer.body, url)
-    if _content_type(answer.headers).startswith("text/event-stream"):
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
         raise ValueError("call_model is for answers that do not stream")
     return loads(answer.body, "the endpoint's answer", finite=False)  # type: ignore[no-any-return]
-
-
-def _content_type(headers: Mapping[str, str]) -> str:
-    return next((value for name, value in headers.items() if name.lower() == "content-type"), "")
 
 
 __all__ = ["CHAT_ROUTE", "COMPLETIONS_ROUTE", "call_model"]
