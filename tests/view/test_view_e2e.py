@@ -311,7 +311,9 @@ def test_click_from_the_runs_list_into_a_rollout_with_tool_calls(site: Site, pag
     assert tab.locator("#rollout-table tbody tr").count() == 8
     shoot(tab, "run")
 
-    tab.locator("#rollout-table tbody tr").first.click()
+    rows = tab.locator("#rollout-table tbody tr")  # in the order they were saved, which groups finishing first decide
+    examples = [rows.nth(i).locator("td").nth(1).inner_text().strip() for i in range(rows.count())]
+    rows.nth(examples.index("0")).click()  # example 0 asks "Which sea does the longest river in Europe flow into?"
     tab.locator("#conversation").wait_for()
     conversation = tab.locator("#conversation")
     roles = conversation.locator(".msg > .role").all_inner_texts()
