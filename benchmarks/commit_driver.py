@@ -54,6 +54,11 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def system_seconds() -> float:
+    """The kernel's share of `cpu_seconds` (system calls: the sockets and the event loop's polling)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 async def gate(word: str) -> None:
     """Say `word` on stdout and wait for a line on stdin (`instructions.py` switches callgrind's counting then)."""
     print(word, flush=True)
@@ -86,15 +91,17 @@ async def rollouts(
     if gated:
         await gate("READY")
     with profiler or contextlib.nullcontext(), v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts
-        started, cpu_started = time.perf_counter(), cpu_seconds()
+        started, cpu_started, system_started = time.perf_counter(), cpu_seconds(), system_seconds()
         results = await asyncio.gather(*(one() for _ in range(n)))
         wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+        system = system_seconds() - system_started
     if gated:
         await gate("DONE")
     await harness.teardown()
     return {
         "rollouts_per_s": n / wall,
         "cpu_ms_per_rollout": 1000 * cpu / n,
+        "system_ms_per_rollout": 1000 * system / n,
         "wall_s": wall,
         "errors": results.count(False),
         "v1_file": v1.__file__,
