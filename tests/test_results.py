@@ -6,6 +6,7 @@ import json
 import math
 import random
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,45 @@ def test_load_keeps_finished_groups_and_drops_the_rest(tmp_path: Path) -> None:
 def test_resuming_needs_a_run_folder(tmp_path: Path) -> None:
     with pytest.raises(vf.ConfigError, match=r"no metadata\.json there"):
         vf.ResultsWriter.resuming(tmp_path)
+
+
+def exact_mean(values: list[float], count: int) -> float:
+    return float(sum((Fraction(value) for value in values), Fraction(0)) / count) if count else 0.0
+
+
+def test_summary_means_are_the_exact_means_of_every_table_of_random_outputs() -> None:
+    rng = random.Random(11)
+    summary = vf.EvalSummary()
+    seen: dict[str, list[float]] = {}
+    for index in range(300):
+        metrics = {name: rng.uniform(-1e3, 1e3) for name in rng.sample(["a", "b.c", "d"], rng.randint(0, 3))}
+        usage = {"input_tokens": float(rng.randint(0, 10**6)), "output_tokens": rng.random()}
+        spans = {name: {"start": 1.0, "duration": rng.random()} for name in rng.sample(["setup", "model", "scoring"], 2)}
+        timing = {"total": rng.random() * 10, "overhead": rng.random(), **spans}
+        reward = rng.choice([None, rng.random(), 1])
+        summary.add({"example_id": index % 7, "reward": reward, "metrics": metrics, "token_usage": usage, "timing": timing})
+        seen.setdefault("reward", []).append(float(reward or 0.0))
+        for table, values in (("metrics", metrics), ("usage", usage)):
+            for name, value in values.items():
+                seen.setdefault(f"{table}.{name}", []).append(value)
+        for name in ("total", "overhead"):
+            seen.setdefault(f"timing.{name}", []).append(timing[name])
+        for name, span in spans.items():
+            seen.setdefault(f"timing.{name}", []).append(span["duration"])
+    assert summary.avg_reward == exact_mean(seen["reward"], 300)
+    assert summary.avg_metrics == {
+        name: exact_mean(seen[f"metrics.{name}"], len(seen[f"metrics.{name}"])) for name in ("a", "b.c", "d")
+    }
+    assert summary.usage == {name: exact_mean(seen[f"usage.{name}"], 300) for name in ("input_tokens", "output_tokens")}
+    timed = ("model", "overhead", "scoring", "setup", "total")
+    assert summary.avg_timing == {name: exact_mean(seen[f"timing.{name}"], 300) for name in timed}
+
+
+def test_an_output_refused_for_its_last_number_adds_none_of_the_others() -> None:
+    summary = vf.EvalSummary()
+    summary.add(output(0, 0, 1.0))
+    before = summary.metadata()
+    refused = output(1, 0, 0.0, timing={"total": 0.5, "model": {"duration": "slow"}})
+    with pytest.raises(ValueError, match=r"field 'timing\.model\.duration': 'slow' is not a finite number"):
+        summary.add(refused)
+    assert summary.metadata() == before

@@ -44,6 +44,10 @@ class ExactSum:
         number = finite_number(value)
         if number is None:
             raise ValueError(f"{str(value)[:40]!r} is not a finite number")
+        self.add_finite(number)
+
+    def add_finite(self, number: float) -> None:
+        """Add one value that `finite_number` has already turned into a finite float."""
         numerator, denominator = number.as_integer_ratio()
         self._units += numerator << (_UNIT_BITS - denominator.bit_length() + 1)
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
+import orjson
+
 from v1._util import loop_scope as loop_scope
 from v1._util.calling import resize_pool
 from v1._util.gc_tuning import batch_gc
@@ -43,6 +45,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MESSAGE_TYPES = ("chat", "completion")
+
+_PLAIN_OR_FROZEN = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+"""orjson refuses a dataclass or a datetime here (a state's fields are JSON once finalized); a task's
+`FrozenDict`/`FrozenList` (dict and list subclasses) are written as the dict and list they are."""
 
 OUTPUT_FIELDS = (
     "example_id",
@@ -99,12 +105,26 @@ def state_to_output(
     values = {**state, "answer": task.get("answer"), "info": task.get("info") or {}}
     values["rollout_index"] = rollout_index
     values["attempts"] = attempts
-    output = RolloutOutput({name: thaw(values.get(name)) for name in OUTPUT_FIELDS})
+    fields = {name: values.get(name) for name in OUTPUT_FIELDS}
     if "roles" in state:  # an episode of roles keeps each role's rollout (its trajectory, usage, trainability)
-        output["roles"] = thaw(state["roles"])
+        fields["roles"] = state["roles"]
     for column in state_columns:
-        output[column] = thaw(state.get(column))
-    return output
+        fields[column] = state.get(column)
+    return RolloutOutput(plain_copy(fields))
+
+
+def plain_copy(fields: dict[str, Any]) -> dict[str, Any]:
+    """A plain, mutable deep copy of `fields` (what `thaw` makes of each), copied by orjson where that is exact.
+
+    orjson writes and reads the JSON of a finished state's fields in C; where reading it back does not
+    give a value equal to `fields` (a NaN, an int wider than 64 bits, anything orjson writes but
+    `json.dumps` would treat differently), `thaw` copies them in Python as before.
+    """
+    try:
+        copy = orjson.loads(orjson.dumps(fields, option=_PLAIN_OR_FROZEN))
+    except TypeError:  # orjson.JSONEncodeError included
+        return {name: thaw(value) for name, value in fields.items()}
+    return copy if copy == fields else {name: thaw(value) for name, value in fields.items()}
 
 
 class _GenerateRecorder:

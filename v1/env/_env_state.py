@@ -44,6 +44,9 @@ class EnvState(State):
         raise KeyError(key)
 
     def __getitem__(self, key: Any) -> Any:
+        value = dict.get(self, key, _MISSING)  # a stored field, as nearly every read is: no frames below
+        if value is not _MISSING:
+            return value
         try:
             return super().__getitem__(key)
         except KeyError:
@@ -51,6 +54,9 @@ class EnvState(State):
 
     def get(self, key: Any, default: Any = None) -> Any:
         """`state[key]` (seed fields included), or `default`."""
+        value = dict.get(self, key, _MISSING)
+        if value is not _MISSING:
+            return value
         try:
             return self[key]
         except KeyError:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeGuard
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.exact_sum import ExactSum, finite_number
@@ -126,6 +126,25 @@ def output_problem(output: Mapping[str, Any]) -> str | None:
     The aggregates take finite numbers only (`reward`, `metrics`, `token_usage`, `timing`) and
     whole counts (`attempts`, `model_retries`): ``"nan"``, ``"x"`` or a 400-digit integer is a problem.
     """
+    problem = _count_problem(output)
+    if problem is not None:
+        return problem
+    for field, _, _, value in _summed(output):
+        if finite_number(value) is None:
+            return f"field {field!r}: {str(value)[:40]!r} is not a finite number"
+    return None
+
+
+def _finite(value: Any) -> float | None:
+    """`finite_number`, answered without a call for the finite float nearly every value is (inf - inf is NaN)."""
+    return value if type(value) is float and value - value == 0.0 else finite_number(value)
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    return type(value) is dict or isinstance(value, Mapping)  # a dict answered before the slower ABC check
+
+
+def _count_problem(output: Mapping[str, Any]) -> str | None:
     counts = {"attempts": output.get("attempts")}
     retries = output.get("model_retries")
     if isinstance(retries, Mapping):
@@ -133,31 +152,36 @@ def output_problem(output: Mapping[str, Any]) -> str | None:
     for field, count in counts.items():
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**53):
             return f"field {field!r}: {str(count)[:40]!r} is not a count"
-    for field, value in _numbers(output):
-        if finite_number(value) is None:
-            return f"field {field!r}: {str(value)[:40]!r} is not a finite number"
     return None
 
 
-def _numbers(output: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """`(field, value)` for each number the aggregates read from an output (a table that isn't one is its own value)."""
+def _summed(output: Mapping[str, Any]) -> Iterator[tuple[str, str | None, str, Any]]:
+    """`(field, table, name, value)` for each number the aggregates read from an output.
+
+    `table` is ``"reward"``, ``"metrics"``, ``"token_usage"`` or ``"timing"`` (a span's duration under the
+    span's name); None for a table that isn't one (it is its own value, checked but not summed).
+    """
     if output.get("reward") is not None:
-        yield "reward", output["reward"]
+        yield "reward", "reward", "reward", output["reward"]
     for table in ("metrics", "token_usage", "timing"):
         value = output.get(table)
-        if value is not None and not isinstance(value, Mapping):
-            yield table, value
+        if value is not None and not _is_mapping(value):
+            yield table, None, table, value
     for table in ("metrics", "token_usage"):
-        for name, value in (output.get(table) or {}).items():
-            yield f"{table}.{name}", value
-    timing = output.get("timing") or {}
+        values = output.get(table)
+        if _is_mapping(values):
+            for name, value in values.items():
+                yield f"{table}.{name}", table, name, value
+    timing = output.get("timing")
+    if not _is_mapping(timing):
+        return
     for name in ("total", "overhead"):
         if name in timing:
-            yield f"timing.{name}", timing[name]
+            yield f"timing.{name}", "timing", name, timing[name]
     for name in TIMED_SPANS:
         span = timing.get(name)
-        if isinstance(span, Mapping) and "duration" in span:
-            yield f"timing.{name}.duration", span["duration"]
+        if _is_mapping(span) and "duration" in span:
+            yield f"timing.{name}.duration", "timing", name, span["duration"]
 
 
 class EvalSummary:
@@ -187,16 +211,20 @@ class EvalSummary:
         Raises:
             ValueError: a number of the output is not a finite number (`output_problem`); nothing is added.
         """
-        problem = output_problem(output)
+        problem = _count_problem(output)
+        numbers = (
+            [] if problem else [(field, table, name, value, _finite(value)) for field, table, name, value in _summed(output)]
+        )
+        for field, _, _, value, number in numbers:
+            if number is None:
+                problem = f"field {field!r}: {str(value)[:40]!r} is not a finite number"
+                break
         if problem is not None:
             raise ValueError(problem)
         self.count += 1
-        reward = float(output.get("reward") or 0.0)
-        self._reward.add(reward)
-        for name, value in (output.get("metrics") or {}).items():
-            total, count = self._metrics.setdefault(name, (ExactSum(), [0]))
-            total.add(value)
-            count[0] += 1
+        for _, table, name, _, number in numbers:
+            if table is not None:
+                self._sum_of(table, name).add_finite(number)  # type: ignore[arg-type]  # checked finite above
         error = output.get("error")
         if error:
             self.errors += 1
@@ -207,17 +235,26 @@ class EvalSummary:
         if isinstance(model_retries, Mapping):
             for kind, count in model_retries.items():
                 self.model_retries[str(kind)] += int(count)
-        for name, value in (output.get("token_usage") or {}).items():
-            self._usage.setdefault(name, ExactSum()).add(value)
-        timing = output.get("timing") or {}
-        for name in ("total", "overhead"):
-            if name in timing:
-                self._timing.setdefault(name, ExactSum()).add(timing[name])
-        for name in TIMED_SPANS:
-            span = timing.get(name)
-            if isinstance(span, Mapping) and "duration" in span:
-                self._timing.setdefault(name, ExactSum()).add(span["duration"])
-        self._passes.add(json.dumps(output.get("example_id")), reward >= self.pass_threshold)
+        reward = float(output.get("reward") or 0.0)
+        example_id = output.get("example_id")
+        key = str(example_id) if type(example_id) is int else json.dumps(example_id)  # json.dumps' text for an int
+        self._passes.add(key, reward >= self.pass_threshold)
+
+    def _sum_of(self, table: str, name: str) -> ExactSum:
+        """The running sum of `name` in `table` (`_summed`'s), made on first use; a metric's count goes up by one."""
+        if table == "reward":
+            return self._reward
+        if table == "metrics":
+            metric = self._metrics.get(name)
+            if metric is None:
+                metric = self._metrics[name] = (ExactSum(), [0])
+            metric[1][0] += 1
+            return metric[0]
+        sums = self._usage if table == "token_usage" else self._timing
+        total = sums.get(name)
+        if total is None:
+            total = sums[name] = ExactSum()
+        return total
 
     @property
     def avg_reward(self) -> float:
