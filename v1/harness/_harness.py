@@ -105,12 +105,20 @@ def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) 
 
 def token_usage(state: State) -> TokenUsage:
     """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
-    usages = [usage for step in state["trajectory"] if (usage := (step.get("response") or {}).get("usage"))]
-    if not usages:
+    inputs: list[Any] = []
+    outputs: list[Any] = []
+    exact = True
+    for step in state["trajectory"]:
+        usage = (step.get("response") or {}).get("usage")
+        if usage:
+            prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+            inputs.append(prompt)
+            outputs.append(completion)
+            exact = exact and type(prompt) is int and type(completion) is int
+            exact = exact and -_EXACT_INT <= prompt <= _EXACT_INT and -_EXACT_INT <= completion <= _EXACT_INT
+    if not inputs:
         return TokenUsage()
-    inputs = [usage["prompt_tokens"] for usage in usages]
-    outputs = [usage["completion_tokens"] for usage in usages]
-    if all(type(count) is int and -_EXACT_INT <= count <= _EXACT_INT for count in (*inputs, *outputs)):
+    if exact:
         # Each count is a float exactly: an integer sum rounded once is what `ExactSum` gives.
         output_total = float(sum(outputs))
         return TokenUsage(
@@ -286,13 +294,15 @@ class Harness:
     @property
     def all_toolsets(self) -> list[Toolset]:
         """The taskset's toolsets, then the harness's."""
-        return (self.taskset.toolsets if self.taskset is not None else []) + self.toolsets
+        taskset = self._taskset
+        return taskset.toolsets + self.toolsets if taskset is not None else list(self.toolsets)
 
     @property
     def active_user(self) -> User | None:
         """The rollout's user simulator: the taskset's, else the harness's."""
-        if self.taskset is not None and self.taskset.user is not None:
-            return self.taskset.user
+        taskset = self._taskset
+        if taskset is not None and taskset.user is not None:
+            return taskset.user
         return self.user
 
     @property
@@ -344,8 +354,11 @@ class Harness:
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:
         """The artifacts this harness's taskset and toolsets declare (a rollout's program adds its own)."""
-        taskset = self.taskset.config.artifacts if self.taskset is not None else []
-        return [*taskset, *(artifact for toolset in self.all_toolsets for artifact in toolset.config.artifacts)]
+        taskset = self._taskset
+        declared = list(taskset.config.artifacts) if taskset is not None else []
+        for toolset in self.all_toolsets:
+            declared += toolset.config.artifacts
+        return declared
 
     def rollout_client(self, state: State) -> Client | None:
         """A client of this harness's own for one rollout, replacing the resolved one (the env's or the config's).
@@ -428,8 +441,8 @@ class Harness:
         task = self._as_task(task)
         if state is None:
             parent = _RUNNING.get()
-            own = self.client is not None or self.config.client is not None or bool(self.config.model)
-            state = parent.for_task(task, borrow=["model", "client"]) if parent is not None and not own else State.for_task(task)
+            own = parent is None or self.client is not None or self.config.client is not None or bool(self.config.model)
+            state = State.for_task(task) if own else parent.for_task(task, borrow=["model", "client"])
         try:
             await self._rollout(task, state)
         finally:
