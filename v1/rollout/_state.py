@@ -219,6 +219,8 @@ class State(dict):  # type: ignore[type-arg]
         state.task = task if isinstance(task, Task) and task.frozen else Task(task).freeze()
         if "example_id" in state.task:
             dict.__setitem__(state, "example_id", state.task["example_id"])
+        if borrow is None and tools is None and parent is None:  # a fresh rollout's state: nothing to borrow
+            return state
         borrow_names = [borrow] if isinstance(borrow, str) else list(borrow or [])
         tool_names = [tools] if isinstance(tools, str) else list(tools or [])
         if (borrow_names or tool_names) and parent is None:
