@@ -40,6 +40,10 @@ class _NotJSON(Exception):
     """A value `_frozen` refuses, and what is wrong with it."""
 
 
+_KEPT_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
+"""The leaf types both `_frozen` and `thaw` return unchanged: told apart inline, with no call per leaf."""
+
+
 def _frozen(value: Any) -> Any:
     if value is None or isinstance(value, (str, bool, int)):
         return value
@@ -48,13 +52,13 @@ def _frozen(value: Any) -> Any:
             raise _NotJSON(f"{value!r} is not valid JSON (NaN and infinity are not allowed)")
         return value
     if isinstance(value, (list, tuple)):
-        return FrozenList([_frozen(item) for item in value])
+        return FrozenList([item if type(item) in _KEPT_AS_THEY_ARE else _frozen(item) for item in value])
     if isinstance(value, (dict, Mapping)):  # a dict is told apart before the slower Mapping check
         frozen = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _NotJSON(f"key {key!r} is not a string; JSON objects need string keys")
-            frozen[key] = _frozen(item)
+            frozen[key] = item if type(item) in _KEPT_AS_THEY_ARE else _frozen(item)
         return FrozenDict(frozen)
     raise _NotJSON(f"{type(value).__name__} value {value!r:.80} is not JSON-serializable")
 
@@ -91,9 +95,9 @@ def freeze_json(value: Any, path: str, prefix: str = "") -> Any:
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a frozen value."""
     if isinstance(value, dict):
-        return {key: thaw(item) for key, item in value.items()}
+        return {key: item if type(item) in _KEPT_AS_THEY_ARE else thaw(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [thaw(item) for item in value]
+        return [item if type(item) in _KEPT_AS_THEY_ARE else thaw(item) for item in value]
     if value is None or isinstance(value, (str, int, float)):  # the leaves: no Mapping check each
         return value
     if isinstance(value, Mapping):
@@ -176,7 +180,7 @@ class Task(dict):  # type: ignore[type-arg]
         if program is not None and not isinstance(program, (Mapping, str)):
             raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
         try:
-            frozen = {key: _frozen(value) for key, value in merged.items()}
+            frozen = {key: value if type(value) in _KEPT_AS_THEY_ARE else _frozen(value) for key, value in merged.items()}
         except _NotJSON:
             frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}  # raises, naming the field
         super().__init__(frozen)
