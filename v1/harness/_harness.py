@@ -163,10 +163,12 @@ def render_completion(state: State) -> Messages:
     return list(last["completion"])
 
 
-async def _within(seconds: float | None, step: Awaitable[_T]) -> _T:
-    """Await `step`, cancelled with `TimeoutError` past `seconds`; no timer at all without a limit."""
-    if seconds is None:
-        return await step
+def _within(seconds: float | None, step: Awaitable[_T]) -> Awaitable[_T]:
+    """`step`, cancelled with `TimeoutError` past `seconds` when awaited; without a limit `step` itself (no timer, no frame)."""
+    return step if seconds is None else _timed(seconds, step)
+
+
+async def _timed(seconds: float, step: Awaitable[_T]) -> _T:
     async with asyncio.timeout(seconds):
         return await step
 
