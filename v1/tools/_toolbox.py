@@ -121,7 +121,7 @@ class RolloutToolbox:
         self.toolsets: list[Toolset] = []
         self._owners: list[tuple[ScopedOwner, str]] = []
         self._user_state: State | None = None
-        self._user_lock = asyncio.Lock()
+        self._user_lock: asyncio.Lock | None = None  # made by the first `user_client` call: few rollouts have a user
 
     def _scope(self, owner: ScopedOwner) -> Scope:
         key = owner.scope_key(self.rollout_id, self.group_id)
@@ -276,6 +276,8 @@ class RolloutToolbox:
 
     async def user_client(self, state: State, model: str) -> Any:
         """An `AsyncOpenAI` on an endpoint session of the user's own: forwarded, never recorded."""
+        if self._user_lock is None:
+            self._user_lock = asyncio.Lock()
         async with self._user_lock:
             if self._user_state is None:
                 shadow = State()
