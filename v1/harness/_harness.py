@@ -610,8 +610,8 @@ class Harness:
     async def _close_sandboxes(self, state: State) -> None:
         """Delete the rollout's own sandboxes (and a standalone run's group sandboxes)."""
         sandboxes = state.runtime.sandboxes
-        if sandboxes is None or sandboxes is state.runtime.borrowed.get("sandbox"):
-            return
+        if sandboxes is None or sandboxes is state.runtime.borrowed.get("sandbox") or not self.sandbox_scopes.shared:
+            return  # no scope of this harness holds a sandbox (or one being created): nothing to delete
         keys = [f"rollout:{sandboxes.rollout_id}"]
         if sandboxes.group_id == sandboxes.rollout_id:
             keys.append(f"group:{sandboxes.group_id}")
