@@ -334,14 +334,13 @@ class Harness:
                 )
             handles.client = await resolve_client(source)
             # The token limits ride with the sampling args; the endpoint enforces them and never sends them upstream.
-            limits = {
-                "max_seq_len": self.config.max_seq_len,
-                "max_total_completion_tokens": self.config.max_total_completion_tokens,
-            }
-            handles.sampling_args = {
-                **self.config.sampling_args,
-                **{key: value for key, value in limits.items() if value is not None},
-            }
+            config = self.config
+            sampling_args = dict(config.sampling_args)
+            if config.max_seq_len is not None:
+                sampling_args["max_seq_len"] = config.max_seq_len
+            if config.max_total_completion_tokens is not None:
+                sampling_args["max_total_completion_tokens"] = config.max_total_completion_tokens
+            handles.sampling_args = sampling_args
         own = self.rollout_client(state)
         if own is not None:
             handles.client = own
@@ -350,8 +349,8 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
-        budgets = {name: getattr(self.config, name) for name in TOKEN_BUDGETS}
-        runtime.token_budgets = {name: value for name, value in budgets.items() if value is not None}
+        config = self.config
+        runtime.token_budgets = {name: value for name in TOKEN_BUDGETS if (value := getattr(config, name)) is not None}
         state["model"] = runtime.model
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:
@@ -412,7 +411,8 @@ class Harness:
         if parent is not None and parent is not state:
             parent_sandboxes = parent.runtime.borrowed.get("sandbox") or parent.runtime.sandboxes
             sandbox = narrow_child_sandbox(parent_sandboxes.program if parent_sandboxes is not None else None, sandbox)
-        check_row_data(row_program, spec, sandbox)
+        if row_program is not None:  # what check_row_data checks is the row's program data
+            check_row_data(row_program, spec, sandbox)
         program = self.build_program(spec, row_sandbox) if row_program or row_sandbox else self.program
         borrowed = state.runtime.borrowed.get("sandbox")
         state.runtime.sandboxes = borrowed or RolloutSandboxes(
@@ -443,8 +443,10 @@ class Harness:
         task = self._as_task(task)
         if state is None:
             parent = _RUNNING.get()
-            own = parent is None or self.client is not None or self.config.client is not None or bool(self.config.model)
-            state = State.for_task(task) if own else parent.for_task(task, borrow=["model", "client"])
+            if parent is None or self.client is not None or self.config.client is not None or self.config.model:
+                state = State.for_task(task)
+            else:
+                state = parent.for_task(task, borrow=["model", "client"])
         try:
             await self._rollout(task, state)
         finally:
