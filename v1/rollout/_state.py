@@ -55,8 +55,21 @@ class _TaskOrInstanceMethod(Generic[_T]):
     def __init__(self, fn: Callable[..., _T]) -> None:
         self.fn = fn
         self.__doc__ = fn.__doc__
+        self._cache_name = f"_{fn.__name__}_on_class"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._cache_name = f"_{name}_on_class"
 
     def __get__(self, instance: Any, owner: type) -> Callable[..., _T]:
+        if instance is None:  # bound to each class once, kept on the class itself: `State.for_task` is looked up every rollout
+            on_class: Callable[..., _T] | None = vars(owner).get(self._cache_name)
+            if on_class is None:
+                on_class = self._bind(None, owner)
+                setattr(owner, self._cache_name, on_class)
+            return on_class
+        return self._bind(instance, owner)
+
+    def _bind(self, instance: Any, owner: type) -> Callable[..., _T]:
         def bound(*args: Any, **kwargs: Any) -> _T:
             return self.fn(owner, instance, *args, **kwargs)
 
