@@ -137,6 +137,28 @@ def _check_system_prompt(value: Any, where: str) -> Any:
     raise TaskError(f"{where}field 'system_prompt': expected a string or a list of system messages, got {type(value).__name__}")
 
 
+_TYPED_FIELDS = frozenset({"max_turns", *TOKEN_BUDGETS, *MAPPING_FIELDS, "program"})
+
+
+def _check_typed_fields(row: Mapping[str, Any], prefix: str) -> None:
+    """Refuse a limit, mapping field or program of the wrong type."""
+    max_turns = row.get("max_turns")
+    if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
+        raise TaskError(f"{prefix}field 'max_turns': expected a positive integer, got {max_turns!r}")
+    for name in TOKEN_BUDGETS:
+        budget = row.get(name)
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TOKEN_BUDGET
+        ):
+            raise TaskError(f"{prefix}field '{name}': expected a positive integer up to {MAX_TOKEN_BUDGET}, got {budget!r:.80}")
+    for name in MAPPING_FIELDS:
+        if row.get(name) is not None and not isinstance(row[name], Mapping):
+            raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(row[name]).__name__}")
+    program = row.get("program")
+    if program is not None and not isinstance(program, (Mapping, str)):
+        raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
+
+
 class Task(dict):  # type: ignore[type-arg]
     """Immutable, JSON-serializable input data for one rollout.
 
@@ -162,23 +184,8 @@ class Task(dict):  # type: ignore[type-arg]
             merged["prompt"] = _normalize_prompt(merged["prompt"], prefix)
         if "system_prompt" in merged:
             merged["system_prompt"] = _check_system_prompt(merged["system_prompt"], prefix)
-        max_turns = merged.get("max_turns")
-        if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
-            raise TaskError(f"{prefix}field 'max_turns': expected a positive integer, got {max_turns!r}")
-        for name in TOKEN_BUDGETS:
-            budget = merged.get(name)
-            if budget is not None and (
-                isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TOKEN_BUDGET
-            ):
-                raise TaskError(
-                    f"{prefix}field '{name}': expected a positive integer up to {MAX_TOKEN_BUDGET}, got {budget!r:.80}"
-                )
-        for name in MAPPING_FIELDS:
-            if merged.get(name) is not None and not isinstance(merged[name], Mapping):
-                raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(merged[name]).__name__}")
-        program = merged.get("program")
-        if program is not None and not isinstance(program, (Mapping, str)):
-            raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
+        if not merged.keys().isdisjoint(_TYPED_FIELDS):  # most rows have none of them: nothing to check
+            _check_typed_fields(merged, prefix)
         try:
             frozen = {key: value if type(value) in _KEPT_AS_THEY_ARE else _frozen(value) for key, value in merged.items()}
         except _NotJSON:
