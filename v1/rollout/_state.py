@@ -265,11 +265,14 @@ class State(dict):  # type: ignore[type-arg]
     # -- guarded dict interface -----------------------------------------------------------
 
     def __getitem__(self, key: str) -> Any:
-        if key in self.INPUT_FIELDS and not dict.__contains__(self, key):
-            task = self.__dict__.get("task")
-            if task is not None and key in task:
-                return task[key]
-        return dict.__getitem__(self, key)
+        try:
+            return dict.__getitem__(self, key)  # the state's own value first: most reads find one
+        except KeyError:
+            if key in self.INPUT_FIELDS:
+                task = self.__dict__.get("task")
+                if task is not None and key in task:
+                    return task[key]
+            raise
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         """`state[key]` (an input field read from the task), or `default`."""
