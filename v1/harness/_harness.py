@@ -487,7 +487,8 @@ class Harness:
         session.end_program_phase()
         state.runtime.timing.generation.end = time.time()
         self._record_network(state)
-        await self._run_handlers("update", task, state)
+        if self.handlers.of("update", group=False):  # most harnesses have none: no coroutine to make and run
+            await self._run_handlers("update", task, state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
@@ -593,7 +594,8 @@ class Harness:
     async def _finish(self, task: Task, state: State) -> None:
         """Cleanups (they may still call the model), then close the rollout and finalize the state."""
         try:
-            await self._run_handlers("cleanup", task, state)
+            if self.handlers.of("cleanup", group=False):
+                await self._run_handlers("cleanup", task, state)
         finally:
             endpoint = await get_endpoint()
             endpoint.close_session(state)
