@@ -449,3 +449,32 @@ async def test_without_write_tools_get_copies_of_state_values(mock: MockModelSer
     writer = vf.Toolset([collect], bindings={"collect.basket": "state.basket"}, write=True)
     state = await make_harness(toolsets=[writer], setups=[fill]).run("go")
     assert state["basket"] == ["apple", "pear", "fig"]
+
+
+async def test_a_harness_without_tools_still_applies_the_rows_visibility(mock: MockModelServer, make_harness: Any) -> None:
+    # A harness with no toolsets and no user skips the toolset walk; a row's visibility fields must still be checked.
+    harness = make_harness()
+    plain = await harness.run({"prompt": "x"})
+    assert plain["error"] is None and plain["tool_defs"] == [] and not mock.requests[-1].tools
+    for row, message in [
+        ({"tools": {"show": ["nope"]}}, "task field 'tools' names unknown tool(s) ['nope']"),
+        ({"toolsets": {"show": ["nope"]}}, "task field 'toolsets' names unknown toolset(s) ['nope']"),
+        ({"toolsets": {"only": ["x"]}}, "rollout-local toolset config (['only']) is not supported yet"),
+    ]:
+        state = await harness.run({"prompt": "x", **row})
+        assert state["stop_condition"] == "has_error" and message in state["error"]["message"], row
+    assert (await harness.run({"prompt": "x", "tools": {"hide": []}}))["error"] is None
+
+
+async def test_a_borrowed_tool_stays_with_the_child_that_borrowed_it(mock: MockModelServer, make_harness: Any) -> None:
+    child_harness = make_harness()
+
+    async def parent_program(task: vf.Task, state: vf.State) -> None:
+        child = state.for_task(vf.Task({"prompt": "child"}), borrow=["model"], tools=["calculate"])
+        state["child_tools"] = [tool["name"] for tool in (await child_harness.run(child.task, child))["tool_defs"]]
+
+    mock.script(Reply.text("child done"), Reply.text("plain done"))
+    parent = await make_harness(program=parent_program, toolsets=[calculator(make_ledger_type())]).run({"prompt": "p"})
+    assert parent["child_tools"] == ["calculate"]
+    after = await child_harness.run({"prompt": "plain"})  # the same tool-less harness, no parent: nothing borrowed
+    assert after["tool_defs"] == [] and not mock.requests[-1].tools

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import types
 
 import pytest
@@ -360,3 +361,26 @@ def test_task_does_not_alias_its_input():
     info["xs"].append(2)
     info["new"] = True
     assert task["info"] == {"xs": [1]}
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"max_input_tokens": 0}, "field 'max_input_tokens': expected a positive integer up to"),
+        ({"max_output_tokens": True}, "field 'max_output_tokens': expected a positive integer up to"),
+        ({"max_total_tokens": 2**80}, "field 'max_total_tokens': expected a positive integer up to"),
+        ({"tools": ["add"]}, "field 'tools': expected a mapping, got list"),
+        ({"toolsets": "math"}, "field 'toolsets': expected a mapping, got str"),
+        ({"sandbox": 1}, "field 'sandbox': expected a mapping, got int"),
+        ({"program": 3}, "field 'program': expected a mapping or a program name, got int"),
+        ({"prompt": "x", "answer": "4", "max_turns": 1, "sandbox": 1}, "field 'sandbox'"),  # beside valid fields
+    ],
+)
+def test_every_typed_field_is_checked(row: dict, message: str) -> None:
+    with pytest.raises(v1.TaskError, match=re.escape(f"row 5: {message}")):
+        v1.Task(row, where="row 5")
+
+
+def test_a_row_without_typed_fields_is_kept_as_it_is() -> None:
+    task = v1.Task({"prompt": "hi", "answer": "4", "extra": [1, {"a": None}]})
+    assert task == {"prompt": [{"role": "user", "content": "hi"}], "answer": "4", "extra": [1, {"a": None}]}

@@ -57,3 +57,21 @@ def test_a_collected_map_leaves_its_keys_callbacks_harmless() -> None:
     del mapping
     gc.collect()
     del key  # the key's weak reference calls back into a map that is gone: nothing raises
+
+
+def test_one_key_in_many_maps_leaves_each_and_a_collected_map_is_no_trouble() -> None:
+    maps: list[WeakIdentityMap[Key, int]] = [WeakIdentityMap() for _ in range(3)]
+    keys = [Key() for _ in range(50)]
+    for mapping in maps:
+        for number in range(len(keys)):
+            mapping[keys[number]] = number
+    gone = maps.pop()  # a map collected while its keys live: their callbacks later find no map
+    del gone
+    gc.collect()
+    assert all(mapping.get(keys[7]) == 7 for mapping in maps)
+    assert maps[0].pop(keys[0]) == 0
+    del keys[:25]
+    assert [len(mapping) for mapping in maps] == [25, 25]
+    keys.clear()
+    assert [len(mapping) for mapping in maps] == [0, 0]
+    assert [len(mapping._idents) for mapping in maps] == [0, 0]

@@ -22,6 +22,7 @@ import functools
 import inspect
 import os
 import threading
+import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -92,6 +93,8 @@ class endpoint_calls:
 
 def is_async_callable(fn: Any) -> bool:
     """True for coroutine functions and objects whose `__call__` is one (partials included)."""
+    if type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE:
+        return True  # an `async def` function, as most handlers and programs are: no unwrapping to do
     while isinstance(fn, functools.partial):
         fn = fn.func
     if inspect.iscoroutinefunction(fn):

@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+_ABSENT = object()
+"""What `LoopScope.get` finds for a key with no resource yet (None may be a resource)."""
+
+
 class LoopScope:
     def __init__(self) -> None:
         self._resources: dict[Any, Any] = {}
@@ -35,8 +39,9 @@ class LoopScope:
 
     async def get(self, key: Any, create: Callable[[], Awaitable[tuple[T, Callable[[], Awaitable[None]]]]]) -> T:
         """The resource under `key`, created by `create()` (which returns it and its async closer) once."""
-        if key in self._resources:
-            return self._resources[key]  # type: ignore[no-any-return]
+        resource = self._resources.get(key, _ABSENT)
+        if resource is not _ABSENT:
+            return resource  # type: ignore[no-any-return]
 
         async def create_and_keep() -> Any:
             resource, closer = await create()

@@ -105,12 +105,20 @@ def resolve_system_prompt(harness_prompt: Any, task_prompt: Any, strategy: str) 
 
 def token_usage(state: State) -> TokenUsage:
     """Input/output tokens over all turns, and of the final context (see `TokenUsage`)."""
-    usages = [usage for step in state["trajectory"] if (usage := (step.get("response") or {}).get("usage"))]
-    if not usages:
+    inputs: list[Any] = []
+    outputs: list[Any] = []
+    exact = True
+    for step in state["trajectory"]:
+        usage = (step.get("response") or {}).get("usage")
+        if usage:
+            prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+            inputs.append(prompt)
+            outputs.append(completion)
+            exact = exact and type(prompt) is int and type(completion) is int
+            exact = exact and -_EXACT_INT <= prompt <= _EXACT_INT and -_EXACT_INT <= completion <= _EXACT_INT
+    if not inputs:
         return TokenUsage()
-    inputs = [usage["prompt_tokens"] for usage in usages]
-    outputs = [usage["completion_tokens"] for usage in usages]
-    if all(type(count) is int and -_EXACT_INT <= count <= _EXACT_INT for count in (*inputs, *outputs)):
+    if exact:
         # Each count is a float exactly: an integer sum rounded once is what `ExactSum` gives.
         output_total = float(sum(outputs))
         return TokenUsage(
@@ -155,10 +163,12 @@ def render_completion(state: State) -> Messages:
     return list(last["completion"])
 
 
-async def _within(seconds: float | None, step: Awaitable[_T]) -> _T:
-    """Await `step`, cancelled with `TimeoutError` past `seconds`; no timer at all without a limit."""
-    if seconds is None:
-        return await step
+def _within(seconds: float | None, step: Awaitable[_T]) -> Awaitable[_T]:
+    """`step`, cancelled with `TimeoutError` past `seconds` when awaited; without a limit `step` itself (no timer, no frame)."""
+    return step if seconds is None else _timed(seconds, step)
+
+
+async def _timed(seconds: float, step: Awaitable[_T]) -> _T:
     async with asyncio.timeout(seconds):
         return await step
 
@@ -286,13 +296,15 @@ class Harness:
     @property
     def all_toolsets(self) -> list[Toolset]:
         """The taskset's toolsets, then the harness's."""
-        return (self.taskset.toolsets if self.taskset is not None else []) + self.toolsets
+        taskset = self._taskset
+        return taskset.toolsets + self.toolsets if taskset is not None else list(self.toolsets)
 
     @property
     def active_user(self) -> User | None:
         """The rollout's user simulator: the taskset's, else the harness's."""
-        if self.taskset is not None and self.taskset.user is not None:
-            return self.taskset.user
+        taskset = self._taskset
+        if taskset is not None and taskset.user is not None:
+            return taskset.user
         return self.user
 
     @property
@@ -322,14 +334,13 @@ class Harness:
                 )
             handles.client = await resolve_client(source)
             # The token limits ride with the sampling args; the endpoint enforces them and never sends them upstream.
-            limits = {
-                "max_seq_len": self.config.max_seq_len,
-                "max_total_completion_tokens": self.config.max_total_completion_tokens,
-            }
-            handles.sampling_args = {
-                **self.config.sampling_args,
-                **{key: value for key, value in limits.items() if value is not None},
-            }
+            config = self.config
+            sampling_args = dict(config.sampling_args)
+            if config.max_seq_len is not None:
+                sampling_args["max_seq_len"] = config.max_seq_len
+            if config.max_total_completion_tokens is not None:
+                sampling_args["max_total_completion_tokens"] = config.max_total_completion_tokens
+            handles.sampling_args = sampling_args
         own = self.rollout_client(state)
         if own is not None:
             handles.client = own
@@ -338,14 +349,17 @@ class Harness:
         if not runtime.model:
             raise ConfigError("no model: pass Harness(model=...) or set [env.harness] model")
         runtime.max_turns = self.config.max_turns
-        budgets = {name: getattr(self.config, name) for name in TOKEN_BUDGETS}
-        runtime.token_budgets = {name: value for name, value in budgets.items() if value is not None}
+        config = self.config
+        runtime.token_budgets = {name: value for name in TOKEN_BUDGETS if (value := getattr(config, name)) is not None}
         state["model"] = runtime.model
 
     def _declared_artifacts(self) -> list[ArtifactConfig]:
         """The artifacts this harness's taskset and toolsets declare (a rollout's program adds its own)."""
-        taskset = self.taskset.config.artifacts if self.taskset is not None else []
-        return [*taskset, *(artifact for toolset in self.all_toolsets for artifact in toolset.config.artifacts)]
+        taskset = self._taskset
+        declared = list(taskset.config.artifacts) if taskset is not None else []
+        for toolset in self.all_toolsets:
+            declared += toolset.config.artifacts
+        return declared
 
     def rollout_client(self, state: State) -> Client | None:
         """A client of this harness's own for one rollout, replacing the resolved one (the env's or the config's).
@@ -397,7 +411,8 @@ class Harness:
         if parent is not None and parent is not state:
             parent_sandboxes = parent.runtime.borrowed.get("sandbox") or parent.runtime.sandboxes
             sandbox = narrow_child_sandbox(parent_sandboxes.program if parent_sandboxes is not None else None, sandbox)
-        check_row_data(row_program, spec, sandbox)
+        if row_program is not None:  # what check_row_data checks is the row's program data
+            check_row_data(row_program, spec, sandbox)
         program = self.build_program(spec, row_sandbox) if row_program or row_sandbox else self.program
         borrowed = state.runtime.borrowed.get("sandbox")
         state.runtime.sandboxes = borrowed or RolloutSandboxes(
@@ -428,8 +443,10 @@ class Harness:
         task = self._as_task(task)
         if state is None:
             parent = _RUNNING.get()
-            own = self.client is not None or self.config.client is not None or bool(self.config.model)
-            state = parent.for_task(task, borrow=["model", "client"]) if parent is not None and not own else State.for_task(task)
+            if parent is None or self.client is not None or self.config.client is not None or self.config.model:
+                state = State.for_task(task)
+            else:
+                state = parent.for_task(task, borrow=["model", "client"])
         try:
             await self._rollout(task, state)
         finally:
@@ -470,7 +487,8 @@ class Harness:
         session.end_program_phase()
         state.runtime.timing.generation.end = time.time()
         self._record_network(state)
-        await self._run_handlers("update", task, state)
+        if self.handlers.of("update", group=False):  # most harnesses have none: no coroutine to make and run
+            await self._run_handlers("update", task, state)
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
@@ -576,7 +594,8 @@ class Harness:
     async def _finish(self, task: Task, state: State) -> None:
         """Cleanups (they may still call the model), then close the rollout and finalize the state."""
         try:
-            await self._run_handlers("cleanup", task, state)
+            if self.handlers.of("cleanup", group=False):
+                await self._run_handlers("cleanup", task, state)
         finally:
             endpoint = await get_endpoint()
             endpoint.close_session(state)
@@ -595,8 +614,8 @@ class Harness:
     async def _close_sandboxes(self, state: State) -> None:
         """Delete the rollout's own sandboxes (and a standalone run's group sandboxes)."""
         sandboxes = state.runtime.sandboxes
-        if sandboxes is None or sandboxes is state.runtime.borrowed.get("sandbox"):
-            return
+        if sandboxes is None or sandboxes is state.runtime.borrowed.get("sandbox") or not self.sandbox_scopes.shared:
+            return  # no scope of this harness holds a sandbox (or one being created): nothing to delete
         keys = [f"rollout:{sandboxes.rollout_id}"]
         if sandboxes.group_id == sandboxes.rollout_id:
             keys.append(f"group:{sandboxes.group_id}")

@@ -55,8 +55,21 @@ class _TaskOrInstanceMethod(Generic[_T]):
     def __init__(self, fn: Callable[..., _T]) -> None:
         self.fn = fn
         self.__doc__ = fn.__doc__
+        self._cache_name = f"_{fn.__name__}_on_class"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._cache_name = f"_{name}_on_class"
 
     def __get__(self, instance: Any, owner: type) -> Callable[..., _T]:
+        if instance is None:  # bound to each class once, kept on the class itself: `State.for_task` is looked up every rollout
+            on_class: Callable[..., _T] | None = vars(owner).get(self._cache_name)
+            if on_class is None:
+                on_class = self._bind(None, owner)
+                setattr(owner, self._cache_name, on_class)
+            return on_class
+        return self._bind(instance, owner)
+
+    def _bind(self, instance: Any, owner: type) -> Callable[..., _T]:
         def bound(*args: Any, **kwargs: Any) -> _T:
             return self.fn(owner, instance, *args, **kwargs)
 
@@ -219,6 +232,8 @@ class State(dict):  # type: ignore[type-arg]
         state.task = task if isinstance(task, Task) and task.frozen else Task(task).freeze()
         if "example_id" in state.task:
             dict.__setitem__(state, "example_id", state.task["example_id"])
+        if borrow is None and tools is None and parent is None:  # a fresh rollout's state: nothing to borrow
+            return state
         borrow_names = [borrow] if isinstance(borrow, str) else list(borrow or [])
         tool_names = [tools] if isinstance(tools, str) else list(tools or [])
         if (borrow_names or tool_names) and parent is None:
@@ -250,11 +265,14 @@ class State(dict):  # type: ignore[type-arg]
     # -- guarded dict interface -----------------------------------------------------------
 
     def __getitem__(self, key: str) -> Any:
-        if key in self.INPUT_FIELDS and not dict.__contains__(self, key):
-            task = self.__dict__.get("task")
-            if task is not None and key in task:
-                return task[key]
-        return dict.__getitem__(self, key)
+        try:
+            return dict.__getitem__(self, key)  # the state's own value first: most reads find one
+        except KeyError:
+            if key in self.INPUT_FIELDS:
+                task = self.__dict__.get("task")
+                if task is not None and key in task:
+                    return task[key]
+            raise
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         """`state[key]` (an input field read from the task), or `default`."""

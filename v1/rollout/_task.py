@@ -40,6 +40,10 @@ class _NotJSON(Exception):
     """A value `_frozen` refuses, and what is wrong with it."""
 
 
+_KEPT_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
+"""The leaf types both `_frozen` and `thaw` return unchanged: told apart inline, with no call per leaf."""
+
+
 def _frozen(value: Any) -> Any:
     if value is None or isinstance(value, (str, bool, int)):
         return value
@@ -48,13 +52,13 @@ def _frozen(value: Any) -> Any:
             raise _NotJSON(f"{value!r} is not valid JSON (NaN and infinity are not allowed)")
         return value
     if isinstance(value, (list, tuple)):
-        return FrozenList([_frozen(item) for item in value])
+        return FrozenList([item if type(item) in _KEPT_AS_THEY_ARE else _frozen(item) for item in value])
     if isinstance(value, (dict, Mapping)):  # a dict is told apart before the slower Mapping check
         frozen = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _NotJSON(f"key {key!r} is not a string; JSON objects need string keys")
-            frozen[key] = _frozen(item)
+            frozen[key] = item if type(item) in _KEPT_AS_THEY_ARE else _frozen(item)
         return FrozenDict(frozen)
     raise _NotJSON(f"{type(value).__name__} value {value!r:.80} is not JSON-serializable")
 
@@ -91,9 +95,9 @@ def freeze_json(value: Any, path: str, prefix: str = "") -> Any:
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a frozen value."""
     if isinstance(value, dict):
-        return {key: thaw(item) for key, item in value.items()}
+        return {key: item if type(item) in _KEPT_AS_THEY_ARE else thaw(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [thaw(item) for item in value]
+        return [item if type(item) in _KEPT_AS_THEY_ARE else thaw(item) for item in value]
     if value is None or isinstance(value, (str, int, float)):  # the leaves: no Mapping check each
         return value
     if isinstance(value, Mapping):
@@ -107,7 +111,7 @@ def _normalize_prompt(prompt: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(prompt, (list, tuple)):
         raise TaskError(f"{where}field 'prompt': expected a string or a list of messages, got {type(prompt).__name__}")
     for i, message in enumerate(prompt):
-        if not isinstance(message, Mapping) or "role" not in message:
+        if not (isinstance(message, dict) or isinstance(message, Mapping)) or "role" not in message:  # no ABC check for a dict
             raise TaskError(f"{where}field 'prompt[{i}]': expected a message dict with a 'role', got {message!r:.80}")
         role = message["role"]
         if role == "system":
@@ -131,6 +135,28 @@ def _check_system_prompt(value: Any, where: str) -> Any:
                 raise TaskError(f"{where}field 'system_prompt[{i}]': expected a system message dict, got {message!r:.80}")
         return list(value)
     raise TaskError(f"{where}field 'system_prompt': expected a string or a list of system messages, got {type(value).__name__}")
+
+
+_TYPED_FIELDS = frozenset({"max_turns", *TOKEN_BUDGETS, *MAPPING_FIELDS, "program"})
+
+
+def _check_typed_fields(row: Mapping[str, Any], prefix: str) -> None:
+    """Refuse a limit, mapping field or program of the wrong type."""
+    max_turns = row.get("max_turns")
+    if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
+        raise TaskError(f"{prefix}field 'max_turns': expected a positive integer, got {max_turns!r}")
+    for name in TOKEN_BUDGETS:
+        budget = row.get(name)
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TOKEN_BUDGET
+        ):
+            raise TaskError(f"{prefix}field '{name}': expected a positive integer up to {MAX_TOKEN_BUDGET}, got {budget!r:.80}")
+    for name in MAPPING_FIELDS:
+        if row.get(name) is not None and not isinstance(row[name], Mapping):
+            raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(row[name]).__name__}")
+    program = row.get("program")
+    if program is not None and not isinstance(program, (Mapping, str)):
+        raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
 
 
 class Task(dict):  # type: ignore[type-arg]
@@ -158,25 +184,10 @@ class Task(dict):  # type: ignore[type-arg]
             merged["prompt"] = _normalize_prompt(merged["prompt"], prefix)
         if "system_prompt" in merged:
             merged["system_prompt"] = _check_system_prompt(merged["system_prompt"], prefix)
-        max_turns = merged.get("max_turns")
-        if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
-            raise TaskError(f"{prefix}field 'max_turns': expected a positive integer, got {max_turns!r}")
-        for name in TOKEN_BUDGETS:
-            budget = merged.get(name)
-            if budget is not None and (
-                isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_TOKEN_BUDGET
-            ):
-                raise TaskError(
-                    f"{prefix}field '{name}': expected a positive integer up to {MAX_TOKEN_BUDGET}, got {budget!r:.80}"
-                )
-        for name in MAPPING_FIELDS:
-            if merged.get(name) is not None and not isinstance(merged[name], Mapping):
-                raise TaskError(f"{prefix}field '{name}': expected a mapping, got {type(merged[name]).__name__}")
-        program = merged.get("program")
-        if program is not None and not isinstance(program, (Mapping, str)):
-            raise TaskError(f"{prefix}field 'program': expected a mapping or a program name, got {type(program).__name__}")
+        if not merged.keys().isdisjoint(_TYPED_FIELDS):  # most rows have none of them: nothing to check
+            _check_typed_fields(merged, prefix)
         try:
-            frozen = {key: _frozen(value) for key, value in merged.items()}
+            frozen = {key: value if type(value) in _KEPT_AS_THEY_ARE else _frozen(value) for key, value in merged.items()}
         except _NotJSON:
             frozen = {key: freeze_json(value, key, prefix) for key, value in merged.items()}  # raises, naming the field
         super().__init__(frozen)

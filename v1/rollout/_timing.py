@@ -67,16 +67,26 @@ class TimingRecord:
         return max(0.0, self.total - named)
 
     def as_dict(self) -> dict[str, Any]:
-        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values."""
-        setup, generation, scoring = _span_dict(self.setup), _span_dict(self.generation), _span_dict(self.scoring)
+        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values.
+
+        Built once a rollout, at finalize: plain dicts written out here, no helper per span.
+        """
+        setup, generation, scoring = self.setup, self.generation, self.scoring
+        setup_duration = max(0.0, setup.end - setup.start)
+        scoring_duration = max(0.0, scoring.end - scoring.start)
         model, env = _spans_dict(self.model.spans), _spans_dict(self.env.spans)
-        total = self.total
-        named = setup["duration"] + model["duration"] + env["duration"] + scoring["duration"]
+        end = scoring.end or generation.end
+        total = max(0.0, end - generation.start) if generation.start else 0.0
+        named = setup_duration + model["duration"] + env["duration"] + scoring_duration
         return {
             "start_time": self.start_time,
-            "setup": setup,
-            "generation": generation,
-            "scoring": scoring,
+            "setup": {"start": setup.start, "end": setup.end, "duration": setup_duration},
+            "generation": {
+                "start": generation.start,
+                "end": generation.end,
+                "duration": max(0.0, generation.end - generation.start),
+            },
+            "scoring": {"start": scoring.start, "end": scoring.end, "duration": scoring_duration},
             "model": model,
             "env": env,
             "total": total,
@@ -95,13 +105,13 @@ class TimingRecord:
         )
 
 
-def _span_dict(span: SpanRecord) -> dict[str, float]:
-    start, end = span.start, span.end
-    return {"start": start, "end": end, "duration": max(0.0, end - start)}
-
-
 def _spans_dict(spans: list[TimeSpan]) -> dict[str, Any]:
-    items = [{"start": span.start, "end": span.end, "duration": span.duration} for span in spans]
+    if not spans:  # a rollout with no model call or no tool work
+        return {"spans": [], "duration": 0}
+    items = []
+    for span in spans:  # `TimeSpan.duration` written out: no property call per span
+        start, end = span.start, span.end
+        items.append({"start": start, "end": end, "duration": max(0.0, end - start)})
     return {"spans": items, "duration": sum(item["duration"] for item in items)}
 
 

@@ -121,7 +121,7 @@ class RolloutToolbox:
         self.toolsets: list[Toolset] = []
         self._owners: list[tuple[ScopedOwner, str]] = []
         self._user_state: State | None = None
-        self._user_lock = asyncio.Lock()
+        self._user_lock: asyncio.Lock | None = None  # made by the first `user_client` call: few rollouts have a user
 
     def _scope(self, owner: ScopedOwner) -> Scope:
         key = owner.scope_key(self.rollout_id, self.group_id)
@@ -137,6 +137,9 @@ class RolloutToolbox:
             ToolError: an MCP server failed to start.
         """
         state = self.state
+        if not toolsets and user is None and task.get("toolsets") is None and task.get("tools") is None:
+            self._resolve_without_tools(state)
+            return
         if user is not None:
             self._scope(user)
         named = [toolset.name for toolset in toolsets if toolset.name is not None]
@@ -188,6 +191,14 @@ class RolloutToolbox:
         definitions = [self.tools[name].definition for name in visible]
         definitions += [tool.definition for tool in borrowed.values() if isinstance(tool, BoundTool)]
         state["tool_defs"] = [definition.model_dump(exclude_none=True) for definition in definitions]
+
+    @staticmethod
+    def _resolve_without_tools(state: State) -> None:
+        """`resolve` when no toolset, no user and no visibility field take part: only a parent's
+        borrowed tools are defined, and no scope is opened (the common case: one less walk per rollout)."""
+        state["tool_defs"] = [
+            tool.definition.model_dump(exclude_none=True) for tool in state.runtime.tools.values() if isinstance(tool, BoundTool)
+        ]
 
     def _task_visibility(
         self, task: Task, defaults: list[str], by_toolset: dict[int, list[str]], chosen: list[Toolset]
@@ -265,6 +276,8 @@ class RolloutToolbox:
 
     async def user_client(self, state: State, model: str) -> Any:
         """An `AsyncOpenAI` on an endpoint session of the user's own: forwarded, never recorded."""
+        if self._user_lock is None:
+            self._user_lock = asyncio.Lock()
         async with self._user_lock:
             if self._user_state is None:
                 shadow = State()
