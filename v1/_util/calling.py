@@ -118,11 +118,41 @@ def _counted(call: Callable[[], Any]) -> Any:
             _running[0] -= 1
 
 
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the loop: hand a worker's answer to the caller, unless the caller has given up waiting."""
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    elif isinstance(error, StopIteration):  # a future refuses it, as a coroutine does
+        future.set_exception(RuntimeError(f"sync user code raised StopIteration: {error!r}"))
+    else:
+        future.set_exception(error)
+
+
+def _run_for(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
+    """In a worker thread: run `call` unless its caller was cancelled while it queued, and post the answer back."""
+    if future.cancelled():  # a stale read only lets a call start that a later cancel would have left running anyway
+        return
+    try:
+        result, error = _counted(call), None
+    except BaseException as raised:  # handed to the caller, as `run_in_executor` hands it
+        result, error = None, raised
+    loop.call_soon_threadsafe(_settle, future, result, error)
+
+
 async def run_in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run sync `fn` on the current pool (see the module docs), with the caller's context variables."""
-    context = contextvars.copy_context()
-    call = functools.partial(_counted, functools.partial(context.run, fn, *args, **kwargs))
-    return await asyncio.get_running_loop().run_in_executor(executor(_current_pool.get()), call)
+    """Run sync `fn` on the current pool (see the module docs), with the caller's context variables.
+
+    The worker posts its answer straight to an asyncio future (one wake-up of the loop), not through
+    a `concurrent.futures.Future` chained to one as `run_in_executor` does. A caller cancelled while
+    its call still queues leaves it unrun; one cancelled while it runs leaves it running (`calls_running`).
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    executor(_current_pool.get()).submit(_run_for, loop, future, call)
+    return await future
 
 
 async def call_user_code(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
