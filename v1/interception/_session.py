@@ -43,14 +43,21 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
     part of a program's nested value survives under a harness key. A harness `max_tokens`
     also removes a program's `max_completion_tokens` (and the other way round).
     """
+    if not harness:
+        return dict(requested)
     nested = harness.get("extra_body")
-    settings = {**(nested if isinstance(nested, dict) else {}), **{k: v for k, v in harness.items() if k != "extra_body"}}
+    settings = dict(nested) if isinstance(nested, dict) else {}
+    for key, value in harness.items():
+        if key != "extra_body":
+            settings[key] = value
     settings = {key: value for key, value in settings.items() if value is not None}
     overridden = set(settings)
     for group in ALIASES:
-        if group & overridden:
+        if not group.isdisjoint(overridden):
             overridden |= group
-    return {**{k: v for k, v in requested.items() if k not in overridden}, **settings}
+    merged = {key: value for key, value in requested.items() if key not in overridden}
+    merged.update(settings)
+    return merged
 
 
 def new_key() -> str:
