@@ -8,6 +8,8 @@ over HTTP. Each test makes the same calls both ways in one rollout (upstream: a 
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,3 +132,37 @@ async def test_a_closed_rollout_is_refused_in_process_as_over_http(mock: MockMod
             headers={"Authorization": f"Bearer {kept['config']['api_key']}"},
         )
     assert answer.status_code == 401
+
+
+async def test_a_program_timed_out_mid_call_gets_no_step_after_its_rollout_ended(mock: MockModelServer) -> None:
+    """The base loop's call runs in the program's task: its timeout ends the call too, so no answer
+    arriving later is appended to a trajectory the harness already finalized and returned."""
+    mock.script(Reply.text("too late", delay=0.5))
+    state = await vf.Harness(client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", timeout_seconds=0.2).run(
+        {"prompt": "x"}
+    )
+    assert state["stop_condition"] == "timeout_reached" and state["trajectory"] == []
+    await asyncio.sleep(1.5)  # past the upstream's delay: an answer still awaited would be recorded by now
+    assert state["trajectory"] == [] and len(mock.requests) == 1
+
+
+async def test_a_streamed_answer_through_the_tool_loops_post_comes_back_whole_and_is_recorded(mock: MockModelServer) -> None:
+    mock.script(Reply.text("streamed"))
+    seen: dict[str, Any] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        access = state.runtime.endpoint
+        assert access is not None
+        body = json.dumps({"model": "m", "messages": USER, "stream": True}).encode()
+        headers = {"authorization": "Bearer " + access.api_key, "content-type": "application/json"}
+        answer = await access.pools.transport.post(access.base_url + "/chat/completions", headers, body)
+        seen["answer"] = answer
+
+    state = await harness(mock, program).run({"prompt": "x"})
+    answer = seen["answer"]
+    assert state["error"] is None and answer.status == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in answer.body.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    text = "".join((json.loads(event)["choices"] or [{}])[0].get("delta", {}).get("content") or "" for event in events[:-1])
+    assert text == "streamed" and [step["completion"][0]["content"] for step in state["trajectory"]] == ["streamed"]

@@ -66,3 +66,23 @@ def test_the_module_names_its_public_surface() -> None:
     # `UpstreamHandles` is importable here too, but its one public home is `v1.interception`.
     assert sorted(upstream_module.__all__) == ["stop_at_timeout", "upstream"]
     assert upstream_module.UpstreamHandles is session_module.UpstreamHandles
+
+
+@pytest.mark.parametrize(
+    ("requested", "harness", "merged"),
+    [
+        ({"temperature": 0.2, "seed": 1}, {}, {"temperature": 0.2, "seed": 1}),
+        (
+            {"max_completion_tokens": 9, "top_p": 0.5, "temperature": 0.9},
+            {"extra_body": {"temperature": 0.1, "top_k": 5}, "max_tokens": 4, "top_k": None},
+            {"top_p": 0.5, "temperature": 0.1, "max_tokens": 4},
+        ),
+        ({"extra_body": {"x": 1}, "seed": 2}, {"extra_body": "not a mapping", "seed": 3}, {"extra_body": {"x": 1}, "seed": 3}),
+    ],
+)
+def test_the_harness_wins_every_key_it_sets_in_its_order(
+    requested: dict[str, object], harness: dict[str, object], merged: dict[str, object]
+) -> None:
+    result = session_module.merge_sampling_args(requested, harness)
+    assert list(result.items()) == list(merged.items())
+    assert result is not requested

@@ -25,6 +25,38 @@ DECODED_AWAY = frozenset({"content-encoding", "content-length"})
 """Headers that describe the body as sent: a bounded answer carries it decoded (its size counted after decoding)."""
 
 
+class _Deadline:
+    """`asyncio.timeout_at(when)` around one stretch of a task, as a plain `with` on one timer handle.
+
+    The same semantics (the task is cancelled at `when`; on the way out that cancellation, and only
+    that one, becomes `TimeoutError`; a cancellation from elsewhere still propagates), without
+    `asyncio.Timeout`'s asynchronous enter and exit and its state machine: every answer runs one.
+    """
+
+    __slots__ = ("_cancelling", "_handle", "_task", "expired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("a deadline needs a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self.expired = False
+        self._handle = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._task.cancel()
+
+    def __enter__(self) -> _Deadline:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
+        self._handle.cancel()
+        if self.expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+
+
 class AnswerLimits:
     """How much of one upstream answer may arrive, and by when: `max_bytes` in all, within `seconds` of the request.
 
@@ -35,7 +67,8 @@ class AnswerLimits:
         self.url = url
         self.max_bytes = max_bytes
         self.seconds = seconds
-        self.deadline = asyncio.get_running_loop().time() + seconds
+        self._loop = asyncio.get_running_loop()
+        self.deadline = self._loop.time() + seconds
 
     def too_slow(self) -> ModelError:
         return ModelError(f"the answer of {self.url} took longer than {self.seconds:g} s in all (ClientConfig.response_timeout)")
@@ -45,12 +78,12 @@ class AnswerLimits:
 
     async def within(self, awaitable: Awaitable[T]) -> T:
         """`awaitable`'s result (the answer's status and headers), unless the deadline passes first (then `ModelError`)."""
-        deadline = asyncio.timeout_at(self.deadline)
+        deadline = _Deadline(self._loop, self.deadline)
         try:
-            async with deadline:
+            with deadline:
                 return await awaitable
         except TimeoutError:
-            if not deadline.expired():  # the transport's own read timeout: the caller words that one
+            if not deadline.expired:  # the transport's own read timeout: the caller words that one
                 raise
             raise self.too_slow() from None
 
@@ -60,16 +93,16 @@ class AnswerLimits:
         One deadline covers the wait and the read (a body that does not stream is read in one go);
         the answer is closed once read, or when a limit is passed.
         """
-        deadline = asyncio.timeout_at(self.deadline)
+        deadline = _Deadline(self._loop, self.deadline)
         try:
-            async with deadline:
+            with deadline:
                 answer = await sending
                 try:
                     return answer, await self._read(answer.stream)
                 finally:
                     await answer.aclose()
         except TimeoutError:
-            if not deadline.expired():  # the transport's own read timeout: the caller words that one
+            if not deadline.expired:  # the transport's own read timeout: the caller words that one
                 raise
             raise self.too_slow() from None
 
@@ -93,14 +126,14 @@ class AnswerLimits:
         received = 0
         iterator = aiter(chunks)
         while True:
-            deadline = asyncio.timeout_at(self.deadline)
+            deadline = _Deadline(self._loop, self.deadline)
             try:
-                async with deadline:  # around the wait only: never across a yield
+                with deadline:  # around the wait only: never across a yield
                     chunk = await anext(iterator)
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                if not deadline.expired():
+                if not deadline.expired:
                     raise
                 raise self.too_slow() from None
             received += len(chunk)

@@ -162,6 +162,11 @@ def _resolved(reader: StreamReader[T]) -> Callable[[], Awaitable[T]]:
     return native
 
 
+def _undecodable(error: ValueError) -> InvalidModelResponseError:
+    """A 200 answer whose body did not decode (`json.JSONDecodeError`): an unusable answer, retried as one."""
+    return InvalidModelResponseError(f"the model's answer is not valid JSON: {error}")
+
+
 class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
     """Wraps one provider SDK client and translates to and from v1's types.
 
@@ -202,16 +207,6 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         native_prompt, extra = self.to_native_prompt(prompt)
         native_tools = [self.to_native_tool(tool) for tool in tools] if tools else None
         return native_prompt, extra, native_tools
-
-    async def call_with_retries(self, call: Callable[[], Awaitable[T]], on_retry: RetryObserver | None = None) -> T:
-        """Run `call`, retrying retryable failures; failures become v1 errors (auth errors pass unchanged)."""
-        attempt = 0
-        while True:
-            try:
-                return await call()
-            except Exception as exc:
-                await self.before_retry(exc, attempt, on_retry)
-                attempt += 1
 
     async def before_retry(self, error: Exception, attempt: int, on_retry: RetryObserver | None) -> None:
         """Wait before repeating a call that failed with `error`, or raise it as a v1 error when it is final.
@@ -260,8 +255,8 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
             native = await call()
         except Error:
             raise
-        except ValueError as exc:  # the 200 body did not decode (json.JSONDecodeError)
-            raise InvalidModelResponseError(f"the model's answer is not valid JSON: {exc}") from exc
+        except ValueError as exc:
+            raise _undecodable(exc) from exc
         return self.to_response(native)
 
     async def get_response(
@@ -284,12 +279,19 @@ class Client(ABC, Generic[ClientT, MessagesT, ResponseT, ToolT]):
         """
         on_retry: RetryObserver | None = kwargs.pop("on_retry", None)
         native_prompt, extra, native_tools = self.prepare(prompt, tools)
-        return await self.call_with_retries(
-            lambda: self.native_once(
-                lambda: self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
-            ),
-            on_retry,
-        )
+        attempt = 0
+        while True:  # one attempt (`native_once`) at a time, written out: no coroutine or closure per layer
+            try:
+                try:
+                    native = await self.get_native_response(native_prompt, model, sampling_args, native_tools, **extra, **kwargs)
+                except Error:
+                    raise
+                except ValueError as exc:
+                    raise _undecodable(exc) from exc
+                return self.to_response(native)
+            except Exception as exc:
+                await self.before_retry(exc, attempt, on_retry)
+                attempt += 1
 
     async def stream_response(
         self,

@@ -299,6 +299,9 @@ class OpenAIChatCompletionsClient(Client["AsyncOpenAI", list[NativeMessage], Nat
         **kwargs: Any,
     ) -> NativeResponse:
         request = self._request(prompt, model, sampling_args, tools, kwargs.get("state"))
+        if self.wire is not None:  # `_create_json`'s first case, without its coroutine
+            body, headers = wire_request(request)
+            return await self.wire.post("/chat/completions", body, headers)  # type: ignore[no-any-return]
         return await self._create_json(self.client.chat.completions, request, "/chat/completions")
 
     async def post_json(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> NativeResponse:

@@ -26,30 +26,42 @@ ROUTE = "/chat/completions"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
+_MAPPING = (dict, Mapping)
+"""What a JSON object may arrive as: a parsed body's dicts pass the first, cheap check."""
+
+
 def _check_message(index: int, message: Any) -> None:
-    where = f"messages[{index}]"
-    if not isinstance(message, Mapping):
-        raise BadRequest(f"{where} must be an object, got {type(message).__name__}", where)
+    if not isinstance(message, _MAPPING):
+        raise BadRequest(f"messages[{index}] must be an object, got {type(message).__name__}", f"messages[{index}]")
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise BadRequest(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}", f"{where}.role")
+        raise BadRequest(f"messages[{index}].role must be one of {sorted(ROLES)}, got {role!r}", f"messages[{index}].role")
     content = message.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise BadRequest(f"{where}.content must be a string or a list of content parts", f"{where}.content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-                raise BadRequest(f"{where}.content[{j}] must be a content part object with a 'type'", f"{where}.content[{j}]")
+    if content is not None and not isinstance(content, str):
+        _check_content(f"messages[{index}]", content)
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        where = f"messages[{index}]"
         raise BadRequest(f"{where}: a tool message needs a string 'tool_call_id'", f"{where}.tool_call_id")
     tool_calls = message.get("tool_calls")
     if tool_calls is not None:
-        if role != "assistant" or not isinstance(tool_calls, list):
-            raise BadRequest(f"{where}.tool_calls must be a list on an assistant message", f"{where}.tool_calls")
-        for j, call in enumerate(tool_calls):
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-                raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
+        _check_tool_calls(f"messages[{index}]", role, tool_calls)
+
+
+def _check_content(where: str, content: Any) -> None:
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}.content must be a string or a list of content parts", f"{where}.content")
+    for j, part in enumerate(content):
+        if not isinstance(part, _MAPPING) or not isinstance(part.get("type"), str):
+            raise BadRequest(f"{where}.content[{j}] must be a content part object with a 'type'", f"{where}.content[{j}]")
+
+
+def _check_tool_calls(where: str, role: str, tool_calls: Any) -> None:
+    if role != "assistant" or not isinstance(tool_calls, list):
+        raise BadRequest(f"{where}.tool_calls must be a list on an assistant message", f"{where}.tool_calls")
+    for j, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call, _MAPPING) else None
+        if not isinstance(function, _MAPPING) or not isinstance(function.get("name"), str):
+            raise BadRequest(f"{where}.tool_calls[{j}] needs function.name", f"{where}.tool_calls[{j}]")
 
 
 def _tool(i: int, entry: Any) -> Tool:
@@ -73,7 +85,7 @@ def parse_tools(raw: Any) -> list[Tool] | None:
 
 def parse_request(body: Any) -> EndpointRequest:
     """Validate a `/chat/completions` body; raises `BadRequest` naming the bad parameter."""
-    if not isinstance(body, Mapping):
+    if not isinstance(body, _MAPPING):
         raise BadRequest("the request body must be a JSON object")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -89,7 +101,7 @@ def parse_request(body: Any) -> EndpointRequest:
     if body.get("functions") is not None:
         raise BadRequest("the legacy 'functions' parameter is not supported; use 'tools'", "functions")
     stream_options = body.get("stream_options") or {}
-    if not isinstance(stream_options, Mapping):
+    if not isinstance(stream_options, _MAPPING):
         raise BadRequest("'stream_options' must be an object", "stream_options")
     return EndpointRequest(
         messages=list(messages),

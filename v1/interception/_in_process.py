@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from v1.clients import http_library, whole_response
 from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
+
+logger = logging.getLogger(__name__)
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
@@ -27,8 +30,9 @@ _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
 def _start(
     endpoint: EndpointApp, method: str, path: str, headers: Any, body: bytes
 ) -> tuple[_InProcessExchange, asyncio.Task[Any]]:
-    """Start the handler on one request, as a task of its own, as under a server: a program that
-    stops waiting (a timeout, a closed stream) does not cancel the call the endpoint is answering."""
+    """Start the handler on an SDK client's request, as a task of its own, as under a server: a client that
+    stops waiting (its timeout, a closed stream) does not cancel the call the endpoint is answering, so
+    the retry it sends next joins that call (`RolloutSession.complete`) instead of starting another."""
     loop = asyncio.get_running_loop()
     exchange = _InProcessExchange(method, path, headers, body, endpoint.max_body_bytes, loop.create_future())
     handler: asyncio.Task[Answer | None] = loop.create_task(endpoint.dispatch(exchange))
@@ -39,6 +43,7 @@ def _start(
 
 def _finished(task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
     _HANDLERS.discard(task)
+    assert exchange.ready is not None, "a handler of its own announces its answer"
     if not exchange.ready.done():
         exchange.ready.set_result(None)
     elif exchange.stream_headers is not None:
@@ -47,10 +52,14 @@ def _finished(task: asyncio.Task[Any], exchange: _InProcessExchange) -> None:
         task.exception()  # retrieved: reported as a 500 or a broken stream
 
 
+def _server_error() -> tuple[int, dict[str, str], bytes]:
+    return 500, {"content-type": "text/plain; charset=utf-8"}, _SERVER_ERROR
+
+
 def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of a handler that answered without streaming (a 500 if it failed)."""
     if handler.cancelled() or handler.exception() is not None:
-        return 500, {"content-type": "text/plain; charset=utf-8"}, _SERVER_ERROR
+        return _server_error()
     answer = handler.result()
     assert answer is not None, "a handler that did not stream answers"
     return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
@@ -106,7 +115,9 @@ class _InProcessExchange:
         "stream_headers",
     )
 
-    def __init__(self, method: str, path: str, headers: Any, body: bytes, max_body_bytes: int, ready: asyncio.Future[None]):
+    def __init__(
+        self, method: str, path: str, headers: Any, body: bytes, max_body_bytes: int, ready: asyncio.Future[None] | None
+    ):
         self.method = method
         self.path = path
         self.headers = headers
@@ -127,7 +138,7 @@ class _InProcessExchange:
     async def open_stream(self, headers: Mapping[str, str]) -> None:
         self.chunks = asyncio.Queue()
         self.stream_headers = headers
-        if not self.ready.done():
+        if self.ready is not None and not self.ready.done():
             self.ready.set_result(None)
 
     async def write(self, data: bytes) -> None:
@@ -180,6 +191,7 @@ class EndpointApp:
 
     @staticmethod
     async def _ready(exchange: _InProcessExchange) -> None:
+        assert exchange.ready is not None, "a handler of its own announces its answer"
         try:
             await exchange.ready
         except BaseException:  # the caller stopped waiting (its timeout): the answer will not be delivered
@@ -187,13 +199,28 @@ class EndpointApp:
             raise
 
     async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes]:
-        """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered."""
-        exchange, handler = _start(self, "POST", path, RequestHeaders(headers.items()), body)
-        await self._ready(exchange)
+        """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered.
+
+        Only v1's own whole-answer calls come this way (`v1.programs.call_model`), and they wait for their
+        answer: the handler runs in the caller's task, awaited directly (no task, no hand-over of the answer).
+        A caller cancelled mid-call (its program's timeout) cancels the call with it: no answer is left to
+        deliver or record. Failures read as they do from the handler's own task: a 500, or a broken stream.
+        """
+        exchange = _InProcessExchange("POST", path, RequestHeaders(headers.items()), body, self.max_body_bytes, None)
+        try:
+            answer = await self.dispatch(exchange)
+        except Exception:
+            logger.debug("the endpoint failed answering %s in process", path, exc_info=True)
+            if exchange.stream_headers is not None:
+                raise http_library().RemoteProtocolError("the endpoint failed mid-stream") from None
+            return _server_error()
         if exchange.stream_headers is None:
-            return _whole_answer(handler)
-        chunks = [chunk async for chunk in _chunks_class()(exchange, handler)]
-        return 200, {name.lower(): value for name, value in exchange.stream_headers.items()}, b"".join(chunks)
+            assert answer is not None, "a handler that did not stream answers"
+            return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
+        chunks = exchange.chunks
+        written = [chunks.get_nowait() for _ in range(chunks.qsize())]  # the handler wrote the whole stream
+        streamed = b"".join(chunk for chunk in written if chunk is not _END)
+        return 200, {name.lower(): value for name, value in exchange.stream_headers.items()}, streamed
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()

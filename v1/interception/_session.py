@@ -22,7 +22,17 @@ from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.rollout import State
-from v1.types import Messages, Response, ResponseDelta, SamplingArgs, TimeSpan, Tool, TrajectoryStep, TrajectoryStepTokens
+from v1.types import (
+    Messages,
+    Response,
+    ResponseDelta,
+    ResponseTokens,
+    SamplingArgs,
+    TimeSpan,
+    Tool,
+    TrajectoryStep,
+    TrajectoryStepTokens,
+)
 
 StopCheck = Callable[[State], Awaitable[str | None]]
 
@@ -43,14 +53,21 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
     part of a program's nested value survives under a harness key. A harness `max_tokens`
     also removes a program's `max_completion_tokens` (and the other way round).
     """
+    if not harness:
+        return dict(requested)
     nested = harness.get("extra_body")
-    settings = {**(nested if isinstance(nested, dict) else {}), **{k: v for k, v in harness.items() if k != "extra_body"}}
+    settings = dict(nested) if isinstance(nested, dict) else {}
+    for key, value in harness.items():
+        if key != "extra_body":
+            settings[key] = value
     settings = {key: value for key, value in settings.items() if value is not None}
     overridden = set(settings)
     for group in ALIASES:
-        if group & overridden:
+        if not group.isdisjoint(overridden):
             overridden |= group
-    return {**{k: v for k, v in requested.items() if k not in overridden}, **settings}
+    merged = {key: value for key, value in requested.items() if key not in overridden}
+    merged.update(settings)
+    return merged
 
 
 def new_key() -> str:
@@ -77,9 +94,49 @@ def recorded_usage(trajectory: list[TrajectoryStep]) -> tuple[int, int]:
 
 
 def _response_json(response: Response) -> dict[str, Any]:
-    """`response.model_dump(mode="json")`, by its model's serializer directly (`model_dump`'s own keyword handling
-    costs a third of a dump of a small answer, and every step is dumped)."""
-    return Response.__pydantic_serializer__.to_python(response, mode="json")  # type: ignore[no-any-return]
+    """`response.model_dump(mode="json")`, written field by field: every step records one, and pydantic's
+    serializer costs five times as much on an answer this small. `test_session_record.py` holds it to
+    the serializer's output, so a field added to `Response` fails there until it is written here."""
+    usage = response.usage
+    message = response.message
+    tokens = message.tokens
+    calls = message.tool_calls
+    return {
+        "id": response.id,
+        "created": response.created,
+        "model": response.model,
+        "usage": None
+        if usage is None
+        else {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+        },
+        "message": {
+            "content": message.content,
+            "reasoning_content": message.reasoning_content,
+            "reasoning_signature": message.reasoning_signature,
+            "finish_reason": message.finish_reason,
+            "is_truncated": message.is_truncated,
+            "tokens": None if tokens is None else _tokens_json(tokens),
+            "tool_calls": None
+            if calls is None
+            else [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in calls],
+        },
+    }
+
+
+def _tokens_json(tokens: ResponseTokens) -> dict[str, Any]:
+    experts = tokens.routed_experts
+    return {
+        "prompt_ids": list(tokens.prompt_ids),
+        "prompt_mask": list(tokens.prompt_mask),
+        "completion_ids": list(tokens.completion_ids),
+        "completion_mask": list(tokens.completion_mask),
+        "completion_logprobs": list(tokens.completion_logprobs),
+        "routed_experts": None if experts is None else [[list(token) for token in layer] for layer in experts],
+    }
 
 
 def step_tokens(response: Response) -> TrajectoryStepTokens | None:
