@@ -8,8 +8,9 @@ TOML environment, the live view, the run folder) against the mock model server
 `--rollouts`, and `--save` at `--scale` times as many rollouts, to show that
 memory does not grow with the number of rollouts (results stream to disk and the
 summary is incremental). Figures: rollouts/s (from the run's own `time_ms`),
-peak RSS of the eval process, and medians across repeats. Nothing here asserts
-on timing.
+peak RSS of the eval process, its CPU per rollout between the two `--save` sizes
+(what `v1 eval` adds to each rollout, start-up cancelled out), and medians across
+repeats. Nothing here asserts on timing.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def child(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - start
         if code != 0:
             raise SystemExit(code)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before time_writing loads the outputs
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # before time_writing loads the outputs
+        peak, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         metadata: dict[str, Any] = {}
         size, write_s = 0, None
         for run in out.glob("*"):
@@ -93,6 +95,7 @@ def child(args: argparse.Namespace) -> None:
                 "mode": args.mode,
                 "rollouts": args.rollouts,
                 "wall_s": wall,
+                "cpu_s": cpu,
                 "peak_rss_mib": peak,
                 "results_bytes": size,
                 "write_ms_per_rollout": write_s * 1000 / args.rollouts if write_s is not None else None,
@@ -163,7 +166,7 @@ def main() -> None:
     medians = {
         name: {
             key: statistics.median(r[key] for r in values)
-            for key in ("rollouts_per_s", "wall_s", "peak_rss_mib", "results_bytes")
+            for key in ("rollouts_per_s", "wall_s", "cpu_s", "peak_rss_mib", "results_bytes")
         }
         for name, values in runs.items()
     }
@@ -175,6 +178,13 @@ def main() -> None:
     save, nosave = medians[f"save x{args.rollouts}"], medians[f"nosave x{args.rollouts}"]
     cost = save["wall_s"] - nosave["wall_s"]
     print(f"  cost of --save at {args.rollouts} rollouts: {cost * 1000:+.0f} ms ({cost / nosave['wall_s']:+.1%} of the run)")
+    if args.scale > 1:
+        big = medians[f"save x{args.rollouts * args.scale}"]
+        extra = args.rollouts * (args.scale - 1)
+        print(
+            f"  CPU per rollout of the eval process, the {extra} rollouts between the two --save sizes "
+            f"(start-up and imports cancel out): {(big['cpu_s'] - save['cpu_s']) * 1000 / extra:.3f} ms"
+        )
     if args.json:
         args.json.write_text(
             json.dumps(
