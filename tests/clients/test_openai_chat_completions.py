@@ -309,6 +309,19 @@ async def test_a_config_changed_in_place_gets_the_client_of_its_new_content(mock
     assert await shared_client(first) is retrying
 
 
+async def test_a_nested_endpoint_config_changed_in_place_gets_the_client_of_its_new_content(mock: MockModelServer) -> None:
+    """A change inside one of `endpoint_configs`' models (its headers dict) is seen too."""
+    first = config(mock, endpoint_configs=[{"api_base_url": mock.url, "max_retries": 0}])
+    client = await shared_client(first)
+    assert await shared_client(first) is client
+    first.endpoint_configs[0].extra_headers["X-Run"] = "c"
+    changed = await shared_client(first)
+    assert changed is not client
+    assert changed is await shared_client(
+        config(mock, endpoint_configs=[{"api_base_url": mock.url, "max_retries": 0, "extra_headers": {"X-Run": "c"}}])
+    )
+
+
 async def test_concurrent_first_use_creates_one_client(mock: MockModelServer) -> None:
     clients = await asyncio.gather(*(resolve_client(config(mock, timeout=123.0)) for _ in range(10)))
     assert all(client is clients[0] for client in clients)

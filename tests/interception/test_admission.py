@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -60,6 +61,20 @@ async def test_the_programs_key_dies_with_its_program_phase(mock: MockModelServe
     assert framework.choices[0].message.content
     assert len(state["trajectory"]) == 1 and len(mock.requests) == 2
     assert state.get_endpoint_config()["api_key"] != program_config["api_key"]
+
+
+async def test_the_program_phase_ends_with_only_the_key_of_the_endpoint_access_changed(mock: MockModelServer) -> None:
+    """Every field of `state.runtime.endpoint` but `api_key` carries over to the framework's phase."""
+    state, session = await open_rollout(mock)
+    before = state.runtime.endpoint
+    assert before is not None
+    state.runtime.endpoint = before = dataclasses.replace(before, open=False)
+    session.end_program_phase()
+    after = state.runtime.endpoint
+    assert after is not None and after.api_key == session.api_key != before.api_key
+    for kept in dataclasses.fields(before):
+        if kept.name != "api_key":
+            assert getattr(after, kept.name) is getattr(before, kept.name), kept.name
 
 
 @pytest.mark.parametrize("key", ["", "v1-", "x" * 4000, "v1-\u00e9 \t"], ids=["empty", "prefix", "huge", "odd"])

@@ -78,6 +78,27 @@ OPENAI_BAD = [
         "not a response of this rollout",
     ),
     ("/responses", {"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns"}]}, "tools[0]", "namespace tool"),
+    ("/chat/completions", {"model": "m", "messages": USER, "tools": "add"}, "tools", "must be a list"),
+    ("/chat/completions", {"model": "m", "messages": USER, "tools": [5]}, "tools[0]", "{'type': 'function'"),
+    ("/chat/completions", {"model": "m", "messages": USER, "tools": [{"type": "function"}]}, "tools[0]", "{'type': 'function'"),
+    (
+        "/chat/completions",
+        {"model": "m", "messages": USER, "tools": [{"type": "web", "function": {"name": "add"}}]},
+        "tools[0]",
+        "{'type': 'function'",
+    ),
+    (
+        "/chat/completions",
+        {"model": "m", "messages": USER, "tools": [{"type": "function", "function": {"name": ""}}]},
+        "tools[0].function.name",
+        "non-empty string",
+    ),
+    (
+        "/chat/completions",
+        {"model": "m", "messages": USER, "tools": [{"function": {"name": "add", "parameters": [1]}}]},
+        "tools[0].function.parameters",
+        "JSON schema object",
+    ),
     (
         "/responses",
         {"model": "m", "input": [{"type": "item_reference", "id": "x"}]},

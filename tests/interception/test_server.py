@@ -20,6 +20,7 @@ from aiohttp import web
 
 import v1 as vf
 from tests.tools.patience import HANG_S
+from v1._util.loop_scope import close_loop_scope
 from v1.clients import resolve_client
 from v1.interception import EndpointServer, RolloutSession, get_endpoint, upstream
 from v1.interception._server import MAX_BODY_ENV
@@ -76,6 +77,17 @@ def port_of(url: str) -> int:
 
 
 # -- authentication and routing ----------------------------------------------------------------
+
+
+async def test_get_endpoint_after_its_loop_scope_closed_starts_a_new_one() -> None:
+    """The endpoint found without the loop scope is the one the scope holds; once the scope closed it, a new one."""
+    first = await get_endpoint()
+    assert await get_endpoint() is first and first.serving
+    await close_loop_scope()
+    assert not first.serving
+    second = await get_endpoint()
+    assert second is not first and second.serving
+    assert await get_endpoint() is second
 
 
 async def test_base_url_names_the_rollout_and_key_is_secret(mock: MockModelServer) -> None:

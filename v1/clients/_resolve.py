@@ -76,13 +76,25 @@ class _ClientsByObject:
 
     def get(self, config: ClientConfig) -> Client[Any, Any, Any, Any] | None:
         known = self._known.get(id(config))
-        if known is None or known[0]() is not config or known[1] != config:
+        if known is None or known[0]() is not config or not _unchanged(config, known[1]):
             return None  # a config changed in place since is looked up by its content again
         return known[2]
 
     def remember(self, config: ClientConfig, client: Client[Any, Any, Any, Any]) -> None:
         key = id(config)
         self._known[key] = (weakref.ref(config, lambda _: self._known.pop(key, None)), config.model_copy(deep=True), client)
+
+
+def _unchanged(config: ClientConfig, copy: ClientConfig) -> bool:
+    """Whether `config` still equals its `copy`, as pydantic's `__eq__` would say, without the generic-model
+    checks around it: the same class, fields (nested dicts, lists and models compared by value), extras and
+    private attributes."""
+    return (
+        type(config) is type(copy)
+        and config.__dict__ == copy.__dict__
+        and config.__pydantic_extra__ == copy.__pydantic_extra__
+        and config.__pydantic_private__ == copy.__pydantic_private__
+    )
 
 
 _by_object: WeakIdentityMap[LoopScope, _ClientsByObject] = WeakIdentityMap()

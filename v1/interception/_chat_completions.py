@@ -65,14 +65,14 @@ def _check_tool_calls(where: str, role: str, tool_calls: Any) -> None:
 
 
 def _tool(i: int, entry: Any) -> Tool:
-    function = entry.get("function") if isinstance(entry, Mapping) else None
-    if not isinstance(entry, Mapping) or entry.get("type", "function") != "function" or not isinstance(function, Mapping):
+    function = entry.get("function") if isinstance(entry, _MAPPING) else None
+    if not isinstance(function, _MAPPING) or entry.get("type", "function") != "function":
         raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise BadRequest(f"tools[{i}].function.name must be a non-empty string", f"tools[{i}].function.name")
     parameters = function.get("parameters", {"type": "object", "properties": {}})
-    if not isinstance(parameters, Mapping):
+    if not isinstance(parameters, _MAPPING):
         raise BadRequest(f"tools[{i}].function.parameters must be a JSON schema object", f"tools[{i}].function.parameters")
     return Tool(
         name=name, description=function.get("description") or "", parameters=dict(parameters), strict=function.get("strict")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from v1._util import bounded_json as _bounded_json
 from v1._util.descriptors import raise_descriptor_limit
 from v1._util.loop_scope import loop_scope
+from v1._util.weak_identity import WeakIdentityMap
 from v1.clients import InProcessTransport, http_library, redact_locations, serve_in_process, stop_serving, tls_context
 from v1.errors import EndpointError, ModelError, ModelRequestError, NotSupportedError, OverlongPromptError, RolloutStopped
 from v1.interception import _mcp_server as mcp_server
@@ -337,6 +338,11 @@ class EndpointServer:
                 return response
 
         return gated
+
+    @property
+    def serving(self) -> bool:
+        """Started, and not closed since."""
+        return self._app is not None
 
     async def close(self) -> None:
         if self._gate is not None:
@@ -670,8 +676,17 @@ def _method_not_allowed(exchange: Exchange, dialect: DialectPart, allowed: str) 
     )
 
 
+_started: WeakIdentityMap[asyncio.AbstractEventLoop, EndpointServer] = WeakIdentityMap()
+"""Each loop's endpoint once started, so a rollout finds it without the loop scope's coroutines; one closed since
+(its loop scope closed) is passed over."""
+
+
 async def get_endpoint() -> EndpointServer:
     """The endpoint server of the running event loop, started on first use."""
+    loop = asyncio.get_running_loop()
+    server = _started.get(loop)
+    if server is not None and server.serving:
+        return server
     scope = await loop_scope()
 
     async def create() -> tuple[EndpointServer, Callable[[], Awaitable[None]]]:
@@ -679,7 +694,8 @@ async def get_endpoint() -> EndpointServer:
         await server.start()
         return server, server.close
 
-    return await scope.get("endpoint", create)
+    server = _started[loop] = await scope.get("endpoint", create)
+    return server
 
 
 __all__ = ["FAILURES", "EndpointServer", "Failure", "describe_failure", "error_response", "get_endpoint"]
