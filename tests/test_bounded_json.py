@@ -79,3 +79,20 @@ def test_non_finite_numbers_are_refused_or_kept_as_json_loads_keeps_them(text: b
     with pytest.raises(UnsafeJSONError, match="finite numbers only"):
         loads(text)
     assert repr(loads(text, finite=False)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("kind", [str, bytes, bytearray])
+def test_objects_alone_count_toward_the_depth_limit_in_every_kind_of_text(kind: type) -> None:
+    def document(depth: int) -> str | bytes | bytearray:
+        text = '{"a":' * depth + "1" + "}" * depth  # no "[": only counting "{" sees the depth
+        return text if kind is str else kind(text.encode())
+
+    assert loads(document(MAX_DEPTH)) is not None
+    with pytest.raises(UnsafeJSONError, match=rf"^x: nested more than {MAX_DEPTH} levels deep$"):
+        loads(document(MAX_DEPTH + 1), "x")
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_a_wide_integer_beside_brackets_in_bytes_is_read_as_json_loads_reads_it(kind: type) -> None:
+    text = kind(b'{"n":[{"m":123456789012345678901}]}')
+    assert repr(loads(text)) == repr(json.loads(text)) == "{'n': [{'m': 123456789012345678901}]}"
