@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +167,23 @@ async def test_a_streamed_answer_through_the_tool_loops_post_comes_back_whole_an
     assert events[-1] == "[DONE]"
     text = "".join((json.loads(event)["choices"] or [{}])[0].get("delta", {}).get("content") or "" for event in events[:-1])
     assert text == "streamed" and [step["completion"][0]["content"] for step in state["trajectory"]] == ["streamed"]
+
+
+async def test_an_sdk_call_cut_off_by_the_programs_time_limit_records_no_step_after_the_rollout_ended(
+    mock: MockModelServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An SDK request over loopback HTTP keeps its own handler task after the program is cancelled: an
+    answer arriving after the rollout ended must not be appended to the state `run()` already returned."""
+    mock.script(Reply.text("too late", delay=0.5))
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        await over_http(state).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+
+    slow = vf.Harness(
+        program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", timeout_seconds=0.2
+    )
+    state = await slow.run({"prompt": "x"})
+    assert state["stop_condition"] == "timeout_reached" and state["trajectory"] == []
+    await asyncio.sleep(1.5)  # past the upstream's delay: the handler task has had its answer by now
+    assert state["trajectory"] == [] and len(mock.requests) == 1 and state["timing"]["model"]["duration"] == 0.0
+    assert not [record for record in caplog.records if record.name.startswith("v1") and record.levelno >= logging.ERROR]

@@ -542,6 +542,8 @@ class EndpointServer:
             extras=step_extras(dialect, parsed),
             caller_gone=lambda: exchange.gone,
         )
+        if session.closed:  # the rollout ended while its call was upstream: answered as any request for it now is
+            return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         dialect.after_call(session, parsed, response)
         body = dialect.render(response, session.state.get_model(), parsed)
         return Answer(200, _dumps(body))

@@ -391,10 +391,11 @@ class RolloutSession:
             )
         except Exception as exc:
             self.failing = None
-            self._failed(exc, recording)
+            if not self.closed:
+                self._failed(exc, recording)
             raise
         self.failing = None
-        if recording:
+        if recording and not self.closed:  # a rollout that ended meanwhile keeps the state `run()` returned
             self._record(prompt, response, start, time.time(), extras)
         return response
 
@@ -434,12 +435,13 @@ class RolloutSession:
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.failing = None
-                self._failed(exc, recording)
+                if not self.closed:
+                    self._failed(exc, recording)
             if future is not None and dedupe_key is not None:
                 self._flights.finish(dedupe_key, future, error=exc)
             raise
         self.failing = None
-        if recording:
+        if recording and not self.closed:
             self._record(prompt, response, start, time.time(), extras)
         if future is not None and dedupe_key is not None:
             self._flights.finish(dedupe_key, future, response)
