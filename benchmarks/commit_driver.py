@@ -30,7 +30,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import v1
@@ -57,6 +57,20 @@ def cpu_seconds() -> float:
 def system_seconds() -> float:
     """The kernel's share of `cpu_seconds` (system calls: the sockets and the event loop's polling)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+async def timed(units: Callable[[], Awaitable[list[bool]]], n: int) -> dict[str, Any]:
+    """Run the `n` units `units()` starts (each answering whether it succeeded): the figures both drivers print."""
+    started, cpu_started, system_started = time.perf_counter(), cpu_seconds(), system_seconds()
+    results = await units()
+    wall, cpu, system = time.perf_counter() - started, cpu_seconds() - cpu_started, system_seconds() - system_started
+    return {
+        "rollouts_per_s": n / wall,
+        "cpu_ms_per_rollout": 1000 * cpu / n,
+        "system_ms_per_rollout": 1000 * system / n,
+        "wall_s": wall,
+        "errors": results.count(False),
+    }
 
 
 async def gate(word: str) -> None:
@@ -91,21 +105,11 @@ async def rollouts(
     if gated:
         await gate("READY")
     with profiler or contextlib.nullcontext(), v1.batch_gc():  # as Env.generate (v1 eval) runs its rollouts
-        started, cpu_started, system_started = time.perf_counter(), cpu_seconds(), system_seconds()
-        results = await asyncio.gather(*(one() for _ in range(n)))
-        wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
-        system = system_seconds() - system_started
+        figures = await timed(lambda: asyncio.gather(*(one() for _ in range(n))), n)
     if gated:
         await gate("DONE")
     await harness.teardown()
-    return {
-        "rollouts_per_s": n / wall,
-        "cpu_ms_per_rollout": 1000 * cpu / n,
-        "system_ms_per_rollout": 1000 * system / n,
-        "wall_s": wall,
-        "errors": results.count(False),
-        "v1_file": v1.__file__,
-    }
+    return figures | {"v1_file": v1.__file__}
 
 
 def run_loop(main: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:

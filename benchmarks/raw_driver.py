@@ -13,26 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import sys
-import time
 from typing import Any
 
 import aiohttp
-from commit_driver import MODEL, WARMUP, gate, run_loop
+from commit_driver import MODEL, WARMUP, gate, run_loop, timed
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}).encode()
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer raw"}
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def system_seconds() -> float:
-    """The kernel's share of `cpu_seconds` (system calls: the sockets and the event loop's polling)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 async def requests(url: str, n: int, concurrency: int, gated: bool = False) -> dict[str, Any]:
@@ -47,19 +35,10 @@ async def requests(url: str, n: int, concurrency: int, gated: bool = False) -> d
         await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))
         if gated:
             await gate("READY")
-        started, cpu_started, system_started = time.perf_counter(), cpu_seconds(), system_seconds()
-        results = await asyncio.gather(*(one() for _ in range(n)))
-        wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
-        system = system_seconds() - system_started
+        figures = await timed(lambda: asyncio.gather(*(one() for _ in range(n))), n)
         if gated:
             await gate("DONE")
-    return {
-        "rollouts_per_s": n / wall,
-        "cpu_ms_per_rollout": 1000 * cpu / n,
-        "system_ms_per_rollout": 1000 * system / n,
-        "wall_s": wall,
-        "errors": results.count(False),
-    }
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
