@@ -123,7 +123,7 @@ def plain_copy(fields: dict[str, Any]) -> dict[str, Any]:
     try:
         copy = orjson.loads(orjson.dumps(fields, option=_PLAIN_OR_FROZEN))
     except TypeError:  # orjson.JSONEncodeError included
-        return {name: thaw(value) for name, value in fields.items()}
+        copy = None
     return copy if copy == fields else {name: thaw(value) for name, value in fields.items()}
 
 

@@ -126,13 +126,21 @@ def output_problem(output: Mapping[str, Any]) -> str | None:
     The aggregates take finite numbers only (`reward`, `metrics`, `token_usage`, `timing`) and
     whole counts (`attempts`, `model_retries`): ``"nan"``, ``"x"`` or a 400-digit integer is a problem.
     """
+    return _checked_numbers(output)[0]
+
+
+def _checked_numbers(output: Mapping[str, Any]) -> tuple[str | None, list[tuple[str | None, str, float]]]:
+    """`output_problem`'s answer, and when there is none `(table, name, number)` for each number `_summed` reads."""
     problem = _count_problem(output)
     if problem is not None:
-        return problem
-    for field, _, _, value in _summed(output):
-        if finite_number(value) is None:
-            return f"field {field!r}: {str(value)[:40]!r} is not a finite number"
-    return None
+        return problem, []
+    numbers = []
+    for field, table, name, value in _summed(output):
+        number = _finite(value)
+        if number is None:
+            return f"field {field!r}: {str(value)[:40]!r} is not a finite number", []
+        numbers.append((table, name, number))
+    return None, numbers
 
 
 def _finite(value: Any) -> float | None:
@@ -211,20 +219,13 @@ class EvalSummary:
         Raises:
             ValueError: a number of the output is not a finite number (`output_problem`); nothing is added.
         """
-        problem = _count_problem(output)
-        numbers = (
-            [] if problem else [(field, table, name, value, _finite(value)) for field, table, name, value in _summed(output)]
-        )
-        for field, _, _, value, number in numbers:
-            if number is None:
-                problem = f"field {field!r}: {str(value)[:40]!r} is not a finite number"
-                break
+        problem, numbers = _checked_numbers(output)
         if problem is not None:
             raise ValueError(problem)
         self.count += 1
-        for _, table, name, _, number in numbers:
+        for table, name, number in numbers:
             if table is not None:
-                self._sum_of(table, name).add_finite(number)  # type: ignore[arg-type]  # checked finite above
+                self._sum_of(table, name).add_finite(number)
         error = output.get("error")
         if error:
             self.errors += 1
