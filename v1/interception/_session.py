@@ -367,6 +367,8 @@ class RolloutSession:
         return caps
 
     def _failed(self, error: Exception, recording: bool) -> None:
+        if self.closed:  # the rollout ended while the call was upstream: the state `run()` returned stays as it was
+            return
         state = self.state
         if isinstance(error, OverlongPromptError):
             if recording:
@@ -391,11 +393,10 @@ class RolloutSession:
             )
         except Exception as exc:
             self.failing = None
-            if not self.closed:
-                self._failed(exc, recording)
+            self._failed(exc, recording)
             raise
         self.failing = None
-        if recording and not self.closed:  # a rollout that ended meanwhile keeps the state `run()` returned
+        if recording:
             self._record(prompt, response, start, time.time(), extras)
         return response
 
@@ -435,13 +436,12 @@ class RolloutSession:
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.failing = None
-                if not self.closed:
-                    self._failed(exc, recording)
+                self._failed(exc, recording)
             if future is not None and dedupe_key is not None:
                 self._flights.finish(dedupe_key, future, error=exc)
             raise
         self.failing = None
-        if recording and not self.closed:
+        if recording:
             self._record(prompt, response, start, time.time(), extras)
         if future is not None and dedupe_key is not None:
             self._flights.finish(dedupe_key, future, response)
@@ -451,6 +451,8 @@ class RolloutSession:
     def _count_retry(self, error: BaseException) -> None:
         """The client repeats a failed call: counted on the state by failure type (`state["model_retries"]`)."""
         self.failing = error
+        if self.closed:  # as in `_failed`: the returned state is not counted on
+            return
         counts = dict.get(self.state, "model_retries")
         if not isinstance(counts, dict):
             counts = {}
@@ -461,6 +463,8 @@ class RolloutSession:
     def _record(
         self, prompt: Messages, response: Response, start: float, end: float, extras: dict[str, Any] | None = None
     ) -> None:
+        if self.closed:  # as in `_failed`: no step on a rollout that has ended
+            return
         state = self.state
         truncated = bool(response.message.is_truncated)
         tokens = step_tokens(response)
