@@ -28,7 +28,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOLVE_TIMEOUT_S = 1800.0
-"""pip fetches the metadata of ~200 packages (7 minutes on the shared 2-core machine); a hang guard, not a bound."""
+"""pip reads ~200 wheels (1-3 minutes on a 2-core machine, longer with an old pip); a hang guard, not a bound."""
 GPU_COMMAND = re.compile(
     r'^python -m pip install -e "\.\[(?P<first>[a-z,]+)\]" wheel && '
     r'python -m pip install --no-build-isolation -e "\.\[(?P<second>[a-z,]+)\]"$',
