@@ -202,7 +202,9 @@ class RolloutSession:
         runtime = self.state.runtime
         endpoint = runtime.endpoint
         if endpoint is not None:  # built directly: `dataclasses.replace` costs a rollout more than this whole method
-            runtime.endpoint = EndpointAccess(endpoint.base_url, self.api_key, endpoint.pools, endpoint.open)
+            runtime.endpoint = EndpointAccess(
+                base_url=endpoint.base_url, api_key=self.api_key, pools=endpoint.pools, open=endpoint.open
+            )
         runtime.sdk_clients.clear()
 
     async def _check_admission(self) -> None:

@@ -111,7 +111,7 @@ def _normalize_prompt(prompt: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(prompt, (list, tuple)):
         raise TaskError(f"{where}field 'prompt': expected a string or a list of messages, got {type(prompt).__name__}")
     for i, message in enumerate(prompt):
-        if not (isinstance(message, dict) or isinstance(message, Mapping)) or "role" not in message:  # no ABC check for a dict
+        if not isinstance(message, (dict, Mapping)) or "role" not in message:  # a dict is told apart before the ABC check
             raise TaskError(f"{where}field 'prompt[{i}]': expected a message dict with a 'role', got {message!r:.80}")
         role = message["role"]
         if role == "system":

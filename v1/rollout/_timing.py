@@ -67,26 +67,16 @@ class TimingRecord:
         return max(0.0, self.total - named)
 
     def as_dict(self) -> dict[str, Any]:
-        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values.
-
-        Built once a rollout, at finalize: plain dicts written out here, no helper per span.
-        """
-        setup, generation, scoring = self.setup, self.generation, self.scoring
-        setup_duration = max(0.0, setup.end - setup.start)
-        scoring_duration = max(0.0, scoring.end - scoring.start)
+        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values, as plain dicts."""
+        setup, generation, scoring = _span_dict(self.setup), _span_dict(self.generation), _span_dict(self.scoring)
         model, env = _spans_dict(self.model.spans), _spans_dict(self.env.spans)
-        end = scoring.end or generation.end
-        total = max(0.0, end - generation.start) if generation.start else 0.0
-        named = setup_duration + model["duration"] + env["duration"] + scoring_duration
+        total = self.total
+        named = setup["duration"] + model["duration"] + env["duration"] + scoring["duration"]
         return {
             "start_time": self.start_time,
-            "setup": {"start": setup.start, "end": setup.end, "duration": setup_duration},
-            "generation": {
-                "start": generation.start,
-                "end": generation.end,
-                "duration": max(0.0, generation.end - generation.start),
-            },
-            "scoring": {"start": scoring.start, "end": scoring.end, "duration": scoring_duration},
+            "setup": setup,
+            "generation": generation,
+            "scoring": scoring,
             "model": model,
             "env": env,
             "total": total,
@@ -103,6 +93,11 @@ class TimingRecord:
             model=TimeSpans(spans=list(self.model.spans)),
             env=TimeSpans(spans=list(self.env.spans)),
         )
+
+
+def _span_dict(span: SpanRecord) -> dict[str, float]:
+    start, end = span.start, span.end
+    return {"start": start, "end": end, "duration": max(0.0, end - start)}
 
 
 def _spans_dict(spans: list[TimeSpan]) -> dict[str, Any]:
