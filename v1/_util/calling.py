@@ -99,8 +99,9 @@ def is_async_callable(fn: Any) -> bool:
         fn = fn.func
     if inspect.iscoroutinefunction(fn):
         return True
-    call_method = inspect.getattr_static(type(fn), "__call__", None)
-    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(call_method)
+    if inspect.isroutine(fn):
+        return False  # a sync function or method, as most rewards and tools are: its type's `__call__` is not looked up
+    return inspect.iscoroutinefunction(inspect.getattr_static(type(fn), "__call__", None))
 
 
 def calls_running() -> int:
