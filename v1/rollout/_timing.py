@@ -95,7 +95,7 @@ class TimingRecord:
         )
 
 
-def _span_dict(span: SpanRecord) -> dict[str, float]:
+def _span_dict(span: SpanRecord | TimeSpan) -> dict[str, float]:
     start, end = span.start, span.end
     return {"start": start, "end": end, "duration": max(0.0, end - start)}
 
@@ -103,10 +103,7 @@ def _span_dict(span: SpanRecord) -> dict[str, float]:
 def _spans_dict(spans: list[TimeSpan]) -> dict[str, Any]:
     if not spans:  # a rollout with no model call or no tool work
         return {"spans": [], "duration": 0}
-    items = []
-    for span in spans:  # `TimeSpan.duration` written out: no property call per span
-        start, end = span.start, span.end
-        items.append({"start": start, "end": end, "duration": max(0.0, end - start)})
+    items = [_span_dict(span) for span in spans]
     return {"spans": items, "duration": sum(item["duration"] for item in items)}
 
 
