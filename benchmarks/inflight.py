@@ -1,12 +1,13 @@
 """Benchmark rollouts in flight: thousands of one-call rollouts of one `v1 eval` waiting on a slow model together.
 
     python benchmarks/inflight.py [--rollouts 10000] [--delay 30] [--concurrency ROLLOUTS] [--reference N]
-                                  [--quick] [--json out.json]
+                                  [--prompt-bytes N] [--quick] [--json out.json]
 
 Starts the mock model server (`python -m v1.testing --delay D`, its own
 process, answering each request after D seconds), then runs the real `v1 eval`
 command (its own process) on a TOML environment of `--rollouts` rows, one
-model call each, at `-c --concurrency`. While it runs it samples, every
+model call each, at `-c --concurrency`; `--prompt-bytes` pads each prompt to
+that many bytes (a long conversation's request). While it runs it samples, every
 `--every` seconds, the eval process's open file descriptors (`/proc/PID/fd`),
 RSS, threads and CPU, the mock's descriptors, and the requests the mock holds
 (its ``GET /mock/stats``).
@@ -56,9 +57,10 @@ max_turns = 1
 
 
 def rows() -> list[dict[str, Any]]:
-    """One short prompt per rollout (as many as the benchmark asked the eval for)."""
+    """One prompt per rollout (as many as the benchmark asked the eval for), padded to `--prompt-bytes`."""
     count = int(os.environ.get("V1_INFLIGHT_ROWS", "100"))
-    return [{"question": f"in-flight prompt {i}", "answer": str(i)} for i in range(count)]
+    size = int(os.environ.get("V1_INFLIGHT_PROMPT_BYTES", "0"))
+    return [{"question": f"in-flight prompt {i}".ljust(size, "."), "answer": str(i)} for i in range(count)]
 
 
 @dataclass
@@ -143,7 +145,7 @@ def sample_until_done(eval_proc: subprocess.Popen[str], mock_pid: int, origin: s
     return trace
 
 
-def run_eval(rollouts: int, concurrency: int, delay: float, every: float) -> dict[str, Any]:
+def run_eval(rollouts: int, concurrency: int, delay: float, every: float, prompt_bytes: int = 0) -> dict[str, Any]:
     """One `v1 eval` of `rollouts` at `-c concurrency` against a fresh mock answering after `delay`; its figures."""
     mock, url = start_mock(delay)
     origin = url.removesuffix("/v1")
@@ -152,7 +154,7 @@ def run_eval(rollouts: int, concurrency: int, delay: float, every: float) -> dic
             config = Path(folder) / "inflight.toml"
             config.write_text(ENV_TOML)
             out = Path(folder) / "out"
-            env = {**os.environ, "V1_INFLIGHT_ROWS": str(rollouts)}
+            env = {**os.environ, "V1_INFLIGHT_ROWS": str(rollouts), "V1_INFLIGHT_PROMPT_BYTES": str(prompt_bytes)}
             env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(ROOT), env.get("PYTHONPATH", "")])
             command = [sys.executable, "-m", "v1.cli", "eval", str(config), "-m", "mock", "-b", url]
             command += ["-n", str(rollouts), "-r", "1", "-c", str(concurrency), "--output-dir", str(out)]
@@ -177,6 +179,7 @@ def run_eval(rollouts: int, concurrency: int, delay: float, every: float) -> dic
         "rollouts": rollouts,
         "concurrency": concurrency,
         "delay_s": delay,
+        "prompt_bytes": prompt_bytes,
         "exit_code": eval_proc.returncode,
         "errors": metadata.get("num_errors"),
         "mock_requests": stats["requests"],
@@ -209,7 +212,8 @@ def per_rollout(run: dict[str, Any], reference: dict[str, Any] | None) -> dict[s
 
 def report(run: dict[str, Any], reference: dict[str, Any] | None) -> None:
     r = run
-    print(f"{r['rollouts']} one-call rollouts at -c {r['concurrency']}, the mock answering after {r['delay_s']:g} s")
+    prompt = f", prompts of {r['prompt_bytes']} bytes" if r["prompt_bytes"] else ""
+    print(f"{r['rollouts']} one-call rollouts at -c {r['concurrency']}, the mock answering after {r['delay_s']:g} s{prompt}")
     print(f"  exit code {r['exit_code']}, errors {r['errors']}, requests the mock received {r['mock_requests']}")
     for warning in r["warnings"]:
         print(f"  {warning}")
@@ -247,6 +251,7 @@ def main() -> int:
     parser.add_argument(
         "--reference", type=int, default=None, help="rollouts of the run first made to subtract (default a tenth; 0: none)"
     )
+    parser.add_argument("--prompt-bytes", type=int, default=0, help="pad each prompt to this many bytes (0: short prompts)")
     parser.add_argument("--every", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("--quick", action="store_true", help="200 rollouts, a 2 s delay")
     parser.add_argument("--json", type=Path, default=None, help="write every figure and sample here")
@@ -257,18 +262,26 @@ def main() -> int:
         args.concurrency = args.rollouts
     if args.reference is None:
         args.reference = args.rollouts // 10
-    if args.rollouts < 1 or args.concurrency < 1 or args.delay < 0 or args.every <= 0 or not 0 <= args.reference < args.rollouts:
+    if (
+        args.rollouts < 1
+        or args.concurrency < 1
+        or args.delay < 0
+        or args.every <= 0
+        or not 0 <= args.reference < args.rollouts
+        or not 0 <= args.prompt_bytes <= 10_000_000
+    ):
         parser.error(
-            "--rollouts and --concurrency must be 1 or more, --delay 0 or more, --every above 0, --reference below --rollouts"
+            "--rollouts and --concurrency must be 1 or more, --delay 0 or more, --every above 0, --reference below --rollouts, "
+            "--prompt-bytes from 0 to 10000000"
         )
     reference = None
     if args.reference:
-        reference = run_eval(args.reference, args.reference, args.delay, args.every)
+        reference = run_eval(args.reference, args.reference, args.delay, args.every, args.prompt_bytes)
         print(
             f"reference: {args.reference} rollouts, peak {reference['peak_fds']} descriptors, {reference['peak_rss_mib']:.0f} MiB",
             flush=True,
         )
-    run = run_eval(args.rollouts, args.concurrency, args.delay, args.every)
+    run = run_eval(args.rollouts, args.concurrency, args.delay, args.every, args.prompt_bytes)
     report(run, reference)
     if args.json:
         summary = {"python": platform.python_version(), "load_average": os.getloadavg(), "run": run, "reference": reference}

@@ -1,4 +1,5 @@
-"""`compact_json` writes what `json.dumps` writes, value for value, and refuses what it refuses, with the same error."""
+"""`compact_json` writes what `json.dumps` writes, value for value, and refuses what it refuses, with the same error;
+its text holds no more memory than its length."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import dataclasses
 import enum
 import json
 import math
+import tracemalloc
 import uuid
 from typing import Any
 
 import pytest
 
-from v1._util.json_check import compact_json, is_json
+from v1._util.json_check import compact_json, compact_json_text, is_json
 
 
 class Colour(enum.Enum):
@@ -57,6 +59,7 @@ def test_the_value_written_is_the_value_json_dumps_writes(value: Any, allow_nan:
             compact_json(value, allow_nan=allow_nan)
         return
     written = compact_json(value, allow_nan=allow_nan)
+    assert compact_json_text(value, allow_nan=allow_nan) == written.decode()
     assert json.loads(written) == json.loads(expected)
     assert repr(json.loads(written)) == repr(json.loads(expected))  # an int stays an int, a float a float
 
@@ -82,3 +85,21 @@ def test_a_lone_surrogate_is_refused_as_encoding_json_dumps_text_refuses_it() ->
         reference({"content": "\udc80"}, True)
     with pytest.raises(UnicodeEncodeError):
         compact_json({"content": "\udc80"})
+    with pytest.raises(UnicodeEncodeError):
+        compact_json_text({"content": "\udc80"})
+
+
+@pytest.mark.parametrize("content_bytes", [5, 1_500, 20_000])
+def test_a_body_holds_about_its_own_length_of_memory_not_the_buffer_orjson_wrote_it_in(content_bytes: int) -> None:
+    """orjson 3.12+ returns its text in a buffer of at least 4 KiB, about ten times a body's length; a request
+    body is kept while its call is in flight, so 10,000 rollouts of 20 KB conversations held 5 GB more."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * content_bytes}]}
+    tracemalloc.start()
+    try:
+        kept = [compact_json(body) for _ in range(50)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    length = len(kept[0])
+    assert kept[0] == reference(body, True)
+    assert held < 50 * (length + 200), f"{held / 50:.0f} bytes held a body of {length}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.entropy import token_hex
-from v1._util.json_check import compact_json
+from v1._util.json_check import compact_json_text
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class EndpointRequest:
 
 
 def dumps(value: Any) -> str:
-    return compact_json(value).decode()
+    return compact_json_text(value)
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
