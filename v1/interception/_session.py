@@ -478,7 +478,7 @@ class RolloutSession:
                 tokens["overlong_prompt"] = True
                 tokens["is_truncated"] = True
         step = TrajectoryStep(
-            prompt=prompt,
+            prompt=_sharing_earlier_messages(prompt, state["trajectory"]),
             completion=[response.message.to_chat_message()],
             response=_response_json(response),
             tokens=tokens,
@@ -494,6 +494,27 @@ class RolloutSession:
             state._set_managed("is_truncated", True)
         if overlong:
             state.stop("prompt_too_long")
+
+
+def _sharing_earlier_messages(prompt: Messages, trajectory: list[TrajectoryStep]) -> Messages:
+    """`prompt` with each message equal to the one at its place in the last step's conversation (its prompt,
+    then its completion) replaced by that message.
+
+    A program resends its whole conversation every turn, and each request is parsed anew: without this
+    a rollout of n turns kept n copies of its first message, O(n²) memory in flight. Steps now share
+    the messages they have in common, as verifiers' steps do.
+    """
+    if not trajectory or not isinstance(prompt, list):
+        return prompt
+    last = trajectory[-1]
+    earlier, answered = last.get("prompt"), last.get("completion")
+    if not isinstance(earlier, list) or not isinstance(answered, list):
+        return prompt
+    shared = list(prompt)
+    for index, (message, before) in enumerate(zip(shared, [*earlier, *answered])):
+        if message is not before and message == before:
+            shared[index] = before
+    return shared
 
 
 __all__ = ["RolloutSession", "UpstreamHandles", "merge_sampling_args"]
