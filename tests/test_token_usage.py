@@ -75,3 +75,14 @@ def test_absurd_counts_stay_finite() -> None:
 
 def test_a_rollout_without_usage_has_none() -> None:
     assert token_usage(v1.State()) == {}
+
+
+def test_entries_a_program_appended_in_a_form_of_its_own_are_passed_over() -> None:
+    state = state_with([10, 25], [5, 7])
+    trajectory = state["trajectory"]
+    odd = ["a note", ["a", "list"], {"response": "text"}, {"response": {"usage": "many"}}, {"response": {"usage": {}}}]
+    state._set_managed("trajectory", [*trajectory[:2], *odd, *trajectory[2:]])
+    assert token_usage(state) == token_usage(state_with([10, 25], [5, 7]))
+    partial = v1.State()
+    partial._set_managed("trajectory", [{"response": {"usage": {"prompt_tokens": 4}}}])
+    assert token_usage(partial)["input_tokens"] == 4.0 and token_usage(partial)["output_tokens"] == 0.0

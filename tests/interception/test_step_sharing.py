@@ -131,3 +131,15 @@ async def test_a_long_conversation_in_memory_grows_with_its_length_not_its_squar
     recorded = len(json.dumps(state["trajectory"]))
     assert recorded > 5 * conversation  # what the saved state spells out is still every step's whole prompt
     assert held < 3 * conversation, f"{held} bytes held for a conversation of {conversation}"
+
+
+@pytest.mark.parametrize("appended", ["a note", {"prompt": "text", "completion": None}, ["not", "a", "step"]])
+async def test_a_step_of_the_programs_own_form_before_a_call_is_left_alone(mock: MockModelServer, appended: Any) -> None:
+    async def program(task: vf.Task, state: vf.State) -> None:
+        state["trajectory"].append(appended)
+        await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+
+    state = await harness(mock, program).run({"prompt": "p"})
+    assert state["error"] is None
+    assert state["trajectory"][0] == appended
+    assert state["trajectory"][1]["prompt"] == [{"role": "user", "content": "hi"}]

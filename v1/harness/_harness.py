@@ -109,9 +109,10 @@ def token_usage(state: State) -> TokenUsage:
     outputs: list[Any] = []
     exact = True
     for step in state["trajectory"]:
-        usage = (step.get("response") or {}).get("usage")
-        if usage:
-            prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+        response = step.get("response") if isinstance(step, dict) else None  # a program may append steps of its own
+        usage = response.get("usage") if isinstance(response, dict) else None
+        if isinstance(usage, dict) and usage:
+            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
             inputs.append(prompt)
             outputs.append(completion)
             exact = exact and type(prompt) is int and type(completion) is int

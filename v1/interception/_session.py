@@ -504,9 +504,9 @@ def _sharing_earlier_messages(prompt: Messages, trajectory: list[TrajectoryStep]
     a rollout of n turns kept n copies of its first message, O(n²) memory in flight. Steps now share
     the messages they have in common, as verifiers' steps do.
     """
-    if not trajectory or not isinstance(prompt, list):
-        return prompt
-    last = trajectory[-1]
+    last = trajectory[-1] if trajectory else None
+    if not isinstance(last, dict) or not isinstance(prompt, list):
+        return prompt  # no step before, or one a program appended in a form of its own
     earlier, answered = last.get("prompt"), last.get("completion")
     if not isinstance(earlier, list) or not isinstance(answered, list):
         return prompt
