@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -109,6 +110,87 @@ async def test_writer_appends_lines_and_replaces_metadata(tmp_path: Path) -> Non
     assert [json.loads(line)["rollout_index"] for line in lines] == [0, 1]
     assert json.loads((tmp_path / "run" / "metadata.json").read_text()) == {"n": 2}
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["metadata.json", "results.jsonl"]
+
+
+def counting_trips(writer: vf.ResultsWriter) -> list[int]:
+    """How many outputs each trip to the writer thread carried (the real `_append` still writes them)."""
+    trips: list[int] = []
+    append = writer._append
+
+    def counted(outputs: Any) -> None:
+        trips.append(len(outputs))
+        append(outputs)
+
+    writer._append = counted  # type: ignore[method-assign]
+    return trips
+
+
+async def test_writes_made_while_a_flush_runs_go_out_together_and_each_returns_once_its_lines_are_written(
+    tmp_path: Path,
+) -> None:
+    writer = vf.ResultsWriter(tmp_path / "run")
+    trips = counting_trips(writer)
+    results = tmp_path / "run" / "results.jsonl"
+
+    async def one(index: int) -> None:
+        await writer.write([output(index, 0, 1.0), output(index, 1, 0.0)])
+        written = {json.loads(line)["example_id"] for line in results.read_text().splitlines()}
+        assert index in written  # in the file when its write returns
+
+    await asyncio.gather(*(one(index) for index in range(200)))
+    await writer.close()
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted((line["example_id"], line["rollout_index"]) for line in lines) == [(i, r) for i in range(200) for r in (0, 1)]
+    assert sum(trips) == 400 and len(trips) <= 3, trips  # a write each used to be a trip each: 200
+
+
+async def test_one_writer_at_a_time_still_writes_each_group_when_it_asks(tmp_path: Path) -> None:
+    writer = vf.ResultsWriter(tmp_path / "run")
+    trips = counting_trips(writer)
+    for index in range(3):
+        await writer.write([output(index, 0, 1.0)])
+        assert len((tmp_path / "run" / "results.jsonl").read_text().splitlines()) == index + 1
+    await writer.close()
+    assert trips == [1, 1, 1]
+
+
+async def test_a_failed_flush_reaches_every_writer_of_its_batch_and_the_next_batch_goes_out(tmp_path: Path) -> None:
+    writer = vf.ResultsWriter(tmp_path / "run")
+    append = writer._append
+    failing = [True]
+
+    def disk_full_once(outputs: Any) -> None:
+        if failing[0] and len(outputs) > 1:  # the first group batch fails, as a full disk would
+            failing[0] = False
+            raise OSError(28, "No space left on device")
+        append(outputs)
+
+    writer._append = disk_full_once  # type: ignore[method-assign]
+    first = asyncio.ensure_future(writer.write([output(0, 0, 1.0)]))
+    await asyncio.sleep(0)
+    batch = [asyncio.ensure_future(writer.write([output(index, 0, 1.0)])) for index in (1, 2)]
+    outcomes = await asyncio.gather(first, *batch, return_exceptions=True)
+    assert outcomes[0] is None
+    assert all(isinstance(outcome, OSError) and outcome.errno == 28 for outcome in outcomes[1:])
+    await writer.write([output(3, 0, 1.0)])
+    await writer.close()
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["example_id"] for line in lines] == [0, 3]
+
+
+async def test_a_writer_that_stops_waiting_leaves_its_lines_to_be_written(tmp_path: Path) -> None:
+    writer = vf.ResultsWriter(tmp_path / "run")
+    first = asyncio.ensure_future(writer.write([output(0, 0, 1.0)]))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(writer.write([output(1, 0, 1.0)]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await first
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await writer.close()
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["example_id"] for line in lines] == [0, 1]
 
 
 def test_load_keeps_finished_groups_and_drops_the_rest(tmp_path: Path) -> None:

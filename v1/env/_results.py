@@ -368,6 +368,10 @@ class ResultsWriter:
         self.metadata_path = self.path / METADATA_FILE
         self._file: TextIO | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-results")
+        self._flushing = False
+        self._batch: tuple[asyncio.Future[None], list[Mapping[str, Any]]] | None = None
+        """The outputs written while a flush runs, and the future their writers wait on: the next flush."""
+        self._flusher: asyncio.Task[None] | None = None
 
     @classmethod
     def resuming(
@@ -494,8 +498,48 @@ class ResultsWriter:
                 yield output
 
     async def write(self, outputs: Sequence[Mapping[str, Any]]) -> None:
-        """Append outputs, one JSON line each, and flush."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._append, outputs)
+        """Append outputs, one JSON line each, and flush; returns once they are in the file.
+
+        Writes made while a flush runs go out together in the next one (a group commit): one trip to
+        the writer thread for a burst of finished groups, not one each (about 60 us of CPU a trip).
+        """
+        loop = asyncio.get_running_loop()
+        if self._flushing:
+            if self._batch is None:
+                self._batch = (loop.create_future(), [])
+            flushed, batch = self._batch
+            batch.extend(outputs)
+            await asyncio.shield(flushed)  # a writer that stops waiting leaves its lines to be written
+            return
+        self._flushing = True  # nothing in flight: this write goes at once, in this task
+        try:
+            await loop.run_in_executor(self._executor, self._append, outputs)
+        finally:
+            if self._batch is not None:  # written meanwhile: the next flush, in a task of its own
+                self._flusher = loop.create_task(self._flush_batches())
+            else:
+                self._flushing = False
+
+    async def _flush_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._batch is not None:
+                (flushed, batch), self._batch = self._batch, None
+                try:
+                    await loop.run_in_executor(self._executor, self._append, batch)
+                except asyncio.CancelledError:  # the loop is closing: no writer is left to hear of it
+                    flushed.cancel()
+                    if self._batch is not None:
+                        self._batch[0].cancel()
+                        self._batch = None
+                    raise
+                except Exception as exc:
+                    flushed.set_exception(exc)
+                    flushed.exception()  # every writer of the batch raises it; none "never retrieved" if none waits
+                else:
+                    flushed.set_result(None)
+        finally:
+            self._flushing = False
 
     def _append(self, outputs: Sequence[Mapping[str, Any]]) -> None:
         if self._file is None:
@@ -520,6 +564,8 @@ class ResultsWriter:
 
     async def close(self) -> None:
         """Flush to disk and stop the writer thread."""
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher])  # lines still on their way: their writers hear of a failure
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_file)
         self._executor.shutdown(wait=True)
 
