@@ -180,14 +180,15 @@ async def test_a_failed_flush_reaches_every_writer_of_its_batch_and_the_next_bat
 
 async def test_a_writer_that_stops_waiting_leaves_its_lines_to_be_written(tmp_path: Path) -> None:
     writer = vf.ResultsWriter(tmp_path / "run")
-    first = asyncio.ensure_future(writer.write([output(0, 0, 1.0)]))
+    first = asyncio.ensure_future(writer.write([output(0, 0, 1.0)]))  # written at once, in its own task
     await asyncio.sleep(0)
-    gone = asyncio.ensure_future(writer.write([output(1, 0, 1.0)]))
+    second = asyncio.ensure_future(writer.write([output(1, 0, 1.0)]))  # waits for the next flush
     await asyncio.sleep(0)
-    gone.cancel()
-    await first
-    with pytest.raises(asyncio.CancelledError):
-        await gone
+    first.cancel()
+    second.cancel()
+    for gone in (first, second):
+        with pytest.raises(asyncio.CancelledError):
+            await gone
     await writer.close()
     lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["example_id"] for line in lines] == [0, 1]
