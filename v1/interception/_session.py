@@ -9,6 +9,7 @@ through the state's own setters.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -511,7 +512,7 @@ def _sharing_earlier_messages(prompt: Messages, trajectory: list[TrajectoryStep]
     if not isinstance(earlier, list) or not isinstance(answered, list):
         return prompt
     shared = list(prompt)
-    for index, (message, before) in enumerate(zip(shared, [*earlier, *answered])):
+    for index, (message, before) in enumerate(zip(shared, itertools.chain(earlier, answered))):
         if message is not before and message == before:
             shared[index] = before
     return shared
