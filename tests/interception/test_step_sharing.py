@@ -134,12 +134,16 @@ async def test_a_long_conversation_in_memory_grows_with_its_length_not_its_squar
 
 
 @pytest.mark.parametrize("appended", ["a note", {"prompt": "text", "completion": None}, ["not", "a", "step"]])
-async def test_a_step_of_the_programs_own_form_before_a_call_is_left_alone(mock: MockModelServer, appended: Any) -> None:
+async def test_the_next_call_shares_with_the_recorded_step_not_an_entry_the_program_appended(
+    mock: MockModelServer, appended: Any
+) -> None:
     async def program(task: vf.Task, state: vf.State) -> None:
+        messages: list[Any] = [{"role": "user", "content": "hi"}]
+        first = await state.get_client().chat.completions.create(model="m", messages=messages)
         state["trajectory"].append(appended)
-        await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        messages.append({"role": "assistant", "content": first.choices[0].message.content})
+        await state.get_client().chat.completions.create(model="m", messages=messages)
 
     state = await harness(mock, program).run({"prompt": "p"})
-    assert state["error"] is None
-    assert state["trajectory"][0] == appended
-    assert state["trajectory"][1]["prompt"] == [{"role": "user", "content": "hi"}]
+    first, second = state["trajectory"]  # the program's entry was taken out as its error (tests/test_foreign_steps.py)
+    assert second["prompt"][0] is first["prompt"][0] and second["prompt"][1] is first["completion"][0]

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from v1._util.entropy import uuid4_hex
 from v1._util.exact_sum import ExactSum, finite_number
+from v1._util.steps import take_out_foreign_entries
 from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client, ClientLike, resolve_client
 from v1.config import (
@@ -149,6 +150,13 @@ def _exact_total(values: list[float]) -> float:
     for value in values:
         total.add(value)
     return total.value
+
+
+def _take_out_foreign_entries(state: State, where: str) -> None:
+    """What `where` left in the trajectory that is not a step is taken out, as the rollout's error (`v1._util.steps`)."""
+    error = take_out_foreign_entries(state["trajectory"])
+    if error is not None:
+        state.record_error(error, where)
 
 
 def render_completion(state: State) -> Messages:
@@ -490,6 +498,7 @@ class Harness:
         self._record_network(state)
         if self.handlers.of("update", group=False):  # most harnesses have none: no coroutine to make and run
             await self._run_handlers("update", task, state)
+        _take_out_foreign_entries(state, "program")
         if "completion" not in state:
             state["completion"] = render_completion(state)
         state["token_usage"] = token_usage(state)
@@ -603,6 +612,7 @@ class Harness:
             await self._close_tools(state)
             await self._close_sandboxes(state)
             self._record_network(state, done=True)
+            _take_out_foreign_entries(state, "cleanup")
             state.finalize()
 
     @staticmethod

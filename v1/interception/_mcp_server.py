@@ -121,7 +121,8 @@ async def _call(session: RolloutSession, message_id: Any, params: Mapping[str, A
     refusal = _refusal(session)
     if refusal is not None:
         return _refused(message_id, refusal)
-    step = session.state["trajectory"][-1]
+    step = session.last_step
+    assert step is not None  # `_refusal` refuses a call before the model's first answer
     made = step["extras"].setdefault("mcp_tool_calls", [])
     made.append({"name": name, "arguments": dict(arguments), "content": None, "isError": None})
     try:
@@ -144,11 +145,11 @@ def _refusal(session: RolloutSession) -> str | None:
     state = session.state
     if session.closed or not session.recording or state["is_completed"]:
         return f"the rollout stopped: {state['stop_condition'] or 'program_finished'}; no more tool calls"
-    answered = [step for step in state["trajectory"] if step["completion"]]
-    if not answered:
+    last = session.last_step  # the step of the model's last answer (a program may have appended after it)
+    if last is None:
         return "refused: the model has not answered yet; ask the model first"
-    last = state["trajectory"][-1]
-    asked = len(last["completion"][-1].get("tool_calls") or ()) if last["completion"] else 0
+    answer = last["completion"]
+    asked = len(answer[-1].get("tool_calls") or ()) if isinstance(answer, list) and answer else 0
     made = len(last["extras"].get("mcp_tool_calls", ()))
     if asked and made >= asked:
         return f"refused: the model asked for {asked} tool call(s) in its last answer and {made} were made; ask the model first"

@@ -18,6 +18,7 @@ from typing import Any
 from v1._util.calling import endpoint_calls
 from v1._util.entropy import token_urlsafe
 from v1._util.single_flight import SingleFlight
+from v1._util.steps import is_step
 from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -81,7 +82,7 @@ def recorded_usage(trajectory: list[TrajectoryStep]) -> tuple[int, int]:
     Every call's prompt counts again (as providers bill it); a step with neither counts nothing.
     """
     inputs = outputs = 0
-    for step in trajectory:
+    for step in filter(is_step, trajectory):  # a program may have appended entries of its own
         usage = (step.get("response") or {}).get("usage")
         tokens = step.get("tokens")
         if usage:
@@ -188,6 +189,7 @@ class RolloutSession:
         self._undelivered: bytes | None = None  # the last answer's key, when its caller had gone before it came
         self._max_seq_len: int | None = None
         self.failing: BaseException | None = None  # the upstream failure a call in flight is retrying after
+        self.last_step: TrajectoryStep | None = None  # what this session recorded last (a program may append after it)
 
     def end_program_phase(self) -> None:
         """The program's key dies here; later calls (updates, judges, cleanups) are the framework's own.
@@ -334,9 +336,9 @@ class RolloutSession:
         if not budgets and not self._max_seq_len:
             return
         caps = self._budget_caps(budgets)
-        trajectory = state["trajectory"]
-        if self._max_seq_len and trajectory:
-            usage = trajectory[-1]["response"].get("usage") or {}
+        last = self.last_step
+        if self._max_seq_len and last is not None:
+            usage = last["response"].get("usage") or {}
             context = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
             if context >= self._max_seq_len:
                 state._set_managed("is_truncated", True)
@@ -479,7 +481,7 @@ class RolloutSession:
                 tokens["overlong_prompt"] = True
                 tokens["is_truncated"] = True
         step = TrajectoryStep(
-            prompt=_sharing_earlier_messages(prompt, state["trajectory"]),
+            prompt=_sharing_earlier_messages(prompt, self.last_step),
             completion=[response.message.to_chat_message()],
             response=_response_json(response),
             tokens=tokens,
@@ -490,6 +492,7 @@ class RolloutSession:
             extras={"start": start, "end": end, **(extras or {})},
         )
         state["trajectory"].append(step)
+        self.last_step = step
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
         if truncated:
             state._set_managed("is_truncated", True)
@@ -497,18 +500,17 @@ class RolloutSession:
             state.stop("prompt_too_long")
 
 
-def _sharing_earlier_messages(prompt: Messages, trajectory: list[TrajectoryStep]) -> Messages:
-    """`prompt` with each message equal to the one at its place in the last step's conversation (its prompt,
-    then its completion) replaced by that message.
+def _sharing_earlier_messages(prompt: Messages, last: TrajectoryStep | None) -> Messages:
+    """`prompt` with each message equal to the one at its place in the last recorded step's conversation
+    (its prompt, then its completion) replaced by that message.
 
     A program resends its whole conversation every turn, and each request is parsed anew: without this
     a rollout of n turns kept n copies of its first message, O(n²) memory in flight. Steps now share
     the messages they have in common, as verifiers' steps do.
     """
-    last = trajectory[-1] if trajectory else None
-    if not isinstance(last, dict) or not isinstance(prompt, list):
-        return prompt  # no step before, or one a program appended in a form of its own
-    earlier, answered = last.get("prompt"), last.get("completion")
+    if last is None or not isinstance(prompt, list):
+        return prompt
+    earlier, answered = last["prompt"], last["completion"]
     if not isinstance(earlier, list) or not isinstance(answered, list):
         return prompt
     shared = list(prompt)
