@@ -11,12 +11,15 @@ import anthropic
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel
 
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.interception import EndpointServer, RolloutSession, get_endpoint, upstream
+from v1.registry import DIALECTS
 from v1.testing import MockModelServer, Reply, mock_token_ids
+from v1.types import Response, ResponseMessage, ResponseTokens, ToolCall, Usage
 
 USER = [{"role": "user", "content": "hello"}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
@@ -552,3 +555,50 @@ async def test_identical_concurrent_calls_that_are_not_retries_are_separate_turn
     assert [r.status_code for r in responses] == [200, 200]
     assert sorted(step["completion"][0]["content"] for step in state["trajectory"]) == ["a", "b"]
     assert state["error"] is None
+
+
+_MINIMAL_REQUESTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    "messages": ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}, {}),
+    "gemini": ({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, {"model": "m"}),
+    "chat_completions": ({"messages": [{"role": "user", "content": "hi"}]}, {}),
+    "completions": ({"model": "m", "prompt": "hi"}, {}),
+    "responses": ({"model": "m", "input": "hi"}, {}),
+}
+
+
+def _containers(value: Any, seen: set[int]) -> set[int]:
+    """The ids of every list and dict reachable from `value`, pydantic models walked by their fields."""
+    if isinstance(value, BaseModel):
+        for field_value in value.__dict__.values():
+            _containers(field_value, seen)
+    elif isinstance(value, (list, dict)) and id(value) not in seen:
+        seen.add(id(value))
+        for item in value.values() if isinstance(value, dict) else value:
+            _containers(item, seen)
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(_MINIMAL_REQUESTS))
+def test_every_dialects_answer_is_built_for_it_alone(name: str) -> None:
+    """In process, v1's own calls get the rendered value itself (not its text), and the step keeps the
+    `Response`'s lists: a render must share no list or dict with the `Response` it renders."""
+    tokens = ResponseTokens(
+        prompt_ids=[1, 2], prompt_mask=[0, 0], completion_ids=[3, 4], completion_mask=[1, 1], completion_logprobs=[-0.5, -0.25]
+    )
+    calls = [ToolCall(id="call_1", name="add", arguments='{"a": 1}')] if name != "completions" else None
+    response = Response(
+        id="r",
+        created=1,
+        model="m",
+        usage=Usage(prompt_tokens=2, completion_tokens=2, total_tokens=4),
+        message=ResponseMessage(content="hi", finish_reason="tool_calls" if calls else "stop", tokens=tokens, tool_calls=calls),
+    )
+    dialect = DIALECTS.get(name)
+    body, fields = _MINIMAL_REQUESTS[name]
+    parsed = dialect.parse_request(body, **fields)
+    rendered = dialect.render(response, "m", parsed)
+    assert not _containers(rendered, set()) & _containers(response, set())
+
+
+def test_every_dialect_has_a_minimal_request_above() -> None:
+    assert sorted(_MINIMAL_REQUESTS) == sorted(dialect.name for dialect in DIALECTS.values())

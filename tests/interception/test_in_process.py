@@ -33,8 +33,13 @@ def mock() -> Iterator[MockModelServer]:
         yield server
 
 
-def harness(mock: MockModelServer, program: Any) -> vf.Harness:
-    return vf.Harness(program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", max_turns=20)
+def harness(mock: MockModelServer, program: Any, **kwargs: Any) -> vf.Harness:
+    return vf.Harness(
+        program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", max_turns=20, **kwargs
+    )
+
+
+TOKENS = {"logprobs": True, "return_token_ids": True}  # what a trainer asks for (`v1.train`)
 
 
 def over_http(state: vf.State) -> openai.AsyncOpenAI:
@@ -187,3 +192,68 @@ async def test_an_sdk_call_cut_off_by_the_programs_time_limit_records_no_step_af
     await asyncio.sleep(1.5)  # past the upstream's delay: the handler task has had its answer by now
     assert state["trajectory"] == [] and len(mock.requests) == 1 and state["timing"]["model"]["duration"] == 0.0
     assert not [record for record in caplog.records if record.name.startswith("v1") and record.levelno >= logging.ERROR]
+
+
+# -- v1's own calls: the answer's value, not its text ---------------------------------------------
+
+
+async def test_the_base_loop_path_gets_the_value_the_http_path_writes_and_refuses_alike(
+    mock: MockModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`call_model` in process gets the answer's JSON value itself (never written and read back): the
+    same value a program over HTTP reads, token ids and logprobs included, and the same refusals."""
+    mock.script(*[Reply.tool("add", {"a": 1, "b": 2})] * 2)
+    seen: dict[str, Any] = {}
+    request = {"model": "m", "messages": USER}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        seen["in_process"] = await call_model(state, {"messages": USER})
+        config = state.get_endpoint_config()
+        auth = {"Authorization": f"Bearer {config['api_key']}"}
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
+            answer = await http.post(config["base_url"] + "/chat/completions", json=request, headers=auth)
+        seen["http"] = answer.json()
+        failures = seen.setdefault("failures", [])
+        big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+        for bad in ({"messages": []}, big):
+            try:
+                await call_model(state, bad)
+            except openai.APIStatusError as exc:
+                failures.append((exc.status_code, exc.body))
+            async with httpx.AsyncClient(timeout=HANG_S) as http:
+                answer = await http.post(config["base_url"] + "/chat/completions", json=bad, headers=auth)
+            failures.append((answer.status_code, answer.json()["error"]))
+
+    monkeypatch.setenv("V1_ENDPOINT_MAX_BODY_BYTES", "4096")
+    state = await harness(mock, program, sampling_args=TOKENS).run({"prompt": "x"})
+    in_process, over_http_ = seen["in_process"], seen["http"]
+    assert state["error"] is None, state["error"]
+    for answer in (in_process, over_http_):
+        answer.pop("id"), answer.pop("created")
+    assert in_process == over_http_
+    assert in_process == json.loads(json.dumps(in_process))  # plain JSON, as read from text
+    assert in_process["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "add"
+    assert in_process["prompt_token_ids"] and in_process["choices"][0]["token_ids"]
+    statuses = [status for status, _ in seen["failures"]]
+    assert statuses == [400, 400, 413, 413]
+    assert seen["failures"][0][1] == seen["failures"][1][1] and seen["failures"][2][1] == seen["failures"][3][1]
+
+
+async def test_a_value_answered_in_process_shares_nothing_with_the_recorded_step(mock: MockModelServer) -> None:
+    mock.script(Reply.tool("add", {"a": 1, "b": 2}))
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        answer = await call_model(state, {"messages": USER})
+        choice = answer["choices"][0]
+        choice["token_ids"].append(-1)
+        answer["prompt_token_ids"].clear()
+        choice["message"]["tool_calls"][0]["function"]["name"] = "changed"
+        choice["logprobs"]["content"].clear()
+        answer["usage"]["completion_tokens"] = -1
+
+    state = await harness(mock, program, sampling_args=TOKENS).run({"prompt": "x"})
+    [step] = state["trajectory"]
+    assert -1 not in step["tokens"]["completion_ids"] and step["tokens"]["prompt_ids"]
+    assert step["completion"][0]["tool_calls"][0]["function"]["name"] == "add"
+    assert len(step["tokens"]["completion_logprobs"]) == len(step["tokens"]["completion_ids"])
+    assert step["response"]["usage"]["completion_tokens"] > 0

@@ -26,20 +26,25 @@ from v1.clients._http import http_library
 class InProcessApp(Protocol):
     """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
 
-    An app may also offer ``post(path, headers, body)``, answering ``(status, headers, body)`` (or None:
-    declined; header names in lower case) for a POST read whole: `InProcessTransport.post` then hands it
-    the bytes as they are.
+    An app may also offer ``post(path, headers, body)``, answering ``(status, headers, body)`` or
+    ``(status, headers, body, value)`` (or None: declined; header names in lower case) for a POST read
+    whole: `InProcessTransport.post` then hands it the bytes as they are. ``value``, when not None, is
+    the answer's JSON value, built for this answer alone, given instead of its text (the body is empty).
     """
 
     async def handle_async_request(self, request: Any) -> Any | None: ...
 
 
 class WholeAnswer(NamedTuple):
-    """An answer read to its end: status, headers (their `get` finds a name given in lower case), body."""
+    """An answer read to its end: status, headers (their `get` finds a name given in lower case), body.
+
+    `value`: the body's JSON value when an app of this process gave it instead of the body (then empty).
+    """
 
     status: int
     headers: Mapping[str, str]
     body: bytes
+    value: Any = None
 
 
 class _Served(NamedTuple):
@@ -139,7 +144,7 @@ class InProcessTransport:
         app = _app_for(*split[0]) if split is not None else None
         post = getattr(app, "post", None)
         if post is not None and split is not None and not any(name.lower() == "content-encoding" for name in headers):
-            answer: tuple[int, Mapping[str, str], bytes] | None = await post(split[1], headers, body)
+            answer: tuple[Any, ...] | None = await post(split[1], headers, body)
             if answer is not None:
                 return WholeAnswer(*answer)
         response = await self.handle_async_request(post_request(url, headers, body))

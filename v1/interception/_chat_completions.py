@@ -153,8 +153,8 @@ def render_completion(response: Response, model: str) -> dict[str, Any]:
     body = openai_completion_body(response, model, object_name="chat.completion", id_prefix="chatcmpl-", choice=choice)
     tokens = response.message.tokens
     if tokens is not None:
-        body["prompt_token_ids"] = tokens.prompt_ids
-        choice["token_ids"] = tokens.completion_ids
+        body["prompt_token_ids"] = list(tokens.prompt_ids)  # the answer's own: the step holds these lists
+        choice["token_ids"] = list(tokens.completion_ids)
     return body
 
 

@@ -119,8 +119,8 @@ def render(response: Response, model: str, request: EndpointRequest) -> dict[str
     body = openai_completion_body(response, model, object_name="text_completion", id_prefix="cmpl-", choice=choice)
     tokens = response.message.tokens
     if tokens is not None:
-        choice["prompt_token_ids"] = tokens.prompt_ids
-        choice["token_ids"] = tokens.completion_ids
+        choice["prompt_token_ids"] = list(tokens.prompt_ids)  # the answer's own: the step holds these lists
+        choice["token_ids"] = list(tokens.completion_ids)
     return body
 
 

@@ -11,8 +11,9 @@ in-process transport (`v1.interception`) behind the SDK clients that
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from v1._util.json_check import compact_json_text
 
 
 class BodyTooLarge(Exception):
@@ -23,13 +24,30 @@ class BodyTimedOut(Exception):
     """The request body did not arrive in time."""
 
 
-@dataclass(frozen=True, slots=True)
 class Answer:
-    """A whole answer: status, JSON text, extra headers (the content type is always JSON)."""
+    """A whole answer: status, JSON text, extra headers (the content type is always JSON).
 
-    status: int
-    text: str
-    headers: Mapping[str, str] | None = None
+    A model call's answer is made from its JSON `value`, written as text only when a carrier asks
+    for `text`: v1's own calls in process take the value itself (`EndpointApp.post`). The value is
+    built for this answer alone (nothing in it is shared with the recorded step), so its reader may keep it.
+    """
+
+    __slots__ = ("_text", "headers", "status", "value")
+
+    def __init__(self, status: int, text: str | None = None, headers: Mapping[str, str] | None = None, *, value: Any = None):
+        self.status = status
+        self._text = text
+        self.headers = headers
+        self.value = value
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = compact_json_text(self.value)
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Answer({self.status}, {self.text[:80]!r})"
 
 
 class Exchange(Protocol):

@@ -22,6 +22,7 @@ from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 logger = logging.getLogger(__name__)
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
+AnswerWhole = Callable[[str, Mapping[str, str], bytes], Coroutine[Any, Any, Answer | None]]
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
 _END = object()
 _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
@@ -183,11 +184,14 @@ class EndpointApp:
     Args:
         dispatch: the handler the endpoint's HTTP server runs (`EndpointServer.dispatch`).
         max_body_bytes: the largest body the handler reads (a larger one is refused as over HTTP).
+        answer_whole: v1's own whole-answer model calls (`EndpointServer.answer_in_process`), which
+            answer None for any other request.
     """
 
-    def __init__(self, dispatch: Dispatch, max_body_bytes: int) -> None:
+    def __init__(self, dispatch: Dispatch, max_body_bytes: int, answer_whole: AnswerWhole | None = None) -> None:
         self.dispatch = dispatch
         self.max_body_bytes = max_body_bytes
+        self.answer_whole = answer_whole
 
     @staticmethod
     async def _ready(exchange: _InProcessExchange) -> None:
@@ -198,29 +202,42 @@ class EndpointApp:
             exchange.gone = True
             raise
 
-    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes]:
+    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes, Any]:
         """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered.
 
         Only v1's own whole-answer calls come this way (`v1.programs.call_model`), and they wait for their
         answer: the handler runs in the caller's task, awaited directly (no task, no hand-over of the answer).
+        A model call's answer comes as its JSON value (the fourth item; the body is then empty), never
+        written as text to be read back; any other answer as its body (and None).
         A caller cancelled mid-call (its program's timeout) cancels the call with it: no answer is left to
         deliver or record. Failures read as they do from the handler's own task: a 500, or a broken stream.
         """
-        exchange = _InProcessExchange("POST", path, RequestHeaders(headers.items()), body, self.max_body_bytes, None)
+        request_headers = RequestHeaders(headers.items())
+        if self.answer_whole is not None:
+            try:
+                whole = await self.answer_whole(path, request_headers, body)
+            except Exception:
+                logger.debug("the endpoint failed answering %s in process", path, exc_info=True)
+                return (*_server_error(), None)
+            if whole is not None:
+                if whole.value is not None:
+                    return whole.status, {"content-type": JSON_CONTENT_TYPE, **(whole.headers or {})}, b"", whole.value
+                return whole.status, {"content-type": JSON_CONTENT_TYPE, **(whole.headers or {})}, whole.text.encode(), None
+        exchange = _InProcessExchange("POST", path, request_headers, body, self.max_body_bytes, None)
         try:
             answer = await self.dispatch(exchange)
         except Exception:
             logger.debug("the endpoint failed answering %s in process", path, exc_info=True)
             if exchange.stream_headers is not None:
                 raise http_library().RemoteProtocolError("the endpoint failed mid-stream") from None
-            return _server_error()
+            return (*_server_error(), None)
         if exchange.stream_headers is None:
             assert answer is not None, "a handler that did not stream answers"
-            return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
+            return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode(), None
         chunks = exchange.chunks
         written = [chunks.get_nowait() for _ in range(chunks.qsize())]  # the handler wrote the whole stream
         streamed = b"".join(chunk for chunk in written if chunk is not _END)
-        return 200, {name.lower(): value for name, value in exchange.stream_headers.items()}, streamed
+        return 200, {name.lower(): value for name, value in exchange.stream_headers.items()}, streamed, None
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()

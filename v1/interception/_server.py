@@ -162,6 +162,42 @@ def _failure_response(failure: Failure, dialect: DialectPart) -> Answer:
     )
 
 
+def _too_many_calls(session: RolloutSession, dialect: DialectPart) -> Answer | None:
+    """The 429 for a rollout at its cap of model calls in flight (`MAX_CALLS_IN_FLIGHT`), else None."""
+    if session.calls_in_flight < MAX_CALLS_IN_FLIGHT:
+        return None
+    return error_response(
+        429,
+        f"this rollout has {session.calls_in_flight} model calls in flight already; retry later",
+        type_="rate_limit_error",
+        code="too_many_calls_in_flight",
+        dialect=dialect,
+        headers={"Retry-After": "1"},
+    )
+
+
+def _parsed(
+    dialect: DialectPart, session: RolloutSession, body: Any, fields: Mapping[str, str], whole_only: bool
+) -> EndpointRequest | Answer | None:
+    """A model call's request as its dialect reads it (and readies the session for it), or the 400 that refuses it.
+
+    None when `whole_only` and the request asks to stream (before the dialect's `before_call`).
+    """
+    try:
+        parsed = dialect.parse_request(body, **fields)
+        if whole_only and parsed.stream:
+            return None
+        dialect.before_call(session, parsed)
+    except BadRequest as exc:
+        return error_response(400, str(exc), param=exc.param, dialect=dialect)
+    except RecursionError:
+        return error_response(400, "the request is nested too deeply", code="invalid_request", dialect=dialect)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # a value of the wrong kind where the dialect expects another (an object as a role, say)
+        return error_response(400, f"malformed request: {type(exc).__name__}: {exc}", dialect=dialect)
+    return parsed
+
+
 def _all_values(headers: Mapping[str, str], name: str) -> list[str]:
     getall = getattr(headers, "getall", None)
     if getall is not None:
@@ -273,6 +309,7 @@ class EndpointServer:
         self._gate: ConnectionGate | None = None
         self._app: EndpointApp | None = None
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
+        self._call_routes = {Route(d.prefix + d.route, partial(self._handle, d)): d for d in DIALECTS.values()}
         self.routes = RouteTable(self._route_list(), self._unknown_route)
 
     def _route_list(self) -> list[Route]:
@@ -281,7 +318,7 @@ class EndpointServer:
         return [
             # before the dialects' routes: Gemini's ``{method}`` would match ``:countTokens``
             *(Route(d.prefix + d.token_counter.route, partial(self._count_tokens_of, d)) for d in counters),  # type: ignore[union-attr]
-            *(Route(d.prefix + d.route, partial(self._handle, d)) for d in DIALECTS.values()),
+            *self._call_routes,
             Route("/v1/models", self._models_of),
             Route(mcp_server.ROUTE, self._mcp_of),
         ]
@@ -304,7 +341,7 @@ class EndpointServer:
         # compressed bodies go over the socket
         fallback = http_library().AsyncHTTPTransport(trust_env=False, verify=tls_context(trust_env=False))
         self.pools = EndpointPools(self.url, InProcessTransport(fallback))
-        self._app = EndpointApp(self.dispatch, self.max_body_bytes)
+        self._app = EndpointApp(self.dispatch, self.max_body_bytes, self.answer_in_process)
         serve_in_process(self.url, self._app)
         logger.debug("interception endpoint listening on %s", self.url)
 
@@ -393,11 +430,7 @@ class EndpointServer:
         if rollout is None:  # answered 401 (or 404) without reading a body
             return await self.routes.dispatch(exchange, found)
         size = declared_size(exchange.method, exchange.headers, self.max_body_bytes)
-        refusal = (
-            f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
-            if size > self.max_body_bytes
-            else self.body_budget.take(rollout, size)
-        )
+        refusal = self._body_refusal(rollout, size)
         if refusal is not None:
             exchange.close_after = True
             return error_response(413, refusal, code="request_too_large", dialect=dialect_for_path(exchange.path))
@@ -405,6 +438,54 @@ class EndpointServer:
             return await self.routes.dispatch(exchange, found)
         finally:
             self.body_budget.give_back(rollout, size)
+
+    def _body_refusal(self, rollout: str, size: int) -> str | None:
+        """Why a body of `size` bytes for `rollout` is refused (413), or None with `size` taken from its budget."""
+        if size > self.max_body_bytes:
+            return f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
+        return self.body_budget.take(rollout, size)
+
+    async def answer_in_process(self, path: str, headers: Mapping[str, str], body: bytes) -> Answer | None:
+        """v1's own whole-answer model call from this loop (`v1.programs.call_model`, through `EndpointApp.post`).
+
+        The checks of a model call `dispatch` routes, in its order and with its answers (the key, the
+        body's size and budget, JSON within bounds, the calls in flight, the dialect's parse), and the
+        same recording, minus what only a request from outside needs: no exchange, no retry
+        deduplication (v1's own calls are never retried: they send no retry header), and the answer's
+        JSON value handed back unwritten. None for any other request (another route, one that
+        streams): `dispatch` answers those.
+        """
+        found = self.routes.find(path)
+        dialect = self._call_routes.get(found[0]) if found is not None else None
+        if found is None or dialect is None:
+            return None
+        rollout = self._key_holder(found, headers)
+        if rollout is None:
+            return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
+        session = self.sessions[rollout]
+        refusal = self._body_refusal(rollout, len(body))
+        if refusal is not None:
+            return error_response(413, refusal, code="request_too_large", dialect=dialect)
+        try:
+            try:
+                request = _bounded_json.loads(body, "request body")
+            except ValueError as exc:
+                return error_response(400, str(exc), code="invalid_json", dialect=dialect)
+            crowded = _too_many_calls(session, dialect)
+            if crowded is not None:
+                return crowded
+            parsed = _parsed(dialect, session, request, found[2], whole_only=True)
+            if not isinstance(parsed, EndpointRequest):
+                return parsed
+            session.calls_in_flight += 1
+            try:
+                return await self._answer(session, dialect, parsed, None, False, None)
+            except Exception as exc:
+                return _failure_response(describe_failure(session, exc), dialect)
+            finally:
+                session.calls_in_flight -= 1
+        finally:
+            self.body_budget.give_back(rollout, len(body))
 
     def _authorized_rollout(self, path: str, headers: Mapping[str, str]) -> str | None:
         """The rollout a request is for when it presents that rollout's key; else None."""
@@ -480,16 +561,9 @@ class EndpointServer:
         if isinstance(admitted, Answer):
             return admitted
         session = admitted[0]
-        if session.calls_in_flight >= MAX_CALLS_IN_FLIGHT:
-            message = f"this rollout has {session.calls_in_flight} model calls in flight already; retry later"
-            return error_response(
-                429,
-                message,
-                type_="rate_limit_error",
-                code="too_many_calls_in_flight",
-                dialect=dialect,
-                headers={"Retry-After": "1"},
-            )
+        crowded = _too_many_calls(session, dialect)
+        if crowded is not None:
+            return crowded
         session.calls_in_flight += 1
         try:
             return await self._call(dialect, exchange, *admitted, fields)
@@ -505,16 +579,9 @@ class EndpointServer:
         raw: bytes,
         fields: Mapping[str, str],
     ) -> Answer | None:
-        try:
-            parsed = dialect.parse_request(body, **fields)
-            dialect.before_call(session, parsed)
-        except BadRequest as exc:
-            return error_response(400, str(exc), param=exc.param, dialect=dialect)
-        except RecursionError:
-            return error_response(400, "the request is nested too deeply", code="invalid_request", dialect=dialect)
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-            # a value of the wrong kind where the dialect expects another (an object as a role, say)
-            return error_response(400, f"malformed request: {type(exc).__name__}: {exc}", dialect=dialect)
+        parsed = _parsed(dialect, session, body, fields, whole_only=False)
+        if not isinstance(parsed, EndpointRequest):
+            return parsed
         headers = exchange.headers
         idempotency_key = headers.get("Idempotency-Key")
         body_key = hashlib.blake2b(raw, digest_size=16).digest() + exchange.path.encode()
@@ -526,12 +593,18 @@ class EndpointServer:
             if parsed.stream:
                 await self._answer_stream(exchange, session, dialect, parsed, key, retry)
                 return None
-            return await self._answer(exchange, session, dialect, parsed, key, retry)
+            return await self._answer(session, dialect, parsed, key, retry, lambda: exchange.gone)
         except Exception as exc:
             return _failure_response(describe_failure(session, exc), dialect)
 
     async def _answer(
-        self, exchange: Exchange, session: RolloutSession, dialect: DialectPart, parsed: EndpointRequest, key: bytes, retry: bool
+        self,
+        session: RolloutSession,
+        dialect: DialectPart,
+        parsed: EndpointRequest,
+        key: bytes | None,
+        retry: bool,
+        caller_gone: Callable[[], bool] | None,
     ) -> Answer:
         response = await session.complete(
             parsed.messages,
@@ -540,13 +613,12 @@ class EndpointServer:
             dedupe_key=key,
             retry=retry,
             extras=step_extras(dialect, parsed),
-            caller_gone=lambda: exchange.gone,
+            caller_gone=caller_gone,
         )
         if session.closed:  # the rollout ended while its call was upstream: answered as any request for it now is
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         dialect.after_call(session, parsed, response)
-        body = dialect.render(response, session.state.get_model(), parsed)
-        return Answer(200, _dumps(body))
+        return Answer(200, value=dialect.render(response, session.state.get_model(), parsed))  # written when carried
 
     async def _answer_stream(
         self,

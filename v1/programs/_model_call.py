@@ -3,8 +3,9 @@
 What `client.chat.completions.create(**request)` (or `client.completions.create`) sends, the endpoint
 gets, and it records the exchange as a trajectory step. The request is posted as JSON through the
 rollout's endpoint transport, the in-process carrier the SDK clients of `state.get_client()` use too
-(no SDK request building, no SDK client built): it enters the endpoint's handler without a socket when
-the endpoint serves this loop, else goes over HTTP. A refusal raises the SDK's own `APIStatusError` for
+(no SDK request building, no SDK client built): when the endpoint serves this loop it enters the endpoint
+without a socket and its answer comes back as a JSON value, not text to be read again
+(`EndpointServer.answer_in_process`); else it goes over HTTP. A refusal raises the SDK's own `APIStatusError` for
 it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
 """
 
@@ -50,6 +51,8 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         raise transport_error(exc, url) from exc
     if answer.status >= 400:
         raise status_error(answer.status, answer.headers, answer.body, url)
+    if answer.value is not None:  # the endpoint of this loop answered with the value itself
+        return answer.value  # type: ignore[no-any-return]
     if answer.headers.get("content-type", "").startswith("text/event-stream"):
         raise ValueError("call_model is for answers that do not stream")
     return loads(answer.body, "the endpoint's answer", finite=False)  # type: ignore[no-any-return]
