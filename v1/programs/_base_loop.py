@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 async def _run_tool_calls(context: RolloutContext, state: State, tool_calls: list[Any]) -> list[dict[str, Any]]:
     start = time.time()
-    results = await asyncio.gather(
-        *(context.call_tool(call["function"]["name"], call["function"]["arguments"]) for call in tool_calls)
-    )
+    calls = [context.call_tool(call["function"]["name"], call["function"]["arguments"]) for call in tool_calls]
+    # one call is awaited in this task: gathering it would wrap it in a task of its own for nothing
+    results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
     state.runtime.timing.env.spans.append(TimeSpan(start=start, end=time.time()))
     return [{"role": "tool", "tool_call_id": call["id"], "content": result} for call, result in zip(tool_calls, results)]
 

@@ -233,9 +233,10 @@ class BoundTool:
         `injected` values of its bound arguments win over their bindings."""
         if self.function is not None:
             kwargs = validated if validated is not None else self.function.validate(arguments)
-            bound = self.toolset.bindings.get(self.function.tool.name, {})
-            kwargs.update(await self._bound_arguments(self.function.tool.name))
-            kwargs.update({name: value for name, value in (injected or {}).items() if name in bound})
+            bound = self.toolset.bindings.get(self.function.tool.name)
+            if bound:  # most tools have no hidden arguments: no coroutine to make and run
+                kwargs.update(await self._bound_arguments(self.function.tool.name))
+                kwargs.update({name: value for name, value in (injected or {}).items() if name in bound})
             return await call_user_code(self.function.fn, **kwargs), False
         connection, remote = self.connection  # type: ignore[misc]
         bound = await self._bound_arguments(remote.name)
