@@ -40,8 +40,11 @@ def harness(mock: MockModelServer, program: Any, **kwargs: Any) -> vf.Harness:
     return vf.Harness(program=program, client=vf.ClientConfig(api_base_url=mock.url, max_retries=0), model="m", **kwargs)
 
 
+USER_HI = [{"role": "user", "content": "hi"}]
+
+
 async def ask(state: vf.State) -> None:
-    await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    await state.get_client().chat.completions.create(model="m", messages=USER_HI)  # type: ignore[arg-type]
 
 
 def test_a_step_is_a_dict_whose_prompt_and_completion_are_messages() -> None:
@@ -148,3 +151,36 @@ async def test_the_endpoints_mcp_server_records_a_tool_call_on_the_models_answer
     assert state["answer"]["isError"] is False and state["answer"]["content"][0]["text"] == "5"
     [step] = state["trajectory"]
     assert [call["name"] for call in step["extras"]["mcp_tool_calls"]] == ["add"]
+
+
+async def test_the_budgets_count_what_was_spent_whatever_the_program_does_to_its_steps(mock: MockModelServer) -> None:
+    """A program holds its recorded steps: one that clears them gets no budget back, and one that rewrites
+    a step's fields leaves the next call's limits and shared messages to work from what was recorded."""
+    made: list[int] = []
+
+    async def clearing(task: vf.Task, state: vf.State) -> None:
+        for _ in range(5):
+            await ask(state)
+            made.append(len(state["trajectory"]))
+            state["trajectory"].clear()
+
+    async def once(task: vf.Task, state: vf.State) -> None:
+        await ask(state)
+
+    per_call = (await harness(mock, once).run({"prompt": "p"}))["token_usage"]["output_tokens"]
+    assert per_call > 0
+    state = await harness(mock, clearing, max_turns=10, max_total_completion_tokens=int(2 * per_call)).run({"prompt": "p"})
+    assert made == [1, 1]  # the third call was refused: two calls' tokens were spent, cleared steps or not
+    assert state["stop_condition"] in ("max_total_completion_tokens_reached", "has_error")
+
+    async def rewriting(task: vf.Task, state: vf.State) -> None:
+        await ask(state)
+        step = state["trajectory"][0]
+        step["response"] = None
+        del step["tokens"]
+        step["prompt"] = "rewritten"
+        await ask(state)
+
+    rewritten = await harness(mock, rewriting, max_turns=5, max_seq_len=100_000, max_output_tokens=10_000).run({"prompt": "p"})
+    assert len(rewritten["trajectory"]) == 2 and rewritten["trajectory"][1]["prompt"] == USER_HI
+    assert rewritten["error"] is None, rewritten["error"]

@@ -18,7 +18,6 @@ from typing import Any
 from v1._util.calling import endpoint_calls
 from v1._util.entropy import token_urlsafe
 from v1._util.single_flight import SingleFlight
-from v1._util.steps import is_step
 from v1._util.token_budgets import TOKEN_BUDGETS
 from v1.clients import Client
 from v1.errors import ModelError, NotSupportedError, OverlongPromptError, RolloutStopped
@@ -76,22 +75,17 @@ def new_key() -> str:
     return "v1-" + token_urlsafe(24)
 
 
-def recorded_usage(trajectory: list[TrajectoryStep]) -> tuple[int, int]:
-    """Input and output tokens of the recorded steps: each step's reported usage, else its token ids.
+def counted_tokens(response: Response, tokens: TrajectoryStepTokens | None) -> tuple[int, int]:
+    """Input and output tokens of one recorded call: its reported usage, else its token ids, else none.
 
-    Every call's prompt counts again (as providers bill it); a step with neither counts nothing.
+    Every call's prompt counts again (as providers bill it).
     """
-    inputs = outputs = 0
-    for step in filter(is_step, trajectory):  # a program may have appended entries of its own
-        usage = (step.get("response") or {}).get("usage")
-        tokens = step.get("tokens")
-        if usage:
-            inputs += int(usage.get("prompt_tokens") or 0)
-            outputs += int(usage.get("completion_tokens") or 0)
-        elif tokens:
-            inputs += len(tokens["prompt_ids"])
-            outputs += len(tokens["completion_ids"])
-    return inputs, outputs
+    usage = response.usage
+    if usage is not None:
+        return usage.prompt_tokens, usage.completion_tokens
+    if tokens is not None:
+        return len(tokens["prompt_ids"]), len(tokens["completion_ids"])
+    return 0, 0
 
 
 def _response_json(response: Response) -> dict[str, Any]:
@@ -190,6 +184,10 @@ class RolloutSession:
         self._max_seq_len: int | None = None
         self.failing: BaseException | None = None  # the upstream failure a call in flight is retrying after
         self.last_step: TrajectoryStep | None = None  # what this session recorded last (a program may append after it)
+        # what the recorded calls used (`counted_tokens`), kept here: a program holds the steps and may change them
+        self.spent_inputs = 0
+        self.spent_outputs = 0
+        self._last_context = 0  # the last call's prompt and completion tokens, as its usage reported them
 
     def end_program_phase(self) -> None:
         """The program's key dies here; later calls (updates, judges, cleanups) are the framework's own.
@@ -319,8 +317,8 @@ class RolloutSession:
         The first two are limits, not sampling args: removed from what goes upstream. A budget
         already spent refuses the call and stops the rollout as `<budget>_reached` (and
         `max_seq_len` as `prompt_too_long`); otherwise `max_tokens` is capped to what is left of
-        every output-counting budget and of the context. Usage is what the recorded steps say
-        (`recorded_usage`), never an estimate from the prompt's text.
+        every output-counting budget and of the context. Usage is what the recorded calls reported
+        (`counted_tokens`, summed as each is recorded), never an estimate from the prompt's text.
         """
         harness = self.upstream.sampling_args
         max_seq_len = harness.get("max_seq_len")
@@ -336,10 +334,8 @@ class RolloutSession:
         if not budgets and not self._max_seq_len:
             return
         caps = self._budget_caps(budgets)
-        last = self.last_step
-        if self._max_seq_len and last is not None:
-            usage = last["response"].get("usage") or {}
-            context = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        if self._max_seq_len and self.last_step is not None:
+            context = self._last_context
             if context >= self._max_seq_len:
                 state._set_managed("is_truncated", True)
                 state.stop("prompt_too_long")
@@ -354,7 +350,7 @@ class RolloutSession:
 
     def _budget_caps(self, budgets: dict[str, int]) -> list[int]:
         """What is left of each output-counting budget; raises when any budget is spent."""
-        inputs, outputs = recorded_usage(self.state["trajectory"])
+        inputs, outputs = self.spent_inputs, self.spent_outputs
         spent = {
             "max_input_tokens": inputs,
             "max_output_tokens": outputs,
@@ -493,6 +489,10 @@ class RolloutSession:
         )
         state["trajectory"].append(step)
         self.last_step = step
+        inputs, outputs = counted_tokens(response, tokens)
+        self.spent_inputs += inputs
+        self.spent_outputs += outputs
+        self._last_context = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
         if truncated:
             state._set_managed("is_truncated", True)
@@ -510,7 +510,7 @@ def _sharing_earlier_messages(prompt: Messages, last: TrajectoryStep | None) -> 
     """
     if last is None or not isinstance(prompt, list):
         return prompt
-    earlier, answered = last["prompt"], last["completion"]
+    earlier, answered = last.get("prompt"), last.get("completion")  # as the program may have left them
     if not isinstance(earlier, list) or not isinstance(answered, list):
         return prompt
     shared = list(prompt)
