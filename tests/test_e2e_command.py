@@ -215,9 +215,20 @@ async def test_sandbox_lifetime_is_enforced_apart_from_the_program_timeout(mock:
     program = {"command": ["sh", "-c", "sleep 30"]}
     # 6 s of lifetime: long enough for the command to start on a loaded machine (at 0.6 s, CI once
     # deleted the sandbox before the command ran), far short of the program's 30 s and its 60 s timeout.
+    # On a machine loaded past that, the lifetime ends before the command starts: 125, the sandbox gone under it.
     state = await harness(mock, program=program, sandbox={"timeout_minutes": 0.1}, timeout_seconds=60).run("p")
-    assert state["program_result"]["exit_code"] == 137 and state["program_result"]["duration"] < 20
+    assert state["program_result"]["exit_code"] in (137, 125) and state["program_result"]["duration"] < 20
     assert state["error"]["type"] == "ProgramError"
+    assert list_sandboxes() == []
+
+
+async def test_a_sandbox_whose_lifetime_ends_before_its_command_starts_is_the_commands_error(mock: MockModelServer) -> None:
+    """The sandbox is deleted while the command is being started: the rollout's error says what the command
+    met, not a `KeyError` from the endpoint socket's bookkeeping, which the deletion had already closed."""
+    program = {"command": ["sh", "-c", "sleep 30"]}
+    state = await harness(mock, program=program, sandbox={"timeout_minutes": 0.00001}, timeout_seconds=60).run("p")
+    assert state["error"]["type"] == "ProgramError", state["error"]
+    assert state["program_result"]["exit_code"] in (137, 125) and state["program_result"]["duration"] < 20
     assert list_sandboxes() == []
 
 

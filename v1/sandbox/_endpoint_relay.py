@@ -178,6 +178,8 @@ class RolloutSockets(ABC):
 
     async def release(self, rollout: Any) -> None:
         """One command of `rollout` ended; with the last, its socket goes away (its key reaches nothing here)."""
+        if rollout not in self.users:  # closed while the command ran (its sandbox deleted at its lifetime): gone already
+            return
         self.users[rollout] -= 1
         if self.users[rollout] == 0:
             del self.users[rollout]
