@@ -153,6 +153,41 @@ async def test_the_endpoints_mcp_server_records_a_tool_call_on_the_models_answer
     assert [call["name"] for call in step["extras"]["mcp_tool_calls"]] == ["add"]
 
 
+async def test_the_mcp_servers_limit_is_counted_by_the_endpoint_not_read_from_the_programs_step() -> None:
+    """One tool call asked for allows one MCP call: a program that deletes its step's `extras` (a 500 before)
+    or clears the record of the calls made (another call allowed before) changes neither."""
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        config = state.get_endpoint_config()
+        url = config["base_url"].removesuffix("/v1") + "/mcp"
+        auth = {"Authorization": f"Bearer {config['api_key']}"}
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+        await ask(state)
+        step = state["trajectory"][-1]
+        del step["extras"]
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
+            first = await http.post(url, json=call, headers=auth)
+            step["extras"]["mcp_tool_calls"].clear()
+            second = await http.post(url, json=call, headers=auth)
+        state["answers"] = [first.status_code, first.json()["result"], second.status_code, second.json()["result"]]
+
+    with MockModelServer(Reply.tool("add", {"a": 2, "b": 3})) as mock:
+        state = await harness(mock, program, toolsets=[vf.Toolset([add], name="maths")]).run({"prompt": "p"})
+    assert state["error"] is None
+    first_status, first, second_status, second = state["answers"]
+    assert (first_status, first["isError"], first["content"][0]["text"]) == (200, False, "5")
+    assert second_status == 200 and second["isError"] is True
+    assert second["content"][0]["text"].startswith(
+        "refused: the model asked for 1 tool call(s) in its last answer and 1 were made"
+    )
+    [step] = state["trajectory"]
+    assert step["extras"] == {"mcp_tool_calls": []}  # the program cleared the record; the endpoint kept the count
+
+
 async def test_the_budgets_count_what_was_spent_whatever_the_program_does_to_its_steps(mock: MockModelServer) -> None:
     """A program holds its recorded steps: one that clears them gets no budget back, and one that rewrites
     a step's fields leaves the next call's limits and shared messages to work from what was recorded."""

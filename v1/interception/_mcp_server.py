@@ -121,9 +121,8 @@ async def _call(session: RolloutSession, message_id: Any, params: Mapping[str, A
     refusal = _refusal(session)
     if refusal is not None:
         return _refused(message_id, refusal)
-    step = session.last_step
-    assert step is not None  # `_refusal` refuses a call before the model's first answer
-    made = step["extras"].setdefault("mcp_tool_calls", [])
+    session.tool_calls_made += 1
+    made = _call_record(session)
     made.append({"name": name, "arguments": dict(arguments), "content": None, "isError": None})
     try:
         value = await toolbox.call(name, dict(arguments))
@@ -136,6 +135,20 @@ async def _call(session: RolloutSession, message_id: Any, params: Mapping[str, A
     return _result(message_id, result)
 
 
+def _call_record(session: RolloutSession) -> list[dict[str, Any]]:
+    """The list of MCP tool calls on the last recorded step (`extras["mcp_tool_calls"]`), made anew where the
+    program removed or replaced it: the program holds its steps, and the count that limits calls is the session's."""
+    step = session.last_step
+    assert step is not None  # `_refusal` refuses a call before the model's first answer
+    extras = step.get("extras")
+    if not isinstance(extras, dict):
+        extras = step["extras"] = {}
+    made = extras.get("mcp_tool_calls")
+    if not isinstance(made, list):
+        made = extras["mcp_tool_calls"] = []
+    return made
+
+
 def _refused(message_id: Any, text: str) -> dict[str, Any]:
     return _result(message_id, {"content": [{"type": "text", "text": text}], "isError": True})
 
@@ -145,12 +158,10 @@ def _refusal(session: RolloutSession) -> str | None:
     state = session.state
     if session.closed or not session.recording or state["is_completed"]:
         return f"the rollout stopped: {state['stop_condition'] or 'program_finished'}; no more tool calls"
-    last = session.last_step  # the step of the model's last answer (a program may have appended after it)
-    if last is None:
+    if session.last_step is None:
         return "refused: the model has not answered yet; ask the model first"
-    answer = last["completion"]
-    asked = len(answer[-1].get("tool_calls") or ()) if isinstance(answer, list) and answer else 0
-    made = len(last["extras"].get("mcp_tool_calls", ()))
+    # counted by the session, not read from the step: a program holds its steps and may change them
+    asked, made = session.tool_calls_asked, session.tool_calls_made
     if asked and made >= asked:
         return f"refused: the model asked for {asked} tool call(s) in its last answer and {made} were made; ask the model first"
     if not asked and made >= TEXT_TOOL_CALLS_PER_ANSWER:

@@ -188,6 +188,9 @@ class RolloutSession:
         self.spent_inputs = 0
         self.spent_outputs = 0
         self._last_context = 0  # the last call's prompt and completion tokens, as its usage reported them
+        # the MCP route's count against the last answer, kept here for the same reason (`_mcp_server._refusal`)
+        self.tool_calls_asked = 0  # the tool calls the last recorded answer asked for natively
+        self.tool_calls_made = 0  # the MCP tool calls made since that answer
 
     def end_program_phase(self) -> None:
         """The program's key dies here; later calls (updates, judges, cleanups) are the framework's own.
@@ -493,6 +496,8 @@ class RolloutSession:
         self.spent_inputs += inputs
         self.spent_outputs += outputs
         self._last_context = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
+        self.tool_calls_asked = len(response.message.tool_calls or ())
+        self.tool_calls_made = 0
         state.runtime.timing.model.spans.append(TimeSpan(start=start, end=end))
         if truncated:
             state._set_managed("is_truncated", True)
