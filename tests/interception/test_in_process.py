@@ -257,3 +257,42 @@ async def test_a_value_answered_in_process_shares_nothing_with_the_recorded_step
     assert step["completion"][0]["tool_calls"][0]["function"]["name"] == "add"
     assert len(step["tokens"]["completion_logprobs"]) == len(step["tokens"]["completion_ids"])
     assert step["response"]["usage"]["completion_tokens"] > 0
+
+
+async def test_own_calls_are_handed_over_with_the_rollouts_key_and_checked_as_requests(mock: MockModelServer) -> None:
+    """`call_model` on the endpoint's loop hands its bytes and key to the endpoint (`EndpointAccess.own_call`):
+    a wrong key, a body that is no JSON and a stale key (the program's, after its phase) get the answers a
+    request over HTTP gets; a route that is no model call is declined (None), for the carrier to post."""
+    mock.script(Reply.text("one"), Reply.text("two"))
+    seen: dict[str, Any] = {}
+    body = json.dumps({"model": "m", "messages": USER}).encode()
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        access = state.runtime.endpoint
+        assert access is not None and access.own_call is not None
+        seen["access"] = access
+        seen["answer"] = await access.own_call("/chat/completions", access.api_key, body)
+        seen["wrong key"] = await access.own_call("/chat/completions", access.api_key + "x", body)
+        seen["no json"] = await access.own_call("/chat/completions", access.api_key, b"{not json")
+        seen["no model call"] = await access.own_call("/models", access.api_key, body)
+        async with httpx.AsyncClient(timeout=HANG_S) as http:
+            wrong = await http.post(access.base_url + "/chat/completions", content=body, headers={"Authorization": "Bearer x"})
+        seen["wrong key over http"] = wrong.json()
+
+    async def after_the_program(task: vf.Task, state: vf.State) -> None:
+        stale = seen["access"]
+        seen["stale"] = await stale.own_call("/chat/completions", stale.api_key, body)
+        current = state.runtime.endpoint
+        seen["current"] = await current.own_call("/chat/completions", current.api_key, body)
+
+    state = await harness(mock, program, updates=[after_the_program]).run({"prompt": "x"})
+    assert state["error"] is None, state["error"]
+    answer = seen["answer"]
+    assert answer.status == 200 and answer.body == b"" and answer.value["choices"][0]["message"]["content"] == "one"
+    wrong_key, no_json = seen["wrong key"], seen["no json"]
+    assert wrong_key.status == 401 and json.loads(wrong_key.body)["error"] == seen["wrong key over http"]["error"]
+    assert no_json.status == 400 and json.loads(no_json.body)["error"]["code"] == "invalid_json"
+    assert seen["no model call"] is None
+    assert seen["stale"].status == 401  # the program's key died with its phase
+    assert seen["current"].status == 200 and seen["current"].value["choices"][0]["message"]["content"] == "two"
+    assert [step["completion"][0]["content"] for step in state["trajectory"]] == ["one"]  # the framework's own call is no step

@@ -26,7 +26,8 @@ from v1.clients._http import http_library
 class InProcessApp(Protocol):
     """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
 
-    An app may also offer ``post(path, headers, body)``, answering ``(status, headers, body)`` or
+    An app may also offer ``own_call(rollout, route, api_key, body)`` (`InProcessTransport.own_call`),
+    answering as ``post`` does, and ``post(path, headers, body)``, answering ``(status, headers, body)`` or
     ``(status, headers, body, value)`` (or None: declined; header names in lower case) for a POST read
     whole: `InProcessTransport.post` then hands it the bytes as they are. ``value``, when not None, is
     the answer's JSON value, built for this answer alone, given instead of its text (the body is empty).
@@ -114,6 +115,29 @@ def served_in_process(url: str) -> InProcessApp | None:
     return _app_for(*_origin_of(url))
 
 
+class InProcessCall:
+    """v1's own whole-answer calls of one rollout, handed to the app serving its origin on the running loop.
+
+    Holds the origin and the rollout id only (no app or server: whoever holds it reaches nothing else).
+    Calling it with a route under the rollout's base URL, the rollout's key and a JSON body gives the
+    app's ``own_call(rollout, route, api_key, body)`` answer, or None where no app of this loop serves the
+    origin or offers ``own_call`` (the caller then posts the request through the carrier).
+    """
+
+    __slots__ = ("origin", "rollout")
+
+    def __init__(self, url: str, rollout: str) -> None:
+        self.origin = _origin_of(url)
+        self.rollout = rollout
+
+    async def __call__(self, route: str, api_key: str, body: bytes) -> WholeAnswer | None:
+        own_call = getattr(_app_for(*self.origin), "own_call", None)
+        if own_call is None:
+            return None
+        answer: tuple[Any, ...] | None = await own_call(self.rollout, route, api_key, body)
+        return WholeAnswer(*answer) if answer is not None else None
+
+
 class InProcessTransport:
     """Carries requests for an origin served in process to its app; every other request to `fallback`.
 
@@ -123,6 +147,12 @@ class InProcessTransport:
 
     def __init__(self, fallback: Any) -> None:
         self._fallback = fallback
+
+    @staticmethod
+    def own_call(url: str, rollout: str) -> InProcessCall:
+        """v1's own whole-answer calls of `rollout`, whose base URL is under `url`: handed to the app serving
+        that origin on the running loop, without a request built or a URL read (see `InProcessCall`)."""
+        return InProcessCall(url, rollout)
 
     async def handle_async_request(self, request: Any) -> Any:
         url = request.url

@@ -23,6 +23,9 @@ logger = logging.getLogger(__name__)
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
 AnswerWhole = Callable[[str, Mapping[str, str], bytes], Coroutine[Any, Any, Answer | None]]
+WholeTuple = tuple[int, Mapping[str, str], bytes, Any]
+"""A whole answer as the carrier takes it (`v1.clients` reads it as its `WholeAnswer`): status, headers, body, value."""
+AnswerOwn = Callable[[str, str, str, bytes], Coroutine[Any, Any, Answer | None]]
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
 _END = object()
 _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
@@ -64,6 +67,22 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
     answer = handler.result()
     assert answer is not None, "a handler that did not stream answers"
     return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
+
+
+async def carried_whole(answering: Coroutine[Any, Any, Answer | None], path: str) -> WholeTuple | None:
+    """v1's own whole-answer call answered in process, as the carrier hands it back: a model call's answer
+    as its JSON value (no text written), any other as its text; a 500 when the handler failed; None: declined."""
+    try:
+        whole = await answering
+    except Exception:
+        logger.debug("the endpoint failed answering %s in process", path, exc_info=True)
+        return (*_server_error(), None)
+    if whole is None:
+        return None
+    headers = {"content-type": JSON_CONTENT_TYPE, **(whole.headers or {})}
+    if whole.value is not None:
+        return whole.status, headers, b"", whole.value
+    return whole.status, headers, whole.text.encode(), None
 
 
 class RequestHeaders(dict[str, str]):
@@ -186,12 +205,27 @@ class EndpointApp:
         max_body_bytes: the largest body the handler reads (a larger one is refused as over HTTP).
         answer_whole: v1's own whole-answer model calls (`EndpointServer.answer_in_process`), which
             answer None for any other request.
+        answer_own: the same calls handed over with their rollout and key (`EndpointServer.answer_own_call`).
     """
 
-    def __init__(self, dispatch: Dispatch, max_body_bytes: int, answer_whole: AnswerWhole | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        max_body_bytes: int,
+        answer_whole: AnswerWhole | None = None,
+        answer_own: AnswerOwn | None = None,
+    ) -> None:
         self.dispatch = dispatch
         self.max_body_bytes = max_body_bytes
         self.answer_whole = answer_whole
+        self.answer_own = answer_own
+
+    async def own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> WholeTuple | None:
+        """v1's own whole-answer call of `rollout` (`InProcessTransport.own_call`, `EndpointServer.answer_own_call`),
+        answered as `post` answers one; None: declined (the caller posts it)."""
+        if self.answer_own is None:
+            return None
+        return await carried_whole(self.answer_own(rollout, route, api_key, body), route)
 
     @staticmethod
     async def _ready(exchange: _InProcessExchange) -> None:
@@ -202,7 +236,7 @@ class EndpointApp:
             exchange.gone = True
             raise
 
-    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Mapping[str, str], bytes, Any]:
+    async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> WholeTuple:
         """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered.
 
         Only v1's own whole-answer calls come this way (`v1.programs.call_model`), and they wait for their
@@ -214,15 +248,9 @@ class EndpointApp:
         """
         request_headers = RequestHeaders(headers.items())
         if self.answer_whole is not None:
-            try:
-                whole = await self.answer_whole(path, request_headers, body)
-            except Exception:
-                logger.debug("the endpoint failed answering %s in process", path, exc_info=True)
-                return (*_server_error(), None)
-            if whole is not None:
-                if whole.value is not None:
-                    return whole.status, {"content-type": JSON_CONTENT_TYPE, **(whole.headers or {})}, b"", whole.value
-                return whole.status, {"content-type": JSON_CONTENT_TYPE, **(whole.headers or {})}, whole.text.encode(), None
+            carried = await carried_whole(self.answer_whole(path, request_headers, body), path)
+            if carried is not None:
+                return carried
         exchange = _InProcessExchange("POST", path, request_headers, body, self.max_body_bytes, None)
         try:
             answer = await self.dispatch(exchange)
@@ -249,4 +277,4 @@ class EndpointApp:
         return whole_response(*_whole_answer(handler))
 
 
-__all__ = ["EndpointApp"]
+__all__ = ["EndpointApp", "carried_whole"]

@@ -311,6 +311,11 @@ class EndpointServer:
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
         self._call_routes = {Route(d.prefix + d.route, partial(self._handle, d)): d for d in DIALECTS.values()}
         self.routes = RouteTable(self._route_list(), self._unknown_route)
+        # v1's own calls name their route under the rollout's base URL, which ends in /v1 (`RolloutSession.base_url`)
+        self._own_dialects: dict[str, DialectPart] = {}
+        for dialect in DIALECTS.values():
+            if dialect.prefix == "/v1":
+                self._own_dialects.setdefault(dialect.route, dialect)  # the first, as `routes` finds it
 
     def _route_list(self) -> list[Route]:
         """Every path the endpoint answers, under ``/r/<rollout id>``; both carriers route through this list."""
@@ -341,7 +346,7 @@ class EndpointServer:
         # compressed bodies go over the socket
         fallback = http_library().AsyncHTTPTransport(trust_env=False, verify=tls_context(trust_env=False))
         self.pools = EndpointPools(self.url, InProcessTransport(fallback))
-        self._app = EndpointApp(self.dispatch, self.max_body_bytes, self.answer_in_process)
+        self._app = EndpointApp(self.dispatch, self.max_body_bytes, self.answer_in_process, self.answer_own_call)
         serve_in_process(self.url, self._app)
         logger.debug("interception endpoint listening on %s", self.url)
 
@@ -402,7 +407,9 @@ class EndpointServer:
         handles = upstream(state)
         session = RolloutSession(state, self.url, stop_check, handles)
         self.sessions[session.rollout_id] = session
-        state.runtime.endpoint = EndpointAccess(session.base_url, session.api_key, self.pools)
+        state.runtime.endpoint = EndpointAccess(
+            session.base_url, session.api_key, self.pools, own_call=InProcessTransport.own_call(self.url, session.rollout_id)
+        )
         handles.session = session
         return session
 
@@ -462,6 +469,26 @@ class EndpointServer:
         rollout = self._key_holder(found, headers)
         if rollout is None:
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
+        return await self._whole_call(rollout, dialect, found[2], body)
+
+    async def answer_own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> Answer | None:
+        """v1's own whole-answer call (`call_model`) of `rollout` at `route` under its base URL, handed over in
+        process with its key (`EndpointAccess.own_call`): `answer_in_process`'s checks and answers, with no URL or
+        headers to read. None for a route that is no model call and for a request to stream: the caller then
+        posts it through the carrier.
+        """
+        dialect = self._own_dialects.get(route)
+        if dialect is None:
+            return None
+        session = self.sessions.get(rollout)
+        expected = session.api_key if session is not None else self._absent_key
+        if not hmac.compare_digest(api_key.encode("utf-8", "replace"), expected.encode()) or session is None:
+            return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
+        return await self._whole_call(rollout, dialect, {}, body)
+
+    async def _whole_call(self, rollout: str, dialect: DialectPart, fields: Mapping[str, str], body: bytes) -> Answer | None:
+        """A whole-answer model call of `rollout`, its key checked: body size and budget, bounded JSON, the
+        calls in flight, the dialect's parse, then the call (None: the request asks to stream)."""
         session = self.sessions[rollout]
         refusal = self._body_refusal(rollout, len(body))
         if refusal is not None:
@@ -474,7 +501,7 @@ class EndpointServer:
             crowded = _too_many_calls(session, dialect)
             if crowded is not None:
                 return crowded
-            parsed = _parsed(dialect, session, request, found[2], whole_only=True)
+            parsed = _parsed(dialect, session, request, fields, whole_only=True)
             if not isinstance(parsed, EndpointRequest):
                 return parsed
             session.calls_in_flight += 1

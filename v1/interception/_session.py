@@ -207,7 +207,11 @@ class RolloutSession:
         endpoint = runtime.endpoint
         if endpoint is not None:  # built directly: `dataclasses.replace` costs a rollout more than this whole method
             runtime.endpoint = EndpointAccess(
-                base_url=endpoint.base_url, api_key=self.api_key, pools=endpoint.pools, open=endpoint.open
+                base_url=endpoint.base_url,
+                api_key=self.api_key,
+                pools=endpoint.pools,
+                open=endpoint.open,
+                own_call=endpoint.own_call,
             )
         runtime.sdk_clients.clear()
 

@@ -1,12 +1,13 @@
 """One model call of a running rollout through its endpoint: the base loop's and `Env.get_model_response`'s.
 
 What `client.chat.completions.create(**request)` (or `client.completions.create`) sends, the endpoint
-gets, and it records the exchange as a trajectory step. The request is posted as JSON through the
-rollout's endpoint transport, the in-process carrier the SDK clients of `state.get_client()` use too
-(no SDK request building, no SDK client built): when the endpoint serves this loop it enters the endpoint
-without a socket and its answer comes back as a JSON value, not text to be read again
-(`EndpointServer.answer_in_process`); else it goes over HTTP. A refusal raises the SDK's own `APIStatusError` for
-it, a failure on the way its `APIConnectionError` / `APITimeoutError`.
+gets, and it records the exchange as a trajectory step. The request is JSON bytes, as a program's: on
+the loop the endpoint serves they are handed to it with the rollout's key (`EndpointAccess.own_call`,
+`EndpointServer.answer_own_call`: the checks of a request, no URL, headers or carrier) and the answer
+comes back as a JSON value, not text to be read again; on another loop they are posted through the
+rollout's endpoint transport, the carrier the SDK clients of `state.get_client()` use, over HTTP. A
+refusal raises the SDK's own `APIStatusError` for it, a failure on the way its `APIConnectionError` /
+`APITimeoutError`.
 """
 
 from __future__ import annotations
@@ -40,15 +41,18 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
         raise EndpointError("this rollout has no open endpoint")
     url = access.base_url + route
     body = encode_json({**request, "model": state.get_model()})
-    headers = {
-        "authorization": "Bearer " + access.api_key,
-        "content-type": "application/json",
-        "content-length": str(len(body)),
-    }
-    try:
-        answer = await access.pools.transport.post(url, headers, body)
-    except http_library().TransportError as exc:
-        raise transport_error(exc, url) from exc
+    own_call = access.own_call
+    answer = await own_call(route, access.api_key, body) if own_call is not None else None
+    if answer is None:  # not on the endpoint's loop: through the carrier, as any request
+        headers = {
+            "authorization": "Bearer " + access.api_key,
+            "content-type": "application/json",
+            "content-length": str(len(body)),
+        }
+        try:
+            answer = await access.pools.transport.post(url, headers, body)
+        except http_library().TransportError as exc:
+            raise transport_error(exc, url) from exc
     if answer.status >= 400:
         raise status_error(answer.status, answer.headers, answer.body, url)
     if answer.value is not None:  # the endpoint of this loop answered with the value itself

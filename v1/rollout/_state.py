@@ -126,14 +126,25 @@ class RolloutSandboxHandles(Protocol):
     async def get(self, config: SandboxConfig | str = "program") -> Sandbox: ...
 
 
+OwnCall = Callable[[str, str, bytes], Awaitable[Any]]
+"""v1's own whole-answer model call handed to the endpoint (`EndpointAccess.own_call`): route, key and JSON body
+in; the carrier's whole answer out (status, headers, body, value), or None."""
+
+
 @dataclass(eq=False)
 class EndpointAccess:
-    """How a program reaches its rollout's endpoint: the URL, the rollout's own key, the SDK pools; nothing upstream."""
+    """How a program reaches its rollout's endpoint: the URL, the rollout's own key, the SDK pools; nothing upstream.
+
+    `own_call`: how v1's own whole-answer calls (`v1.programs.call_model`) reach the endpoint on the loop
+    that serves it, without a carrier: the route under `base_url`, the key and the JSON body in, the answer
+    out, through the same checks as a request (None: not that loop; the call then goes by `pools`).
+    """
 
     base_url: str
     api_key: str
     pools: SDKClientFactory
     open: bool = True
+    own_call: OwnCall | None = None
 
 
 @dataclass(eq=False)
@@ -484,6 +495,7 @@ def _rebuild_state(data: dict[str, Any], task: dict[str, Any], frozen: bool) -> 
 __all__ = [
     "MANAGED_FIELDS",
     "EndpointAccess",
+    "OwnCall",
     "NamedToolset",
     "RolloutRuntime",
     "RolloutSandboxHandles",
