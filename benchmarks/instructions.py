@@ -4,11 +4,12 @@
 
 Rates and CPU times on a shared virtual machine swing with the hypervisor's steal; the number of
 instructions a rollout executes does not. Each phase runs its driver (`raw_driver.py`, then
-`commit_driver.py --no-call`, single-turn and `--tool-loop`) under valgrind's callgrind with counting off,
+`commit_driver.py --no-call`, `floor_driver.py`, single-turn and `--tool-loop`) under valgrind's callgrind with counting off,
 warms up, and counts only the `--n` timed requests or rollouts: the driver's `--gate` stops
 before and after them and counting is switched on and off there (`callgrind_control -i`).
 Printed: millions of instructions per raw request, per rollout whose program calls no model (the
-framework's own lifecycle: state, endpoint session, scoring, finalize), per single-turn rollout
+framework's own lifecycle: state, endpoint session, scoring, finalize), per floor rollout (a
+single-turn rollout written inline with no framework, `floor_driver.py`), per single-turn rollout
 and per tool-loop rollout, and each against the raw client's count for as many requests (a
 tool-loop rollout is two; the no-call rollout is set against one request, for scale). The same
 count run on two commits is `compare_commits.py --instructions`.

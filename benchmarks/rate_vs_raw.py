@@ -6,11 +6,14 @@ One mock model server (`python -m v1.testing --reply tool-call`, pinned to a CPU
 every phase. Each round runs, per concurrency, three fresh processes one after another:
 
 1. raw: `raw_driver.py`, an aiohttp session posting `--n` Chat Completions requests (no v1);
-2. single-turn: `commit_driver.py`, `--n` one-call base-loop rollouts of this checkout's v1;
-3. tool loop: `commit_driver.py --tool-loop`, `--n` rollouts of two model calls and a Python tool.
+2. floor: `floor_driver.py`, `--n` single-turn rollouts written inline with no framework: only the
+   work v1's guarantees take (a keyed, recorded, narrowed call; a state checked to be JSON), on the
+   raw client's aiohttp session. An upper bound for any rollout that keeps them;
+3. single-turn: `commit_driver.py`, `--n` one-call base-loop rollouts of this checkout's v1;
+4. tool loop: `commit_driver.py --tool-loop`, `--n` rollouts of two model calls and a Python tool.
 
-Printed: the medians over rounds of each rate and of CPU per request or rollout, v1's rates as a
-share of the raw client's request rate (a tool-loop rollout counts as two requests), and each
+Printed: the medians over rounds of each rate and of CPU per request or rollout, the floor's and v1's
+rates as a share of the raw client's request rate (a tool-loop rollout counts as two requests), and each
 loop's rate at the highest concurrency against the lowest. Nothing here asserts on timing.
 """
 
@@ -30,10 +33,11 @@ from rollouts import mock_server_process
 HERE = Path(__file__).resolve().parent
 PHASES = {
     "raw": [str(HERE / "raw_driver.py")],
+    "floor": [str(HERE / "floor_driver.py")],
     "single-turn": [str(HERE / "commit_driver.py")],
     "tool loop": [str(HERE / "commit_driver.py"), "--tool-loop"],
 }
-REQUESTS_PER_UNIT = {"raw": 1, "single-turn": 1, "tool loop": 2}
+REQUESTS_PER_UNIT = {"raw": 1, "floor": 1, "single-turn": 1, "tool loop": 2}
 
 
 def run_phase(phase: str, url: str, n: int, concurrency: int) -> dict[str, Any]:

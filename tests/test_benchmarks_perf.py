@@ -142,7 +142,7 @@ def test_rate_vs_raw_times_the_raw_client_and_both_loops_at_each_concurrency(tmp
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(figures_path.read_text())
     assert [(row["phase"], row["concurrency"]) for row in rows] == [
-        (phase, concurrency) for phase in ("raw", "single-turn", "tool loop") for concurrency in (4, 16)
+        (phase, concurrency) for phase in ("raw", "floor", "single-turn", "tool loop") for concurrency in (4, 16)
     ]
     raw = {row["concurrency"]: row["rate_per_s"] for row in rows if row["phase"] == "raw"}
     for row in rows:
@@ -159,7 +159,14 @@ def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
 
 
 @pytest.mark.parametrize(
-    "driver", [["commit_driver.py"], ["commit_driver.py", "--tool-loop"], ["commit_driver.py", "--no-call"], ["raw_driver.py"]]
+    "driver",
+    [
+        ["commit_driver.py"],
+        ["commit_driver.py", "--tool-loop"],
+        ["commit_driver.py", "--no-call"],
+        ["raw_driver.py"],
+        ["floor_driver.py"],
+    ],
 )
 def test_a_gated_driver_stops_between_its_warm_up_and_its_timed_part(driver: list[str]) -> None:
     """`instructions.py` counts callgrind's instructions between READY and DONE: the mock must have seen the
