@@ -79,6 +79,17 @@ async def gate(word: str) -> None:
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 
+async def warmed_and_timed(one: Callable[[], Awaitable[bool]], n: int, gated: bool) -> dict[str, Any]:
+    """`min(WARMUP, n)` units of `one` not counted, then `n` timed (`timed`), `--gate`'s stops around them."""
+    await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))
+    if gated:
+        await gate("READY")
+    figures = await timed(lambda: asyncio.gather(*(one() for _ in range(n))), n)
+    if gated:
+        await gate("DONE")
+    return figures
+
+
 async def rollouts(
     url: str,
     n: int,
@@ -110,6 +121,23 @@ async def rollouts(
         await gate("DONE")
     await harness.teardown()
     return figures | {"v1_file": v1.__file__}
+
+
+def plain_main(
+    doc: str, units: Callable[[str, int, int, bool], Coroutine[Any, Any, dict[str, Any]]], what: str, argv: list[str] | None
+) -> int:
+    """The command line of a driver with `--url`, `--n`, `--concurrency` and `--gate` only (`raw_driver.py`,
+    `floor_driver.py`): runs `units(url, n, concurrency, gated)` and prints its figures as one JSON line."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--url", required=True, help="the mock model server's base URL")
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--gate", action="store_true", help=f"wait for a stdin line before and after the timed {what}")
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.concurrency < 1:
+        parser.error("--n and --concurrency must be at least 1")
+    print(json.dumps(run_loop(units(args.url, args.n, args.concurrency, args.gate))))
+    return 0
 
 
 def run_loop(main: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:

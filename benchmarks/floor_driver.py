@@ -24,7 +24,6 @@ and its distance from v1's is the framework's own cost. Prints one JSON line wit
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hmac
 import secrets
@@ -34,7 +33,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from commit_driver import MODEL, WARMUP, gate, run_loop, timed
+from commit_driver import MODEL, plain_main, warmed_and_timed
 
 ALLOWED_FIELDS = ("messages", "tools", "temperature", "max_tokens", "top_p", "stop", "seed")
 """The request fields the floor's endpoint passes upstream; anything else a program sends stays behind."""
@@ -164,26 +163,11 @@ async def rollouts(url: str, n: int, concurrency: int, gated: bool = False) -> d
                 state = await floor_rollout(endpoint, {"prompt": "hello"})
             return state["error"] is None and bool(state["completion"])
 
-        await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))
-        if gated:
-            await gate("READY")
-        figures = await timed(lambda: asyncio.gather(*(one() for _ in range(n))), n)
-        if gated:
-            await gate("DONE")
-    return figures
+        return await warmed_and_timed(one, n, gated)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the mock model server's base URL")
-    parser.add_argument("--n", type=int, default=4000)
-    parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--gate", action="store_true", help="wait for a stdin line before and after the timed rollouts")
-    args = parser.parse_args(argv)
-    if args.n < 1 or args.concurrency < 1:
-        parser.error("--n and --concurrency must be at least 1")
-    print(orjson.dumps(run_loop(rollouts(args.url, args.n, args.concurrency, args.gate))).decode())
-    return 0
+    return plain_main(__doc__ or "", rollouts, "rollouts", argv)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ wall time and failed requests. Each answer is read and parsed, as a client must.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 from typing import Any
 
 import aiohttp
-from commit_driver import MODEL, WARMUP, gate, run_loop, timed
+from commit_driver import MODEL, plain_main, warmed_and_timed
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}).encode()
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer raw"}
@@ -32,26 +31,11 @@ async def requests(url: str, n: int, concurrency: int, gated: bool = False) -> d
                 content = json.loads(await answer.read())
             return answer.status == 200 and bool(content["choices"])
 
-        await asyncio.gather(*(one() for _ in range(min(WARMUP, n))))
-        if gated:
-            await gate("READY")
-        figures = await timed(lambda: asyncio.gather(*(one() for _ in range(n))), n)
-        if gated:
-            await gate("DONE")
-    return figures
+        return await warmed_and_timed(one, n, gated)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the mock model server's base URL")
-    parser.add_argument("--n", type=int, default=4000)
-    parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--gate", action="store_true", help="wait for a stdin line before and after the timed requests")
-    args = parser.parse_args(argv)
-    if args.n < 1 or args.concurrency < 1:
-        parser.error("--n and --concurrency must be at least 1")
-    print(json.dumps(run_loop(requests(args.url, args.n, args.concurrency, args.gate))))
-    return 0
+    return plain_main(__doc__ or "", requests, "requests", argv)
 
 
 if __name__ == "__main__":

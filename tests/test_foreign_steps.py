@@ -131,23 +131,35 @@ async def test_an_entry_a_cleanup_appends_is_taken_out_before_the_state_is_final
     assert state["error"]["where"] == "cleanup" and "['cleanup', 'note']" in state["error"]["message"]
 
 
-async def test_the_endpoints_mcp_server_records_a_tool_call_on_the_models_answer_past_a_foreign_entry() -> None:
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
 
+
+ADD_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+
+
+def mcp_route(state: vf.State) -> tuple[str, dict[str, str]]:
+    """The rollout's MCP server URL and the headers that carry its key."""
+    config = state.get_endpoint_config()
+    return config["base_url"].removesuffix("/v1") + "/mcp", {"Authorization": f"Bearer {config['api_key']}"}
+
+
+async def run_with_add(program: Any) -> vf.State:
+    """`program` against a mock that asks for `add(2, 3)`, with `add` as the rollout's one tool."""
+    with MockModelServer(Reply.tool("add", {"a": 2, "b": 3})) as mock:
+        return await harness(mock, program, toolsets=[vf.Toolset([add], name="maths")]).run({"prompt": "p"})
+
+
+async def test_the_endpoints_mcp_server_records_a_tool_call_on_the_models_answer_past_a_foreign_entry() -> None:
     async def program(task: vf.Task, state: vf.State) -> None:
-        config = state.get_endpoint_config()
-        url = config["base_url"].removesuffix("/v1") + "/mcp"
-        auth = {"Authorization": f"Bearer {config['api_key']}"}
+        url, auth = mcp_route(state)
         await ask(state)
         state["trajectory"].append("a note after the answer")
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}
         async with httpx.AsyncClient(timeout=HANG_S) as http:
-            state["answer"] = (await http.post(url, json=call, headers=auth)).json()["result"]
+            state["answer"] = (await http.post(url, json=ADD_CALL, headers=auth)).json()["result"]
 
-    with MockModelServer(Reply.tool("add", {"a": 2, "b": 3})) as mock:
-        state = await harness(mock, program, toolsets=[vf.Toolset([add], name="maths")]).run({"prompt": "p"})
+    state = await run_with_add(program)
     assert state["answer"]["isError"] is False and state["answer"]["content"][0]["text"] == "5"
     [step] = state["trajectory"]
     assert [call["name"] for call in step["extras"]["mcp_tool_calls"]] == ["add"]
@@ -157,26 +169,18 @@ async def test_the_mcp_servers_limit_is_counted_by_the_endpoint_not_read_from_th
     """One tool call asked for allows one MCP call: a program that deletes its step's `extras` (a 500 before)
     or clears the record of the calls made (another call allowed before) changes neither."""
 
-    def add(a: int, b: int) -> int:
-        """Add two numbers."""
-        return a + b
-
     async def program(task: vf.Task, state: vf.State) -> None:
-        config = state.get_endpoint_config()
-        url = config["base_url"].removesuffix("/v1") + "/mcp"
-        auth = {"Authorization": f"Bearer {config['api_key']}"}
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+        url, auth = mcp_route(state)
         await ask(state)
         step = state["trajectory"][-1]
         del step["extras"]
         async with httpx.AsyncClient(timeout=HANG_S) as http:
-            first = await http.post(url, json=call, headers=auth)
+            first = await http.post(url, json=ADD_CALL, headers=auth)
             step["extras"]["mcp_tool_calls"].clear()
-            second = await http.post(url, json=call, headers=auth)
+            second = await http.post(url, json=ADD_CALL, headers=auth)
         state["answers"] = [first.status_code, first.json()["result"], second.status_code, second.json()["result"]]
 
-    with MockModelServer(Reply.tool("add", {"a": 2, "b": 3})) as mock:
-        state = await harness(mock, program, toolsets=[vf.Toolset([add], name="maths")]).run({"prompt": "p"})
+    state = await run_with_add(program)
     assert state["error"] is None
     first_status, first, second_status, second = state["answers"]
     assert (first_status, first["isError"], first["content"][0]["text"]) == (200, False, "5")
