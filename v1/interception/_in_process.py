@@ -69,7 +69,7 @@ def _whole_answer(handler: asyncio.Task[Any]) -> tuple[int, dict[str, str], byte
     return answer.status, {"content-type": JSON_CONTENT_TYPE, **(answer.headers or {})}, answer.text.encode()
 
 
-async def carried_whole(answering: Coroutine[Any, Any, Answer | None], path: str) -> WholeTuple | None:
+async def _carried_whole(answering: Coroutine[Any, Any, Answer | None], path: str) -> WholeTuple | None:
     """v1's own whole-answer call answered in process, as the carrier hands it back: a model call's answer
     as its JSON value (no text written), any other as its text; a 500 when the handler failed; None: declined."""
     try:
@@ -225,7 +225,7 @@ class EndpointApp:
         answered as `post` answers one; None: declined (the caller posts it)."""
         if self.answer_own is None:
             return None
-        return await carried_whole(self.answer_own(rollout, route, api_key, body), route)
+        return await _carried_whole(self.answer_own(rollout, route, api_key, body), route)
 
     @staticmethod
     async def _ready(exchange: _InProcessExchange) -> None:
@@ -248,7 +248,7 @@ class EndpointApp:
         """
         request_headers = RequestHeaders(headers.items())
         if self.answer_whole is not None:
-            carried = await carried_whole(self.answer_whole(path, request_headers, body), path)
+            carried = await _carried_whole(self.answer_whole(path, request_headers, body), path)
             if carried is not None:
                 return carried
         exchange = _InProcessExchange("POST", path, request_headers, body, self.max_body_bytes, None)
@@ -277,4 +277,4 @@ class EndpointApp:
         return whole_response(*_whole_answer(handler))
 
 
-__all__ = ["EndpointApp", "carried_whole"]
+__all__ = ["EndpointApp"]

@@ -45,7 +45,7 @@ from v1.interception._lookup import DEFAULT_DIALECT, DIALECTS, dialect_for_path
 from v1.interception._relay import StreamRelay
 from v1.interception._routes import Found, Route, RouteTable
 from v1.interception._sdk import EndpointPools
-from v1.interception._session import RolloutSession, StopCheck
+from v1.interception._session import API_ROOT, RolloutSession, StopCheck
 from v1.interception._upstream import upstream
 from v1.registry import DialectPart
 from v1.rollout import EndpointAccess
@@ -311,10 +311,10 @@ class EndpointServer:
         self._absent_key = os.urandom(24).hex()  # compared against when a rollout is unknown: same work, same answer
         self._call_routes = {Route(d.prefix + d.route, partial(self._handle, d)): d for d in DIALECTS.values()}
         self.routes = RouteTable(self._route_list(), self._unknown_route)
-        # v1's own calls name their route under the rollout's base URL, which ends in /v1 (`RolloutSession.base_url`)
+        # v1's own calls name their route under the rollout's base URL, which ends in its API root
         self._own_dialects: dict[str, DialectPart] = {}
         for dialect in DIALECTS.values():
-            if dialect.prefix == "/v1":
+            if dialect.prefix == API_ROOT:
                 self._own_dialects.setdefault(dialect.route, dialect)  # the first, as `routes` finds it
 
     def _route_list(self) -> list[Route]:
@@ -480,9 +480,7 @@ class EndpointServer:
         dialect = self._own_dialects.get(route)
         if dialect is None:
             return None
-        session = self.sessions.get(rollout)
-        expected = session.api_key if session is not None else self._absent_key
-        if not hmac.compare_digest(api_key.encode("utf-8", "replace"), expected.encode()) or session is None:
+        if not self._holds_key(self.sessions.get(rollout), api_key):
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
         return await self._whole_call(rollout, dialect, {}, body)
 
@@ -531,10 +529,14 @@ class EndpointServer:
             authorization = headers.get("authorization", "")
             if authorization[:7].lower() == "bearer ":
                 presented = authorization[7:].strip()
+        pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
+        return self._holds_key(session, presented) and all(value == rollout for value in pinned)
+
+    def _holds_key(self, session: RolloutSession | None, presented: str | None) -> bool:
+        """Whether `presented` is `session`'s key: compared in constant time, against a stand-in when there is none."""
         expected = session.api_key if session is not None else self._absent_key
         matches = hmac.compare_digest((presented or "").encode("utf-8", "replace"), expected.encode())
-        pinned = _all_values(headers, PIN_HEADER)  # a sandbox's relay names the only rollout its socket may reach
-        return session is not None and bool(presented) and matches and all(value == rollout for value in pinned)
+        return session is not None and bool(presented) and matches
 
     def _authorize(self, rollout: str, exchange: Exchange, dialect: DialectPart) -> RolloutSession | Answer:
         """The session of `rollout` when `dispatch` found the request's key to be its key; else a 401."""

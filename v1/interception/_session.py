@@ -70,6 +70,10 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
     return merged
 
 
+API_ROOT = "/v1"
+"""Where a rollout's base URL ends, under ``/r/<rollout id>``: the OpenAI-style routes are below it."""
+
+
 def new_key() -> str:
     """A fresh rollout key: the endpoint's only credential for one rollout's calls."""
     return "v1-" + token_urlsafe(24)
@@ -168,7 +172,7 @@ class RolloutSession:
         self.upstream = upstream
         self.rollout_id = state["trajectory_id"]
         self.api_key = new_key()
-        self.base_url = f"{base_url_root}/r/{self.rollout_id}/v1"
+        self.base_url = f"{base_url_root}/r/{self.rollout_id}{API_ROOT}"
         self.stop_check = stop_check
         self.recording = True
         self.closed = False
@@ -529,4 +533,4 @@ def _sharing_earlier_messages(prompt: Messages, last: TrajectoryStep | None) -> 
     return shared
 
 
-__all__ = ["RolloutSession", "UpstreamHandles", "merge_sampling_args"]
+__all__ = ["API_ROOT", "RolloutSession", "UpstreamHandles", "merge_sampling_args"]
