@@ -18,6 +18,9 @@ def test_shapes_match_the_stdlib_functions_they_replace() -> None:
     assert re.fullmatch(r"[0-9a-f]{24}", token_hex(12))
     key = token_urlsafe(24)
     assert len(key) == 32 and base64.urlsafe_b64decode(key) and re.fullmatch(r"[A-Za-z0-9_-]+", key)
+    for count in (1, 2, 3, 5, 24):  # unpadded, as `secrets.token_urlsafe`, whatever the count
+        text = token_urlsafe(count)
+        assert "=" not in text and len(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))) == count
     parsed = uuid.UUID(uuid4_hex())
     assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
     assert all(0 <= random_bits(62) < 2**62 for _ in range(1000))

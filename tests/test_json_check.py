@@ -11,6 +11,7 @@ import tracemalloc
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 
 from v1._util import json_check
@@ -79,6 +80,54 @@ def test_what_json_dumps_refuses_is_refused_though_orjson_would_write_it(value: 
     with pytest.raises(TypeError):
         compact_json(value)
     assert not is_json(value)
+
+
+class Shade(str, enum.Enum):
+    DARK = "dark"
+
+
+def _circular() -> list[Any]:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    return loop
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _json_dumps_succeeds(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+JUDGED = [
+    *AGREED,
+    {"reward": float("nan"), "metrics": {"m": math.inf}},  # json.dumps writes NaN: JSON here
+    {"ids": [uuid.UUID(int=7)]},
+    {"deep": [[{"colour": Colour.RED}]]},  # orjson writes an Enum member's value; json.dumps refuses it
+    [orjson.Fragment(b"[1]")],  # orjson writes a fragment's bytes as they are
+    {"shade": Shade.DARK},
+    {Tag("key"): 1},  # a str subclass as a key: json.dumps takes it
+    {"set": {1}},
+    {"complex": 1j},
+    {"bytes": b"x", "array": bytearray(b"y")},
+    {(1, 2): "tuple key"},
+    [Ellipsis],
+    _circular(),
+    {"deep": _nested(2500)},  # deeper than marshal and orjson go
+]
+
+
+@pytest.mark.parametrize("value", JUDGED, ids=range(len(JUDGED)))
+def test_is_json_says_what_json_dumps_says(value: Any) -> None:
+    assert is_json(value) is _json_dumps_succeeds(value)
 
 
 def test_a_lone_surrogate_is_refused_as_encoding_json_dumps_text_refuses_it() -> None:

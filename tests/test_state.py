@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import decimal
 import inspect
 import json
 import pickle
 import random
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -221,6 +223,31 @@ def test_finalize_keeps_the_first_error_and_is_idempotent():
     state.finalize()
     assert state["error"] == first_error
     assert state["b"].startswith("<object object")
+
+
+@pytest.mark.parametrize("where", ["start_time", "setup", "model span"])
+def test_finalize_checks_the_timing_a_program_set_to_what_json_does_not_take(where: str) -> None:
+    """The timing record is left out of the whole-state check only while every time in it is an int or
+    a float; a program holds the record, and a time it set to anything else is checked as any field."""
+    state = make_state()
+    timing = state.runtime.timing
+    odd = decimal.Decimal(5)  # arithmetic works, so the record is built; json.dumps refuses it
+    if where == "start_time":
+        timing.start_time = odd
+    elif where == "setup":
+        timing.setup.start, timing.setup.end = odd, decimal.Decimal(7)
+    else:
+        timing.model.spans.append(types.SimpleNamespace(start=odd, end=decimal.Decimal(6)))
+    state.finalize()
+    json.dumps(state)
+    assert state["error"]["where"] == "finalize"
+    if where == "start_time":  # the record is written, with the Decimal in it: saved as its repr
+        assert isinstance(state["timing"], str) and "Decimal" in state["timing"]
+        assert "state['timing'] is not JSON-serializable" in state["error"]["message"]
+    else:  # a Decimal and a float do not add up: no record at all, and why
+        assert state["timing"] is None
+        assert "state['timing'] could not be written" in state["error"]["message"]
+        assert "Decimal" in state["error"]["message"]
 
 
 def test_finalize_overrides_an_earlier_stop_condition_with_has_error():

@@ -30,7 +30,7 @@ from v1._util.json_check import is_json
 from v1.config import SandboxConfig
 from v1.errors import ConfigError, EndpointError, NotSupportedError, StateFieldError
 from v1.rollout._task import Task
-from v1.rollout._timing import TimingRecord
+from v1.rollout._timing import TimingRecord, stamps_are_numbers
 from v1.sandbox import Sandbox
 from v1.types import RolloutTiming, ToolContent
 
@@ -179,6 +179,7 @@ class RolloutRuntime:
 
 _NO_TASK = Task().freeze()
 """A state's task until it gets one (frozen: every state may share it)."""
+_MISSING = object()
 
 
 def _guard(key: object) -> None:
@@ -287,10 +288,19 @@ class State(dict):  # type: ignore[type-arg]
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         """`state[key]` (an input field read from the task), or `default`."""
-        try:
-            return self[key]
-        except KeyError:
-            return default
+        if type(self).__getitem__ is not State.__getitem__:  # a subclass's reads are its own
+            try:
+                return self[key]
+            except KeyError:
+                return default
+        value = dict.get(self, key, _MISSING)  # what `__getitem__` reads, without raising for a missing key
+        if value is not _MISSING:
+            return value
+        if key in self.INPUT_FIELDS:
+            task = self.__dict__.get("task")
+            if task is not None and key in task:
+                return task[key]
+        return default
 
     def __setitem__(self, key: str, value: Any) -> None:
         _guard(key)
@@ -462,8 +472,16 @@ class State(dict):  # type: ignore[type-arg]
         if self.runtime.finalized:
             return self
         timing = self.runtime.timing
-        dict.__setitem__(self, "timing", timing.as_dict())
-        fields = [] if is_json(dict(self)) else list(self)  # one pass when every field is JSON, as nearly always
+        try:
+            record = timing.as_dict()
+        except Exception as exc:  # a program holds the record: a time it set may not even subtract
+            record = None
+            self.record_error(TypeError(f"state['timing'] could not be written ({exc!r}); saved as null"), "finalize")
+        dict.__setitem__(self, "timing", record)
+        checked = dict(self)
+        if record is not None and stamps_are_numbers(timing):  # JSON by construction; floats are most of its check
+            del checked["timing"]
+        fields = [] if is_json(checked) else list(checked)  # one pass when every field is JSON, as nearly always
         for key in fields:
             try:
                 json.dumps(self[key])

@@ -67,16 +67,30 @@ class TimingRecord:
         return max(0.0, self.total - named)
 
     def as_dict(self) -> dict[str, Any]:
-        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values, as plain dicts."""
-        setup, generation, scoring = _span_dict(self.setup), _span_dict(self.generation), _span_dict(self.scoring)
+        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values, as plain dicts.
+
+        Written out in one frame (every rollout is finalized with it): the three spans and both lists
+        of spans, then `total` and `overhead` from the durations just computed.
+        """
+        setup, generation, scoring = self.setup, self.generation, self.scoring
+        setup_start, setup_end = setup.start, setup.end
+        generation_start, generation_end = generation.start, generation.end
+        scoring_start, scoring_end = scoring.start, scoring.end
+        setup_duration = max(0.0, setup_end - setup_start)
+        scoring_duration = max(0.0, scoring_end - scoring_start)
         model, env = _spans_dict(self.model.spans), _spans_dict(self.env.spans)
-        total = self.total
-        named = setup["duration"] + model["duration"] + env["duration"] + scoring["duration"]
+        end = scoring_end or generation_end
+        total = max(0.0, end - generation_start) if generation_start else 0.0
+        named = setup_duration + model["duration"] + env["duration"] + scoring_duration
         return {
             "start_time": self.start_time,
-            "setup": setup,
-            "generation": generation,
-            "scoring": scoring,
+            "setup": {"start": setup_start, "end": setup_end, "duration": setup_duration},
+            "generation": {
+                "start": generation_start,
+                "end": generation_end,
+                "duration": max(0.0, generation_end - generation_start),
+            },
+            "scoring": {"start": scoring_start, "end": scoring_end, "duration": scoring_duration},
             "model": model,
             "env": env,
             "total": total,
@@ -95,16 +109,28 @@ class TimingRecord:
         )
 
 
-def _span_dict(span: SpanRecord | TimeSpan) -> dict[str, float]:
-    start, end = span.start, span.end
-    return {"start": start, "end": end, "duration": max(0.0, end - start)}
+_NUMBER_TYPES = frozenset({float, int})
+
+
+def stamps_are_numbers(timing: TimingRecord | RolloutTiming) -> bool:
+    """Whether every time `timing` holds is an `int` or a `float` (its type exactly).
+
+    Then its `as_dict` is JSON by construction: the rest of it are differences, sums and maxima of
+    those times (a program holds the record and may have set anything; `State.finalize` checks
+    the record as any other field when this says no).
+    """
+    setup, generation, scoring = timing.setup, timing.generation, timing.scoring
+    stamps = [timing.start_time, setup.start, setup.end, generation.start, generation.end, scoring.start, scoring.end]
+    for span in (*timing.model.spans, *timing.env.spans):
+        stamps += (span.start, span.end)
+    return set(map(type, stamps)) <= _NUMBER_TYPES
 
 
 def _spans_dict(spans: list[TimeSpan]) -> dict[str, Any]:
     if not spans:  # a rollout with no model call or no tool work
         return {"spans": [], "duration": 0}
-    items = [_span_dict(span) for span in spans]
-    return {"spans": items, "duration": sum(item["duration"] for item in items)}
+    items = [{"start": span.start, "end": span.end, "duration": max(0.0, span.end - span.start)} for span in spans]
+    return {"spans": items, "duration": sum([item["duration"] for item in items])}
 
 
-__all__ = ["SpanRecord", "SpansRecord", "TimingRecord"]
+__all__ = ["SpanRecord", "SpansRecord", "TimingRecord", "stamps_are_numbers"]
