@@ -600,5 +600,31 @@ def test_every_dialects_answer_is_built_for_it_alone(name: str) -> None:
     assert not _containers(rendered, set()) & _containers(response, set())
 
 
+def _nulls(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _nulls(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _nulls(item, f"{path}[{index}]")]
+    return [path] if value is None else []
+
+
+@pytest.mark.parametrize("content", ["hi", None])
+@pytest.mark.parametrize("reasoning", ["think", None])
+@pytest.mark.parametrize("calls", [None, [], [ToolCall(id="call_1", name="add", arguments="{}")]])
+def test_the_chat_render_writes_its_message_as_the_sdk_dumps_it_without_nulls(
+    content: str | None, reasoning: str | None, calls: list[ToolCall] | None
+) -> None:
+    """The base loop appends the rendered message as it is: what `openai`'s `ChatCompletionMessage` gives with
+    `model_dump(exclude_none=True, exclude_unset=True)`, `content` always there, and no other null at any depth."""
+    message = ResponseMessage(content=content, reasoning_content=reasoning, finish_reason=None, tool_calls=calls)
+    response = Response(id="r", created=1, model="m", message=message)
+    dialect = DIALECTS.get("chat_completions")
+    parsed = dialect.parse_request(_MINIMAL_REQUESTS["chat_completions"][0])
+    rendered = dialect.render(response, "m", parsed)["choices"][0]["message"]
+    assert _nulls(rendered) == ([".content"] if content is None else [])
+    sdk = openai.types.chat.ChatCompletionMessage.model_validate(rendered)
+    assert rendered == sdk.model_dump(exclude_none=True, exclude_unset=True) | {"content": content}
+
+
 def test_every_dialect_has_a_minimal_request_above() -> None:
     assert sorted(_MINIMAL_REQUESTS) == sorted(dialect.name for dialect in DIALECTS.values())
