@@ -253,6 +253,34 @@ async def test_add_tool_adds_a_dynamic_tool_for_one_rollout(mock: MockModelServe
     assert [t["name"] for t in state["tool_defs"]] == ["add"]
 
 
+async def test_each_rollout_lists_its_tool_definitions_as_a_value_of_its_own_and_as_they_are_now(
+    mock: MockModelServer, make_harness: Any
+) -> None:
+    """A rollout's `tool_defs` are what `Tool.model_dump(exclude_none=True)` gives: a program that changes them
+    changes no other rollout's, and a definition changed in place (its schema too) is what the next rollout sees."""
+    toolset = vf.Toolset([add])
+    harness = make_harness(toolsets=[toolset])
+    definition = toolset.functions["add"].tool
+
+    async def spoil(task: Any, state: vf.State) -> None:
+        state["tool_defs"][0]["parameters"]["properties"].clear()
+        state["tool_defs"][0]["description"] = "spoiled"
+
+    first = await make_harness(toolsets=[toolset], program=spoil).run("go")
+    second = await harness.run("go")
+    assert first["tool_defs"][0]["description"] == "spoiled"
+    assert second["tool_defs"] == [definition.model_dump(exclude_none=True)]
+    assert set(second["tool_defs"][0]["parameters"]["properties"]) == {"a", "b"}
+    definition.parameters["properties"]["a"]["description"] = "the first"  # in place: the same dict
+    third = await harness.run("go")
+    assert third["tool_defs"] == [definition.model_dump(exclude_none=True)]
+    assert third["tool_defs"][0]["parameters"]["properties"]["a"]["description"] == "the first"
+    definition.description = "Add two integers, exactly."
+    fourth = await harness.run("go")
+    assert fourth["tool_defs"][0]["description"] == "Add two integers, exactly."
+    assert mock.requests[-1].tools[0]["function"]["description"] == "Add two integers, exactly."
+
+
 # -- visibility ----------------------------------------------------------------------------
 
 

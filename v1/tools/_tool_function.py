@@ -8,14 +8,16 @@ first, so a bad call returns a readable tool error instead of crashing.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import docstring_parser
+import orjson
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from v1._util import bounded_json as _bounded_json
@@ -36,6 +38,7 @@ class ToolFunction:
     tool: Tool
     arguments_model: type[Any]
     parameters: tuple[str, ...] = ()
+    _definitions: dict[str, tuple[Tool, dict[str, Any], bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_callable(cls, fn: Callable[..., Any], hidden: Iterable[str] = ()) -> ToolFunction:
@@ -69,6 +72,23 @@ class ToolFunction:
             arguments_model=model,
             parameters=tuple(signature.parameters),
         )
+
+    def definition_json(self, name: str) -> dict[str, Any]:
+        """`tool.model_copy(update={"name": name}).model_dump(exclude_none=True)`, a new value each call.
+
+        Every rollout lists its tools' definitions (`state["tool_defs"]`), so the dump is kept as JSON text
+        and read again while `tool` is the same object with the same fields (a deep copy of them is kept to
+        compare: a schema changed in place is dumped again).
+        """
+        tool = self.tool
+        kept = self._definitions.get(name)
+        if kept is not None and kept[0] is tool and kept[1] == tool.__dict__:
+            return orjson.loads(kept[2])  # type: ignore[no-any-return]
+        dumped = tool.model_copy(update={"name": name}).model_dump(exclude_none=True)
+        text = orjson.dumps(dumped)
+        if orjson.loads(text) == dumped:  # a schema holding a tuple or a float subclass is dumped each time
+            self._definitions[name] = (tool, copy.deepcopy(tool.__dict__), text)
+        return dumped
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The model's arguments checked against the schema (raises pydantic's `ValidationError`)."""

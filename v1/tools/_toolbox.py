@@ -188,17 +188,15 @@ class RolloutToolbox:
         borrowed = {name: tool for name, tool in state.runtime.tools.items() if name not in visible}
         for name in visible:
             state.runtime.tools.setdefault(name, self.tools[name])
-        definitions = [self.tools[name].definition for name in visible]
-        definitions += [tool.definition for tool in borrowed.values() if isinstance(tool, BoundTool)]
-        state["tool_defs"] = [definition.model_dump(exclude_none=True) for definition in definitions]
+        definitions = [self.tools[name].definition_json() for name in visible]
+        definitions += [tool.definition_json() for tool in borrowed.values() if isinstance(tool, BoundTool)]
+        state["tool_defs"] = definitions
 
     @staticmethod
     def _resolve_without_tools(state: State) -> None:
         """`resolve` when no toolset, no user and no visibility field take part: only a parent's
         borrowed tools are defined, and no scope is opened (the common case: one less walk per rollout)."""
-        state["tool_defs"] = [
-            tool.definition.model_dump(exclude_none=True) for tool in state.runtime.tools.values() if isinstance(tool, BoundTool)
-        ]
+        state["tool_defs"] = [tool.definition_json() for tool in state.runtime.tools.values() if isinstance(tool, BoundTool)]
 
     def _task_visibility(
         self, task: Task, defaults: list[str], by_toolset: dict[int, list[str]], chosen: list[Toolset]
@@ -271,7 +269,7 @@ class RolloutToolbox:
         tool = BoundTool(name, target, function, None, BindingContext(self.state.task, self.state, scope, self.tools))
         self.tools[name] = tool
         self.state.runtime.tools[name] = tool
-        self.state["tool_defs"] = [*(self.state.get("tool_defs") or []), tool.definition.model_dump(exclude_none=True)]
+        self.state["tool_defs"] = [*(self.state.get("tool_defs") or []), tool.definition_json()]
         return tool
 
     async def user_client(self, state: State, model: str) -> Any:

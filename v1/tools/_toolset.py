@@ -209,13 +209,27 @@ class BoundTool:
         self.function = function
         self.connection = connection
         self.context = context
-        if function is not None:
-            self.definition: Tool = function.tool.model_copy(update={"name": name})
-        else:
-            remote = connection[1]  # type: ignore[index]
-            self.definition = remote.model_copy(
-                update={"name": name, "parameters": _without(remote.parameters, toolset.bindings.get(remote.name, {}))}
-            )
+        self._definition: Tool | None = None
+
+    @property
+    def definition(self) -> Tool:
+        """The tool as the model sees it: named as in this rollout, its bound arguments left out (made on first use)."""
+        if self._definition is None:
+            if self.function is not None:
+                self._definition = self.function.tool.model_copy(update={"name": self.name})
+            else:
+                remote = self.connection[1]  # type: ignore[index]
+                hidden = self.toolset.bindings.get(remote.name, {})
+                self._definition = remote.model_copy(
+                    update={"name": self.name, "parameters": _without(remote.parameters, hidden)}
+                )
+        return self._definition
+
+    def definition_json(self) -> dict[str, Any]:
+        """`definition.model_dump(exclude_none=True)`: this tool's entry in `state["tool_defs"]`, a value of its own."""
+        if self._definition is None and self.function is not None:  # as nearly always: no copy of the `Tool` made
+            return self.function.definition_json(self.name)
+        return self.definition.model_dump(exclude_none=True)
 
     def __repr__(self) -> str:
         return f"<tool {self.name!r} of {self.toolset.describe()}>"
