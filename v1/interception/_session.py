@@ -70,6 +70,9 @@ def merge_sampling_args(requested: SamplingArgs, harness: SamplingArgs) -> Sampl
     return merged
 
 
+_BUDGET_FIELDS = frozenset(TOKEN_BUDGETS)
+"""The task fields that set a token budget (`State.get_token_budget` reads them with the harness's)."""
+
 API_ROOT = "/v1"
 """Where a rollout's base URL ends, under ``/r/<rollout id>``: the OpenAI-style routes are below it."""
 
@@ -339,7 +342,9 @@ class RolloutSession:
         if not recording:
             return
         state = self.state
-        limits = {name: state.get_token_budget(name) for name in TOKEN_BUDGETS}
+        limits: dict[str, Any] = {}
+        if state.runtime.token_budgets or not _BUDGET_FIELDS.isdisjoint(state.task):  # most rollouts set no budget
+            limits = {name: state.get_token_budget(name) for name in TOKEN_BUDGETS}
         limits["max_total_completion_tokens"] = harness.get("max_total_completion_tokens")
         budgets = {name: int(limit) for name, limit in limits.items() if limit}
         if not budgets and not self._max_seq_len:
