@@ -101,6 +101,23 @@ async def test_user_stop_condition(mock: MockModelServer, make_harness: Any) -> 
     assert state["stop_condition"] == "two_tool_results" and len(state["trajectory"]) == 2
 
 
+async def test_a_stop_condition_refuses_a_programs_own_next_call(mock: MockModelServer, make_harness: Any) -> None:
+    """A program that never checks `@stop` itself is stopped by the endpoint, which asks before each call."""
+
+    @vf.stop
+    def two_calls(state: vf.State) -> bool:
+        return len(state["trajectory"]) >= 2
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        client = state.get_client()
+        for _ in range(5):
+            await client.chat.completions.create(model="m", messages=list(state["prompt"]))
+
+    state = await make_harness(program=program, stops=[two_calls], max_turns=10).run({"prompt": "go"})
+    assert state["stop_condition"] == "two_calls" and len(state["trajectory"]) == 2 and len(mock.requests) == 2
+    assert state["error"] is None
+
+
 async def test_callable_program(mock: MockModelServer, make_harness: Any) -> None:
     async def program(task: vf.Task, state: vf.State) -> None:
         client = state.get_client()

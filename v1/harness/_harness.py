@@ -172,6 +172,12 @@ def render_completion(state: State) -> Messages:
     return list(last["completion"])
 
 
+def _stop_check(context: RolloutContext) -> Callable[[State], Awaitable[str | None]] | None:
+    """What the endpoint asks before each of the program's calls: the `@stop` handlers, or nothing without any
+    (its admission refuses a completed rollout itself, all that `first_stop` would then check)."""
+    return context.first_stop if context.handlers.of("stop", group=False) else None
+
+
 def _within(seconds: float | None, step: Awaitable[_T]) -> Awaitable[_T]:
     """`step`, cancelled with `TimeoutError` past `seconds` when awaited; without a limit `step` itself (no timer, no frame)."""
     return step if seconds is None else _timed(seconds, step)
@@ -487,7 +493,7 @@ class Harness:
             state.record_error(exc, "tools" if isinstance(exc, ToolError) else "task")
             task_ok = False
         context = self._context(task, state)
-        session = endpoint.open(state, context.first_stop)
+        session = endpoint.open(state, _stop_check(context))
         state.runtime.timing.setup.start = time.time()
         ok = task_ok and await self._setup(task, state)
         state.runtime.timing.setup.end = time.time()
@@ -555,7 +561,7 @@ class Harness:
         state.runtime.toolbox = RolloutToolbox(state, None, self.config.max_tool_output)
         await self._resolve_task(task, state)
         endpoint = await get_endpoint()
-        endpoint.open(state, self._context(task, state).first_stop)
+        endpoint.open(state, _stop_check(self._context(task, state)))
 
     async def close_direct(self, state: State) -> None:
         """End a rollout `open_direct` opened: cleanups, its endpoint, tools and sandboxes close, the state is finalized."""
