@@ -10,7 +10,6 @@ once and the process at most `total`; a request that would pass either is refuse
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 PROCESS_FACTOR = 16
@@ -36,27 +35,30 @@ class BodyBudget:
         self.per_rollout = per_rollout
         self.total = total
         self.held = 0
-        self.held_by: Counter[str] = Counter()
+        self.held_by: dict[str, int] = {}
         self.refused = 0
 
     def take(self, rollout: str, size: int) -> str | None:
         """Reserve `size` bytes for a request of `rollout`: None when reserved, else why not (nothing reserved)."""
-        if self.held_by[rollout] + size > self.per_rollout:
+        held = self.held_by.get(rollout, 0)  # a plain dict: a Counter's miss is a Python call
+        if held + size > self.per_rollout:
             self.refused += 1
-            return f"this rollout's requests hold {self.held_by[rollout]} bytes of bodies already, of {self.per_rollout}"
+            return f"this rollout's requests hold {held} bytes of bodies already, of {self.per_rollout}"
         if self.held + size > self.total:
             self.refused += 1
             return f"the endpoint holds {self.held} bytes of request bodies already, of {self.total}"
         self.held += size
-        self.held_by[rollout] += size
+        self.held_by[rollout] = held + size
         return None
 
     def give_back(self, rollout: str, size: int) -> None:
         """The request that took `size` bytes for `rollout` was answered."""
         self.held -= size
-        self.held_by[rollout] -= size
-        if self.held_by[rollout] <= 0:
-            del self.held_by[rollout]
+        left = self.held_by.get(rollout, 0) - size
+        if left > 0:
+            self.held_by[rollout] = left
+        else:
+            self.held_by.pop(rollout, None)
 
 
 __all__ = ["PROCESS_FACTOR", "BodyBudget", "declared_size"]
