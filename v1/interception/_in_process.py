@@ -22,7 +22,6 @@ from v1.interception._exchange import JSON_CONTENT_TYPE, Answer, BodyTooLarge
 logger = logging.getLogger(__name__)
 
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
-AnswerWhole = Callable[[str, Mapping[str, str], bytes], Coroutine[Any, Any, Answer | None]]
 WholeTuple = tuple[int, Mapping[str, str], bytes, Any]
 """A whole answer as the carrier takes it (`v1.clients` reads it as its `WholeAnswer`): status, headers, body, value."""
 AnswerOwn = Callable[[str, str, str, bytes], Coroutine[Any, Any, Answer | None]]
@@ -203,21 +202,18 @@ class EndpointApp:
     Args:
         dispatch: the handler the endpoint's HTTP server runs (`EndpointServer.dispatch`).
         max_body_bytes: the largest body the handler reads (a larger one is refused as over HTTP).
-        answer_whole: v1's own whole-answer model calls (`EndpointServer.answer_in_process`), which
-            answer None for any other request.
-        answer_own: the same calls handed over with their rollout and key (`EndpointServer.answer_own_call`).
+        answer_own: v1's own whole-answer model calls, handed over with their rollout and key
+            (`EndpointServer.answer_own_call`), which answers None for any other request.
     """
 
     def __init__(
         self,
         dispatch: Dispatch,
         max_body_bytes: int,
-        answer_whole: AnswerWhole | None = None,
         answer_own: AnswerOwn | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.max_body_bytes = max_body_bytes
-        self.answer_whole = answer_whole
         self.answer_own = answer_own
 
     async def own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> WholeTuple | None:
@@ -239,19 +235,14 @@ class EndpointApp:
     async def post(self, path: str, headers: Mapping[str, str], body: bytes) -> WholeTuple:
         """A POST read whole (`InProcessTransport.post`): the handler's answer (header names in lower case), a streamed one gathered.
 
-        Only v1's own whole-answer calls come this way (`v1.programs.call_model`), and they wait for their
-        answer: the handler runs in the caller's task, awaited directly (no task, no hand-over of the answer).
-        A model call's answer comes as its JSON value (the fourth item; the body is then empty), never
-        written as text to be read back; any other answer as its body (and None).
+        Only v1's own whole-answer calls that `EndpointApp.own_call` declined come this way (a request to
+        stream, another route: `v1.programs.call_model`), and they wait for their answer: the handler runs
+        in the caller's task, awaited directly (no task, no hand-over of the answer). The answer is its
+        body (the fourth item None).
         A caller cancelled mid-call (its program's timeout) cancels the call with it: no answer is left to
         deliver or record. Failures read as they do from the handler's own task: a 500, or a broken stream.
         """
-        request_headers = RequestHeaders(headers.items())
-        if self.answer_whole is not None:
-            carried = await _carried_whole(self.answer_whole(path, request_headers, body), path)
-            if carried is not None:
-                return carried
-        exchange = _InProcessExchange("POST", path, request_headers, body, self.max_body_bytes, None)
+        exchange = _InProcessExchange("POST", path, RequestHeaders(headers.items()), body, self.max_body_bytes, None)
         try:
             answer = await self.dispatch(exchange)
         except Exception:

@@ -346,7 +346,7 @@ class EndpointServer:
         # compressed bodies go over the socket
         fallback = http_library().AsyncHTTPTransport(trust_env=False, verify=tls_context(trust_env=False))
         self.pools = EndpointPools(self.url, InProcessTransport(fallback))
-        self._app = EndpointApp(self.dispatch, self.max_body_bytes, self.answer_in_process, self.answer_own_call)
+        self._app = EndpointApp(self.dispatch, self.max_body_bytes, self.answer_own_call)
         serve_in_process(self.url, self._app)
         logger.debug("interception endpoint listening on %s", self.url)
 
@@ -452,39 +452,19 @@ class EndpointServer:
             return f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
         return self.body_budget.take(rollout, size)
 
-    async def answer_in_process(self, path: str, headers: Mapping[str, str], body: bytes) -> Answer | None:
-        """v1's own whole-answer model call from this loop (`v1.programs.call_model`, through `EndpointApp.post`).
-
-        The checks of a model call `dispatch` routes, in its order and with its answers (the key, the
-        body's size and budget, JSON within bounds, the calls in flight, the dialect's parse), and the
-        same recording, minus what only a request from outside needs: no exchange, no retry
-        deduplication (v1's own calls are never retried: they send no retry header), and the answer's
-        JSON value handed back unwritten. None for any other request (another route, one that
-        streams): `dispatch` answers those.
-        """
-        found = self.routes.find(path)
-        dialect = self._call_routes.get(found[0]) if found is not None else None
-        if found is None or dialect is None:
-            return None
-        rollout = self._key_holder(found, headers)
-        if rollout is None:
-            return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
-        return await self._whole_call(rollout, dialect, found[2], body)
-
     async def answer_own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> Answer | None:
         """v1's own whole-answer call (`call_model`) of `rollout` at `route` under its base URL, handed over in
-        process with its key (`EndpointAccess.own_call`): `answer_in_process`'s checks and answers, with no URL or
-        headers to read. None for a route that is no model call and for a request to stream: the caller then
-        posts it through the carrier.
+        process with its key (`EndpointAccess.own_call`). None for a route that is no model call and for a
+        request to stream: the caller then posts it through the carrier.
         """
         dialect = self._own_dialects.get(route)
         if dialect is None:
             return None
         if not self._holds_key(self.sessions.get(rollout), api_key):
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
-        return await self._whole_call(rollout, dialect, {}, body)
+        return await self._whole_call(rollout, dialect, body)
 
-    async def _whole_call(self, rollout: str, dialect: DialectPart, fields: Mapping[str, str], body: bytes) -> Answer | None:
+    async def _whole_call(self, rollout: str, dialect: DialectPart, body: bytes) -> Answer | None:
         """A whole-answer model call of `rollout`, its key checked: body size and budget, bounded JSON, the
         calls in flight, the dialect's parse, then the call (None: the request asks to stream)."""
         session = self.sessions[rollout]
@@ -499,7 +479,7 @@ class EndpointServer:
             crowded = _too_many_calls(session, dialect)
             if crowded is not None:
                 return crowded
-            parsed = _parsed(dialect, session, request, fields, whole_only=True)
+            parsed = _parsed(dialect, session, request, {}, whole_only=True)
             if not isinstance(parsed, EndpointRequest):
                 return parsed
             session.calls_in_flight += 1
