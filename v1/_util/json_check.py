@@ -47,6 +47,13 @@ def _right_sized(text: bytes) -> bytes:
     return b"".join((text, b""))  # two parts: joined into a new object (one would come back as it is)
 
 
+def exact_json(value: Any) -> bytes | None:
+    """`compact_json`'s text, sized to be kept, when `orjson.loads` of it gives `value` back as it is (not
+    a tuple turned list, nor a float subclass turned float); else None."""
+    text = _orjson_text(value)
+    return _right_sized(text) if text is not None else None
+
+
 def _json_dumps(value: Any, allow_nan: bool) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan).encode()
 
@@ -59,10 +66,8 @@ def compact_json(value: Any, *, allow_nan: bool = True) -> bytes:
     Raises:
         TypeError, ValueError, RecursionError, UnicodeEncodeError: as `json.dumps` and encoding its text raise them.
     """
-    text = _orjson_text(value)
-    if text is not None:
-        return _right_sized(text)
-    return _json_dumps(value, allow_nan)
+    text = exact_json(value)
+    return text if text is not None else _json_dumps(value, allow_nan)
 
 
 def compact_json_text(value: Any, *, allow_nan: bool = True) -> str:
@@ -92,4 +97,4 @@ def is_json(value: Any) -> bool:
     return True
 
 
-__all__ = ["compact_json", "compact_json_text", "is_json"]
+__all__ = ["compact_json", "compact_json_text", "exact_json", "is_json"]

@@ -280,11 +280,18 @@ class State(dict):  # type: ignore[type-arg]
         try:
             return dict.__getitem__(self, key)  # the state's own value first: most reads find one
         except KeyError:
-            if key in self.INPUT_FIELDS:
-                task = self.__dict__.get("task")
-                if task is not None and key in task:
-                    return task[key]
-            raise
+            value = self._task_input(key)
+            if value is _MISSING:
+                raise
+            return value
+
+    def _task_input(self, key: str) -> Any:
+        """The task's value of input field `key` (a state that has none of its own reads it), else `_MISSING`."""
+        if key in self.INPUT_FIELDS:
+            task = self.__dict__.get("task")
+            if task is not None and key in task:
+                return task[key]
+        return _MISSING
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         """`state[key]` (an input field read from the task), or `default`."""
@@ -294,13 +301,9 @@ class State(dict):  # type: ignore[type-arg]
             except KeyError:
                 return default
         value = dict.get(self, key, _MISSING)  # what `__getitem__` reads, without raising for a missing key
-        if value is not _MISSING:
-            return value
-        if key in self.INPUT_FIELDS:
-            task = self.__dict__.get("task")
-            if task is not None and key in task:
-                return task[key]
-        return default
+        if value is _MISSING:
+            value = self._task_input(key)
+        return default if value is _MISSING else value
 
     def __setitem__(self, key: str, value: Any) -> None:
         _guard(key)

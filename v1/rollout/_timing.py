@@ -67,30 +67,16 @@ class TimingRecord:
         return max(0.0, self.total - named)
 
     def as_dict(self) -> dict[str, Any]:
-        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values, as plain dicts.
-
-        Written out in one frame (every rollout is finalized with it): the three spans and both lists
-        of spans, then `total` and `overhead` from the durations just computed.
-        """
-        setup, generation, scoring = self.setup, self.generation, self.scoring
-        setup_start, setup_end = setup.start, setup.end
-        generation_start, generation_end = generation.start, generation.end
-        scoring_start, scoring_end = scoring.start, scoring.end
-        setup_duration = max(0.0, setup_end - setup_start)
-        scoring_duration = max(0.0, scoring_end - scoring_start)
+        """What `RolloutTiming.as_dict` (and `model_dump`) gives for the same values, as plain dicts."""
+        setup, generation, scoring = _span_dict(self.setup), _span_dict(self.generation), _span_dict(self.scoring)
         model, env = _spans_dict(self.model.spans), _spans_dict(self.env.spans)
-        end = scoring_end or generation_end
-        total = max(0.0, end - generation_start) if generation_start else 0.0
-        named = setup_duration + model["duration"] + env["duration"] + scoring_duration
+        total = self.total
+        named = setup["duration"] + model["duration"] + env["duration"] + scoring["duration"]
         return {
             "start_time": self.start_time,
-            "setup": {"start": setup_start, "end": setup_end, "duration": setup_duration},
-            "generation": {
-                "start": generation_start,
-                "end": generation_end,
-                "duration": max(0.0, generation_end - generation_start),
-            },
-            "scoring": {"start": scoring_start, "end": scoring_end, "duration": scoring_duration},
+            "setup": setup,
+            "generation": generation,
+            "scoring": scoring,
             "model": model,
             "env": env,
             "total": total,
@@ -107,6 +93,11 @@ class TimingRecord:
             model=TimeSpans(spans=list(self.model.spans)),
             env=TimeSpans(spans=list(self.env.spans)),
         )
+
+
+def _span_dict(span: SpanRecord | TimeSpan) -> dict[str, float]:
+    start, end = span.start, span.end
+    return {"start": start, "end": end, "duration": max(0.0, end - start)}
 
 
 _NUMBER_TYPES = frozenset({float, int})
@@ -129,8 +120,8 @@ def stamps_are_numbers(timing: TimingRecord | RolloutTiming) -> bool:
 def _spans_dict(spans: list[TimeSpan]) -> dict[str, Any]:
     if not spans:  # a rollout with no model call or no tool work
         return {"spans": [], "duration": 0}
-    items = [{"start": span.start, "end": span.end, "duration": max(0.0, span.end - span.start)} for span in spans]
-    return {"spans": items, "duration": sum([item["duration"] for item in items])}
+    items = [_span_dict(span) for span in spans]
+    return {"spans": items, "duration": sum(item["duration"] for item in items)}
 
 
 __all__ = ["SpanRecord", "SpansRecord", "TimingRecord", "stamps_are_numbers"]

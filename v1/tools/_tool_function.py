@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.calling import call_user_code
+from v1._util.json_check import exact_json
 from v1.errors import ConfigError
 from v1.types import Tool
 
@@ -85,8 +86,8 @@ class ToolFunction:
         if kept is not None and kept[0] is tool and kept[1] == tool.__dict__:
             return orjson.loads(kept[2])  # type: ignore[no-any-return]
         dumped = tool.model_copy(update={"name": name}).model_dump(exclude_none=True)
-        text = orjson.dumps(dumped)
-        if orjson.loads(text) == dumped:  # a schema holding a tuple or a float subclass is dumped each time
+        text = exact_json(dumped)
+        if text is not None:  # a schema holding a tuple or a float subclass is dumped each time
             self._definitions[name] = (tool, copy.deepcopy(tool.__dict__), text)
         return dumped
 
