@@ -20,13 +20,20 @@ from aiohttp import web
 import v1 as vf
 from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
-from v1.clients._openai_wire import OpenAIWire, SSEParser, proxied, status_error
+from v1.clients._openai_wire import PLAIN_HTTP_ENV, OpenAIWire, SSEParser, proxied, status_error
 from v1.testing import MockModelServer
 
 PROMPT = [{"role": "user", "content": "hi"}]
 ANSWER = {"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture(autouse=True, params=["plain-pool", "aiohttp"])
+def whole_answers_through(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test on both carriers of a plain-HTTP upstream's whole answers: the plain pool, and aiohttp (as TLS and
+    proxies are carried): what reaches the upstream and what comes back must not depend on which."""
+    monkeypatch.setenv(PLAIN_HTTP_ENV, "1" if request.param == "plain-pool" else "0")
 
 
 @pytest.fixture

@@ -23,16 +23,18 @@ aiohttp and openai are imported on first use: `import v1` stays light.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.json_check import compact_json
 from v1.clients._answer_limits import AnswerLimits
 from v1.clients._http import http_library
 from v1.clients._in_process import InProcessTransport, post_request, served_in_process
-from v1.errors import InvalidModelResponseError
+from v1.clients._plain_http import ACCEPT_ENCODING, PlainHTTPPool, header_lines
+from v1.errors import InvalidModelResponseError, ModelError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -123,6 +125,38 @@ class OpenAIWire:
         self._headers: Any = None
         self.transport = InProcessTransport(AiohttpTransport(self))
         """What carries every request: a server of this process serving the upstream, else the aiohttp pool."""
+        self._plain_address = plain_address(self.base_url)
+        self._plain: PlainHTTPPool | None = None
+        self._plain_heads: dict[str, bytes] = {}
+
+    def plain_pool(self) -> PlainHTTPPool | None:
+        """The keep-alive pool whole answers of a plain-HTTP upstream reached directly go through (made on first
+        use, on the running loop); None where they go through aiohttp (TLS, a proxy, `PLAIN_HTTP_ENV` at 0)."""
+        if self._plain is None and self._plain_address is not None:
+            host, port = self._plain_address
+            self._plain = PlainHTTPPool(
+                host,
+                port,
+                max_connections=self.max_connections,
+                connect_timeout=self.connect_timeout,
+                read_timeout=self.timeout,
+            )
+        return self._plain
+
+    def _plain_request(self, path: str, headers: Mapping[str, str] | None, data: bytes) -> list[bytes]:
+        """The request's parts for the plain pool: request line and headers (the session's, each request's
+        replacing those of the same name), then the body."""
+        head = self._plain_heads.get(path) if not headers else None
+        if head is None:
+            merged = {name.lower(): (name, value) for name, value in self.headers.items()}
+            merged.update({name.lower(): (name, value) for name, value in (headers or {}).items()})
+            url = urlsplit(self.url(path))
+            target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            lines = header_lines(dict(merged.values()))
+            head = b"POST %s HTTP/1.1\r\nHost: %s\r\n%s%s" % (target.encode(), _host_header(url), lines, ACCEPT_ENCODING)
+            if not headers:
+                self._plain_heads[path] = head
+        return [head, b"Content-Length: %d\r\n\r\n" % len(data), data]
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -146,12 +180,19 @@ class OpenAIWire:
         `ModelError` for an answer past `max_response_bytes` or `response_timeout`."""
         url = self.url(path)
         limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
+        if headers:  # a request's own headers may come from a row (`extra_headers_from_state`): refused, never smuggled
+            _checked_headers(headers, url)
+        pool = self.plain_pool()
         try:
-            answer, content = await limits.whole(self._send(url, body, headers))
+            if pool is not None and served_in_process(url) is None:
+                status, answer_headers, content = await pool.post(self._plain_request(path, headers, encode_json(body)), limits)
+            else:
+                answer, content = await limits.whole(self._send(url, body, headers))
+                status, answer_headers = answer.status_code, answer.headers
         except _transport_errors() as exc:
             raise transport_error(exc, url) from exc
-        if not 200 <= answer.status_code < 300:
-            raise status_error(answer.status_code, answer.headers, content, url)
+        if not 200 <= status < 300:
+            raise status_error(status, answer_headers, content, url)
         try:
             return _bounded_json.loads(content, f"the answer of {url}", finite=False)
         except _bounded_json.UnsafeJSONError as exc:
@@ -161,6 +202,8 @@ class OpenAIWire:
         """POST `body` as JSON and open its server-sent events (each event's `data` as JSON)."""
         url = self.url(path)
         limits = AnswerLimits(url, self.max_response_bytes, self.response_timeout)
+        if headers:
+            _checked_headers(headers, url)
         try:
             answer = await limits.within(self._send(url, body, headers))
             if not 200 <= answer.status_code < 300:
@@ -195,6 +238,9 @@ class OpenAIWire:
         return self._headers
 
     async def close(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
+            self._plain = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -205,7 +251,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     """What a transport raises when a request fails on the way: aiohttp's and the HTTP library's errors, timeouts."""
     import aiohttp
 
-    return aiohttp.ClientError, http_library().TransportError, TimeoutError
+    return aiohttp.ClientError, http_library().TransportError, OSError  # OSError: TimeoutError and the plain pool's
 
 
 class AiohttpTransport:
@@ -391,6 +437,36 @@ def proxied(url: str) -> bool:
     return not urllib.request.proxy_bypass(parts.netloc)
 
 
+def _checked_headers(headers: Mapping[str, str], url: str) -> None:
+    """Refuse a request whose headers would break its framing (a line break or NUL, a name that is no token)."""
+    try:
+        header_lines(dict(headers))
+    except ValueError as exc:
+        raise ModelError(f"the request to {url} was not sent: {exc}") from None
+
+
+PLAIN_HTTP_ENV = "V1_PLAIN_HTTP"
+"""Set to ``0`` to send whole answers of plain-HTTP upstreams through aiohttp too, as streams and TLS go."""
+
+
+def plain_address(url: str) -> tuple[str, int] | None:
+    """The host and port the plain pool connects to for the upstream at `url`: an ``http://`` URL reached without
+    a proxy and without credentials in it, unless `PLAIN_HTTP_ENV` is ``0``; else None."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.username is not None or os.environ.get(PLAIN_HTTP_ENV) == "0":
+        return None
+    if proxied(url):
+        return None
+    return parts.hostname, parts.port or 80
+
+
+def _host_header(url: SplitResult) -> bytes:
+    """The `Host` header's value for `url`: its host (IDNA, an IPv6 address in brackets), and its port unless 80."""
+    host = url.hostname or ""
+    text = f"[{host}]" if ":" in host else host.encode("idna").decode()
+    return (text if url.port in (None, 80) else f"{text}:{url.port}").encode()
+
+
 def sdk_headers(client: Any, api_key: str) -> dict[str, str]:
     """The headers the openai SDK client `client` sends with every request (its public `default_headers`) plus the bearer key."""
     headers = {name: value for name, value in client.default_headers.items() if isinstance(value, str)}
@@ -403,6 +479,7 @@ def sdk_headers(client: Any, api_key: str) -> dict[str, str]:
 
 
 __all__ = [
+    "PLAIN_HTTP_ENV",
     "STATUS_ERRORS",
     "AiohttpTransport",
     "AnswerLimits",
@@ -410,6 +487,7 @@ __all__ = [
     "SSEParser",
     "SSEStream",
     "encode_json",
+    "plain_address",
     "proxied",
     "sdk_headers",
     "status_error",
