@@ -81,6 +81,18 @@ def answer(body: bytes = ANSWER_BYTES, *headers: bytes, status: bytes = b"200 OK
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+def answers_then_waits_for_the_close(closed: asyncio.Event) -> Script:
+    """A keep-alive server's side of one call: it answers, then sets `closed` when the client closes the connection."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer())
+        assert await reader.read() == b""
+        closed.set()
+
+    return script
+
+
 async def connections_closed(pool: _plain_http.PlainHTTPPool) -> None:
     for _ in range(200):
         if pool.open == 0:
@@ -211,14 +223,7 @@ async def test_idle_connections_are_closed_after_idle_s(
 ) -> None:
     monkeypatch.setattr(_plain_http, "IDLE_S", 0.2)
     closed = asyncio.Event()
-
-    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer())
-        assert await reader.read() == b""
-        closed.set()
-
-    wire = wires(await scripted(keep_alive))
+    wire = wires(await scripted(answers_then_waits_for_the_close(closed)))
     await wire.post("/chat/completions", BODY)
     pool = wire.plain_pool()
     assert pool is not None and pool.open == 1
@@ -405,14 +410,7 @@ async def test_closing_the_wire_closes_its_idle_connections(
     scripted: Callable[[Script], Awaitable[str]], wires: Callable[..., OpenAIWire]
 ) -> None:
     closed = asyncio.Event()
-
-    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer())
-        assert await reader.read() == b""
-        closed.set()
-
-    wire = wires(await scripted(keep_alive))
+    wire = wires(await scripted(answers_then_waits_for_the_close(closed)))
     await wire.post("/chat/completions", BODY)
     await wire.close()
     await asyncio.wait_for(closed.wait(), HANG_S)
