@@ -79,6 +79,30 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register `xdist_group` also when pytest-xdist is off (`-p no:xdist`), so marking a test with it never warns."""
     config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group's other tests")
     config.addinivalue_line("markers", "slow: takes a minute or more on the 2-core machine; its module runs first")
+    if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+        config.pluginmanager.register(GroupSuffixes(), "v1-xdist-group-suffixes")
+
+
+class GroupSuffixes:
+    """Puts back the `@group` suffix pytest-xdist's worker gives a grouped test's node id, where pytest dropped it.
+
+    The suffix is the whole of `--dist loadgroup`: the controller schedules by the text after the `@` of the ids
+    a worker sends. pytest-xdist 3.8 writes it to `Item._nodeid`, which pytest 9.2 no longer reads (a node id is
+    now built from the structured `Item._id`): the suffix is lost, every test is scheduled alone, and a group's
+    module fixture is built once per worker, its shared resource run on both at once (pytest-dev/pytest-xdist#1386).
+    Runs after xdist's own hook and does nothing where that one took effect; the one place that touches `_id`.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            names = {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+            suffix = "@" + "_".join(sorted(names))
+            if names and not item.nodeid.endswith(suffix):
+                item._id = type(item._id).parse(item.nodeid + suffix)
 
 
 @pytest.hookimpl(tryfirst=True)
