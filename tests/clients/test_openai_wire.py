@@ -10,7 +10,7 @@ import asyncio
 import gzip
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 import v1 as vf
+from tests.clients.conftest import Handler
 from tests.tools.patience import HANG_S
 from v1.clients import resolve_client
 from v1.clients._openai_wire import PLAIN_HTTP_ENV, OpenAIWire, SSEParser, proxied, status_error
@@ -26,34 +27,12 @@ from v1.testing import MockModelServer
 PROMPT = [{"role": "user", "content": "hi"}]
 ANSWER = {"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 @pytest.fixture(autouse=True, params=["plain-pool", "aiohttp"])
 def whole_answers_through(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test on both carriers of a plain-HTTP upstream's whole answers: the plain pool, and aiohttp (as TLS and
     proxies are carried): what reaches the upstream and what comes back must not depend on which."""
     monkeypatch.setenv(PLAIN_HTTP_ENV, "1" if request.param == "plain-pool" else "0")
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    """Start a loopback server answering every POST with `handler`; its base URL (``.../v1``)."""
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-
-    yield start
-    for runner in runners:
-        await runner.cleanup()
 
 
 def sse(*events: Any, done: bool = True) -> bytes:

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 import v1 as vf
+from tests.clients.conftest import Handler
 from tests.tools.patience import HANG_S
 from v1.clients import _plain_http, resolve_client
 from v1.clients._openai_wire import PLAIN_HTTP_ENV, OpenAIWire, plain_address
@@ -120,7 +121,7 @@ def test_plain_http_goes_to_the_plain_pool_and_everything_else_to_aiohttp(monkey
 
 
 async def test_the_upstream_sees_the_same_request_from_the_plain_pool_as_from_aiohttp(
-    monkeypatch: pytest.MonkeyPatch,
+    serve: Callable[[Handler], Awaitable[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[str, dict[str, str], Any]] = []
 
@@ -128,26 +129,17 @@ async def test_the_upstream_sees_the_same_request_from_the_plain_pool_as_from_ai
         seen.append((request.path_qs, {k.lower(): v for k, v in request.headers.items()}, await request.json()))
         return web.json_response(ANSWER)
 
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    try:
-        for plain, wait in (("1", 5.0), ("0", 6.0)):  # configs apart: a config's client is made once
-            monkeypatch.setenv(PLAIN_HTTP_ENV, plain)
-            config = vf.ClientConfig(api_base_url=url, max_retries=0, extra_headers={"X-Team": "e"}, connect_timeout=wait)
-            client = await resolve_client(config)
-            try:
-                response = await client.get_response(PROMPT, "m", {"temperature": 0.5})
-                assert response.message.content == "hello"
-                assert (client.wire.plain_pool() is not None) is (plain == "1")
-            finally:
-                await client.close()
-    finally:
-        await runner.cleanup()
+    url = await serve(handler)
+    for plain, wait in (("1", 5.0), ("0", 6.0)):  # configs apart: a config's client is made once
+        monkeypatch.setenv(PLAIN_HTTP_ENV, plain)
+        config = vf.ClientConfig(api_base_url=url, max_retries=0, extra_headers={"X-Team": "e"}, connect_timeout=wait)
+        client = await resolve_client(config)
+        try:
+            response = await client.get_response(PROMPT, "m", {"temperature": 0.5})
+            assert response.message.content == "hello"
+            assert (client.wire.plain_pool() is not None) is (plain == "1")
+        finally:
+            await client.close()
     (plain_path, plain_headers, plain_body), (aio_path, aio_headers, aio_body) = seen
     assert plain_path == aio_path == "/v1/chat/completions"
     assert plain_body == aio_body == {"temperature": 0.5, "model": "m", "messages": PROMPT}

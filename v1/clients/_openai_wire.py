@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 from v1._util import bounded_json as _bounded_json
@@ -125,15 +125,20 @@ class OpenAIWire:
         self._headers: Any = None
         self.transport = InProcessTransport(AiohttpTransport(self))
         """What carries every request: a server of this process serving the upstream, else the aiohttp pool."""
-        self._plain_address = plain_address(self.base_url)
-        self._plain: PlainHTTPPool | None = None
+        self._plain: PlainHTTPPool | Literal[False] | None = None
+        """The plain pool once made; False where whole answers go through aiohttp; None until the first post decides."""
         self._plain_heads: dict[str, bytes] = {}
 
     def plain_pool(self) -> PlainHTTPPool | None:
         """The keep-alive pool whole answers of a plain-HTTP upstream reached directly go through (made on first
-        use, on the running loop); None where they go through aiohttp (TLS, a proxy, `PLAIN_HTTP_ENV` at 0)."""
-        if self._plain is None and self._plain_address is not None:
-            host, port = self._plain_address
+        use, on the running loop, as the aiohttp session is); None where they go through aiohttp (TLS, a proxy,
+        `PLAIN_HTTP_ENV` at 0)."""
+        if self._plain is None:
+            address = plain_address(self.base_url)  # the proxy lookup's imports only when a pool is made
+            if address is None:
+                self._plain = False
+                return None
+            host, port = address
             self._plain = PlainHTTPPool(
                 host,
                 port,
@@ -141,11 +146,11 @@ class OpenAIWire:
                 connect_timeout=self.connect_timeout,
                 read_timeout=self.timeout,
             )
-        return self._plain
+        return self._plain or None
 
-    def _plain_request(self, path: str, headers: Mapping[str, str] | None, data: bytes) -> list[bytes]:
-        """The request's parts for the plain pool: request line and headers (the session's, each request's
-        replacing those of the same name), then the body."""
+    def _plain_request(self, path: str, headers: Mapping[str, str] | None, data: bytes) -> bytes:
+        """The request for the plain pool: request line and headers (the session's, each request's replacing
+        those of the same name), then the body."""
         head = self._plain_heads.get(path) if not headers else None
         if head is None:
             merged = {name.lower(): (name, value) for name, value in self.headers.items()}
@@ -156,7 +161,7 @@ class OpenAIWire:
             head = b"POST %s HTTP/1.1\r\nHost: %s\r\n%s%s" % (target.encode(), _host_header(url), lines, ACCEPT_ENCODING)
             if not headers:
                 self._plain_heads[path] = head
-        return [head, b"Content-Length: %d\r\n\r\n" % len(data), data]
+        return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(data), data)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -238,9 +243,9 @@ class OpenAIWire:
         return self._headers
 
     async def close(self) -> None:
-        if self._plain is not None:
+        if self._plain:
             self._plain.close()
-            self._plain = None
+        self._plain = None
         if self._session is not None:
             await self._session.close()
             self._session = None

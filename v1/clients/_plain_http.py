@@ -91,14 +91,14 @@ class _Connection(asyncio.Protocol):
 
     # -- an exchange --------------------------------------------------------------------------
 
-    def send(self, request: list[bytes], limits: AnswerLimits, read_timeout: float) -> asyncio.Future[Answer]:
-        """Write `request` (its parts); the future of its answer: status, headers (lower-case names), raw body."""
+    def send(self, request: bytes, limits: AnswerLimits, read_timeout: float) -> asyncio.Future[Answer]:
+        """Write `request`; the future of its answer: status, headers (lower-case names), raw body."""
         assert self.transport is not None and self.waiter is None
         waiter = self.waiter = self.loop.create_future()
         self.limits, self.read_timeout = limits, read_timeout
         self.last_read = self.loop.time()
         self._arm()
-        self.transport.write(b"".join(request))
+        self.transport.write(request)
         return waiter
 
     def _arm(self) -> None:
@@ -252,8 +252,8 @@ class PlainHTTPPool:
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
-    async def post(self, request: list[bytes], limits: AnswerLimits) -> Answer:
-        """Send `request` (its parts, head first) and read the whole answer within `limits`: status, headers, body
+    async def post(self, request: bytes, limits: AnswerLimits) -> Answer:
+        """Send `request` (head and body) and read the whole answer within `limits`: status, headers, body
         (decoded when the answer is compressed).
 
         Raises:
