@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from enum import IntEnum
 from typing import Literal, Optional
 
 import jsonschema
@@ -328,6 +329,8 @@ def test_render_tool_result():
     assert render_tool_result("text") == "text"
     assert render_tool_result([1, None]) == "[1, null]"
     assert render_tool_result({1, 2}) == "{1, 2}"
+    for value in (2, -7, 10**30, True, 1.5, float("nan"), IntEnum("Small", "one")(1)):  # as json.dumps writes each
+        assert render_tool_result(value) == json.dumps(value)
 
 
 async def test_validation_error_raised_inside_a_tool_goes_to_the_error_formatter() -> None:

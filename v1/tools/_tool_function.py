@@ -117,6 +117,8 @@ def render_tool_result(result: Any) -> str:
     """A tool's return value as tool-message content."""
     if isinstance(result, str):
         return result
+    if type(result) is int:
+        return str(result)  # what `json.dumps` writes for one, without its encoder
     try:
         return json.dumps(result)
     except (TypeError, ValueError):
