@@ -3,18 +3,23 @@
     python benchmarks/rate_vs_raw.py [--n 4000] [--concurrency 64 256] [--rounds 3] [--json out.json]
 
 One mock model server (`python -m v1.testing --reply tool-call`, pinned to a CPU of its own) serves
-every phase. Each round runs, per concurrency, three fresh processes one after another:
+every phase. Each round runs, per concurrency, fresh processes one after another:
 
 1. raw: `raw_driver.py`, an aiohttp session posting `--n` Chat Completions requests (no v1);
 2. floor: `floor_driver.py`, `--n` single-turn rollouts written inline with no framework: only the
    work v1's guarantees take (a keyed, recorded, narrowed call; a state checked to be JSON), on the
    raw client's aiohttp session. An upper bound for any rollout that keeps them;
 3. single-turn: `commit_driver.py`, `--n` one-call base-loop rollouts of this checkout's v1;
-4. tool loop: `commit_driver.py --tool-loop`, `--n` rollouts of two model calls and a Python tool.
+4. tool loop: `commit_driver.py --tool-loop`, `--n` rollouts of two model calls and a Python tool;
 
-Printed: the medians over rounds of each rate and of CPU per request or rollout, the floor's and v1's
-rates as a share of the raw client's request rate (a tool-loop rollout counts as two requests), and each
-loop's rate at the highest concurrency against the lowest. Nothing here asserts on timing.
+each phase at every concurrency in turn, with the raw client run again after each of 2-4. A phase's share
+of the raw rate is taken against the raw runs just before and just after it (their mean), and its rate at
+the highest concurrency against its run at the lowest just before it, so a machine whose speed drifts
+(a shared VM's often does, by half within a minute) moves both sides of each figure alike.
+
+Printed: the medians over rounds of each rate, of CPU per request or rollout, of each phase's share
+of the raw client's request rate (a tool-loop rollout counts as two requests), and of each phase's
+rate at the highest concurrency against the lowest. Nothing here asserts on timing.
 """
 
 from __future__ import annotations
@@ -55,13 +60,29 @@ def run_phase(phase: str, url: str, n: int, concurrency: int) -> dict[str, Any]:
 
 
 def measure(n: int, concurrencies: list[int], rounds: int) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """Each phase's runs by concurrency; a v1 phase's carry `paired_raw`, the mean raw rate beside them.
+
+    A round runs each phase at every concurrency in turn (the raw client again after each v1 phase), so a
+    phase's runs at two concurrencies, and each v1 run and the raw runs around it, are minutes apart at most.
+    """
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {phase: {c: [] for c in concurrencies} for phase in PHASES}
     with mock_server_process(mock_args=["--reply", "tool-call"]) as url:
         for round_index in range(rounds):
             print(f"round {round_index + 1}/{rounds} ...", file=sys.stderr, flush=True)
-            for concurrency in concurrencies:
-                for phase in PHASES:
-                    runs[phase][concurrency].append(run_phase(phase, url, n, concurrency))
+            before = {c: run_phase("raw", url, n, c) for c in concurrencies}
+            for concurrency, result in before.items():
+                runs["raw"][concurrency].append(result)
+            for phase in PHASES:
+                if phase == "raw":
+                    continue
+                results = {c: run_phase(phase, url, n, c) for c in concurrencies}
+                after = {c: run_phase("raw", url, n, c) for c in concurrencies}
+                for concurrency in concurrencies:
+                    pair = (before[concurrency]["rollouts_per_s"] + after[concurrency]["rollouts_per_s"]) / 2
+                    results[concurrency]["paired_raw"] = pair
+                    runs[phase][concurrency].append(results[concurrency])
+                    runs["raw"][concurrency].append(after[concurrency])
+                before = after
     return runs
 
 
@@ -69,23 +90,29 @@ def summarize(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict[str
     rows = []
     for phase, by_concurrency in runs.items():
         for concurrency, results in by_concurrency.items():
-            rate = statistics.median(result["rollouts_per_s"] for result in results)
-            raw = statistics.median(result["rollouts_per_s"] for result in runs["raw"][concurrency])
+            shares = [
+                result["rollouts_per_s"] * REQUESTS_PER_UNIT[phase] / result.get("paired_raw", result["rollouts_per_s"])
+                for result in results
+            ]
             rows.append(
                 {
                     "phase": phase,
                     "concurrency": concurrency,
-                    "rate_per_s": rate,
+                    "rate_per_s": statistics.median(result["rollouts_per_s"] for result in results),
                     "rates": [result["rollouts_per_s"] for result in results],
+                    "paired_raw": [result.get("paired_raw") for result in results],
                     "cpu_ms": statistics.median(result["cpu_ms_per_rollout"] for result in results),
-                    "share_of_raw": rate * REQUESTS_PER_UNIT[phase] / raw,
+                    "shares": shares,
+                    "share_of_raw": statistics.median(shares),
                 }
             )
     return rows
 
 
 def print_rows(rows: list[dict[str, Any]], n: int, rounds: int) -> None:
-    print(f"{n} per run, median of {rounds} round(s); a tool-loop rollout is two requests")
+    print(
+        f"{n} per run, median of {rounds} round(s); a tool-loop rollout is two requests; shares against the raw runs beside each"
+    )
     print(f"{'phase':<12} {'conc.':>5} {'per s':>8} {'CPU ms':>7} {'of raw':>7}  runs")
     for row in rows:
         runs = ", ".join(f"{rate:.0f}" for rate in row["rates"])
@@ -94,9 +121,14 @@ def print_rows(rows: list[dict[str, Any]], n: int, rounds: int) -> None:
     concurrencies = sorted({row["concurrency"] for row in rows})
     if len(concurrencies) > 1:
         low, high = concurrencies[0], concurrencies[-1]
-        by_key = {(row["phase"], row["concurrency"]): row["rate_per_s"] for row in rows}
-        ratios = ", ".join(f"{phase} {by_key[(phase, high)] / by_key[(phase, low)]:.2f}x" for phase in PHASES)
-        print(f"{high} against {low}: {ratios}")
+        by_key = {(row["phase"], row["concurrency"]): row["rates"] for row in rows}
+        ratios = ", ".join(f"{phase} {scaling(by_key[(phase, low)], by_key[(phase, high)]):.2f}x" for phase in PHASES)
+        print(f"{high} against {low} (median of the runs side by side): {ratios}")
+
+
+def scaling(low_rates: list[float], high_rates: list[float]) -> float:
+    """The median over rounds of the rate at the high concurrency against the low one's run beside it."""
+    return statistics.median(high / low for low, high in zip(low_rates, high_rates))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -144,13 +144,22 @@ def test_rate_vs_raw_times_the_raw_client_and_both_loops_at_each_concurrency(tmp
     assert [(row["phase"], row["concurrency"]) for row in rows] == [
         (phase, concurrency) for phase in ("raw", "floor", "single-turn", "tool loop") for concurrency in (4, 16)
     ]
-    raw = {row["concurrency"]: row["rate_per_s"] for row in rows if row["phase"] == "raw"}
+    raw_runs = {row["concurrency"]: row["rates"] for row in rows if row["phase"] == "raw"}
     for row in rows:
-        assert row["rate_per_s"] > 0 and row["cpu_ms"] > 0 and len(row["rates"]) == 1
-        # The share is the rate against the raw client's, a tool-loop rollout counting as two requests.
+        assert row["rate_per_s"] > 0 and row["cpu_ms"] > 0
+        if row["phase"] == "raw":  # once before the first v1 phase and once after each of the three
+            assert len(row["rates"]) == 4 and row["share_of_raw"] == 1.0
+            continue
+        # The share is the rate against the raw runs just before and after it, a tool-loop rollout counting as two requests.
+        index = ("floor", "single-turn", "tool loop").index(row["phase"])
+        beside = raw_runs[row["concurrency"]][index : index + 2]
         requests = 2 if row["phase"] == "tool loop" else 1
-        assert math.isclose(row["share_of_raw"], row["rate_per_s"] * requests / raw[row["concurrency"]])
-    assert "16 against 4: raw" in done.stdout and "tool loop" in done.stdout.splitlines()[-1]
+        assert len(row["rates"]) == 1 and row["paired_raw"] == [sum(beside) / 2]
+        assert math.isclose(row["share_of_raw"], row["rate_per_s"] * requests / (sum(beside) / 2))
+    assert "16 against 4 (median of the runs side by side): raw" in done.stdout
+    rates = {(row["phase"], row["concurrency"]): row["rates"][0] for row in rows}
+    tool_loop_scaling = float(done.stdout.splitlines()[-1].rsplit("tool loop ", 1)[1].rstrip("x"))
+    assert math.isclose(tool_loop_scaling, rates["tool loop", 16] / rates["tool loop", 4], abs_tol=0.006)
 
 
 def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
