@@ -222,6 +222,45 @@ async def test_sdk_retry_of_an_answered_request_gets_the_same_answer_and_no_new_
     assert len(mock.requests) == 2
 
 
+async def test_tools_read_once_still_reach_the_upstream_exactly_as_each_call_sent_them(mock: MockModelServer) -> None:
+    """Tool lists read before are reused by their exact text: 1, 1.0 and true, equal in Python, stay apart."""
+    _, _, session = await open_rollout(mock)
+    headers = {"Authorization": f"Bearer {session.api_key}"}
+
+    def tools(minimum: Any, description: str = "Add.") -> list[dict[str, Any]]:
+        schema = {"type": "object", "properties": {"a": {"type": "number", "minimum": minimum}}}
+        return [{"type": "function", "function": {"name": "add", "description": description, "parameters": schema}}]
+
+    sent = [tools(1), tools(1.0), tools(True), tools(1), tools(1, "Add two."), tools(None), tools(None)]
+    async with httpx.AsyncClient(timeout=HANG_S) as http:
+        for listed in sent:
+            body = {"model": "m", "messages": USER, "tools": listed}
+            answer = await http.post(f"{session.base_url}/chat/completions", headers=headers, json=body)
+            assert answer.status_code == 200, answer.text
+    seen = [request.body["tools"] for request in mock.requests]
+    assert seen == sent
+    minimums = [listed[0]["function"]["parameters"]["properties"]["a"]["minimum"] for listed in seen]
+    assert [type(minimum) for minimum in minimums] == [int, float, bool, int, int, type(None), type(None)]
+    assert [listed[0]["function"]["description"] for listed in seen][3:5] == ["Add.", "Add two."]
+
+
+def test_tool_lists_kept_for_reuse_are_bounded_in_count_and_size() -> None:
+    from v1.interception import _dialect
+    from v1.interception._chat_completions import parse_tools
+
+    def listed(name: str, description: str = "") -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": name, "description": description}}]
+
+    for index in range(3 * _dialect._PARSED_TOOLS_MAX):  # a program sending ever new lists
+        assert [tool.name for tool in parse_tools(listed(f"t{index}")) or []] == [f"t{index}"]
+        assert len(_dialect._PARSED_TOOLS) <= _dialect._PARSED_TOOLS_MAX
+    large = listed("big", "x" * _dialect._PARSED_TOOLS_MAX_TEXT)
+    parse_tools(large)
+    assert all(b"big" not in key for _, key in _dialect._PARSED_TOOLS)
+    first, again = parse_tools(listed("same")), parse_tools(listed("same"))
+    assert first == again and first is not again  # a list of its own each time
+
+
 async def test_retry_while_the_first_call_is_in_flight_shares_its_answer(mock: MockModelServer) -> None:
     mock.script(Reply.text("slow", delay=0.3))
     _, state, session = await open_rollout(mock)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import orjson
+
 from v1._util import bounded_json as _bounded_json
 from v1._util.entropy import token_hex
 from v1._util.json_check import compact_json_text
@@ -99,13 +101,48 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return f"{prefix}data: {dumps(data)}\n\n".encode()
 
 
+_PARSED_TOOLS: dict[tuple[Callable[[int, Any], Tool], bytes], list[Tool]] = {}
+"""Tool lists read before, by dialect reader and exact JSON text (see `parse_tool_list`)."""
+_PARSED_TOOLS_MAX = 128
+_PARSED_TOOLS_MAX_TEXT = 16 * 1024
+_PLAIN_JSON_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _tool_list_key(raw: list[Any]) -> bytes | None:
+    """`raw`'s JSON text when it tells every value apart (``1``, ``1.0`` and ``true`` write differently; ``NaN``
+    writes as ``null``, so a text with ``null`` is not a key) and is short enough to keep; else None."""
+    try:
+        text = orjson.dumps(raw, option=_PLAIN_JSON_ONLY)
+    except TypeError:  # an int wider than 64 bits, a lone surrogate, a value of no JSON type
+        return None
+    return text if len(text) <= _PARSED_TOOLS_MAX_TEXT and b"null" not in text else None
+
+
 def parse_tool_list(raw: Any, parse_tool: Callable[[int, Any], Tool]) -> list[Tool] | None:
-    """A request's `tools`, each entry read by the dialect's `parse_tool(index, entry)`; None when absent or empty."""
+    """A request's `tools`, each entry read by the dialect's `parse_tool(index, entry)`; None when absent or empty.
+
+    A program sends the same tools with every call of a rollout, and every rollout of an environment the
+    same: a list whose exact JSON text was read before gets the `Tool`s read then (in a list of its own;
+    nothing in v1 changes a `Tool` it is handed). At most `_PARSED_TOOLS_MAX` lists of at most
+    `_PARSED_TOOLS_MAX_TEXT` bytes are kept.
+    """
     if raw is None:
         return None
     if not isinstance(raw, list):
         raise BadRequest("tools must be a list", "tools")
-    return [parse_tool(index, entry) for index, entry in enumerate(raw)] or None
+    key = _tool_list_key(raw)
+    if key is not None:
+        known = _PARSED_TOOLS.get((parse_tool, key))
+        if known is not None:
+            return list(known)
+    tools = [parse_tool(index, entry) for index, entry in enumerate(raw)]
+    if not tools:
+        return None
+    if key is not None:
+        if len(_PARSED_TOOLS) >= _PARSED_TOOLS_MAX:
+            _PARSED_TOOLS.clear()  # a program sending ever new lists costs itself the reading, never memory
+        _PARSED_TOOLS[parse_tool, key] = list(tools)
+    return tools
 
 
 def check_tool_results(messages: list[dict[str, Any]], where: str = "messages") -> None:
