@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from v1._util import json_check
-from v1._util.json_check import compact_json, compact_json_text, is_json
+from v1._util.json_check import compact_json, compact_json_read, compact_json_text, is_json
 
 
 class Colour(enum.Enum):
@@ -62,6 +62,10 @@ def test_the_value_written_is_the_value_json_dumps_writes(value: Any, allow_nan:
         return
     written = compact_json(value, allow_nan=allow_nan)
     assert compact_json_text(value, allow_nan=allow_nan) == written.decode()
+    text, read = compact_json_read(value, allow_nan=allow_nan)
+    assert text == written
+    if read is not None:  # the value the text reads as, with every type kept, and none of the value's own objects
+        assert repr(read) == repr(json.loads(written)) and read is not value
     assert json.loads(written) == json.loads(expected)
     assert repr(json.loads(written)) == repr(json.loads(expected))  # an int stays an int, a float a float
 
@@ -71,6 +75,9 @@ def test_non_finite_numbers_are_written_as_json_dumps_writes_them_or_refused_ali
     assert compact_json(value) == reference(value, True)  # NaN, Infinity: never orjson's silent null
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         compact_json(value, allow_nan=False)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        compact_json_read(value, allow_nan=False)
+    assert compact_json_read(value) == (reference(value, True), None)  # NaN read back is not the value written
 
 
 @pytest.mark.parametrize("value", [{"c": Colour.RED}, [uuid.UUID(int=1)], {"p": Point(1)}, {"s": {1, 2}}, b"bytes"])
@@ -79,6 +86,8 @@ def test_what_json_dumps_refuses_is_refused_though_orjson_would_write_it(value: 
         reference(value, True)
     with pytest.raises(TypeError):
         compact_json(value)
+    with pytest.raises(TypeError):
+        compact_json_read(value)
     assert not is_json(value)
 
 

@@ -259,6 +259,42 @@ async def test_a_value_answered_in_process_shares_nothing_with_the_recorded_step
     assert step["response"]["usage"]["completion_tokens"] > 0
 
 
+async def test_an_own_call_handed_over_with_its_value_is_checked_and_kept_as_the_bytes_would_be(mock: MockModelServer) -> None:
+    """`call_model` hands over the value its bytes read as, so the endpoint does not read them again: the step
+    is the one the bytes alone give, the program's later changes to its messages do not reach it, and a value
+    nested past the bounded reader's depth is refused as its bytes are."""
+    from v1._util.bounded_json import MAX_DEPTH
+    from v1.clients import encode_json_read
+    from v1.programs import call_model
+
+    mock.script(Reply.text("one"), Reply.text("two"))
+    seen: dict[str, Any] = {}
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        messages = [dict(message) for message in USER]
+        seen["answer"] = await call_model(state, {"messages": messages})
+        messages[0]["content"] = "changed after the call"
+        access = state.runtime.endpoint
+        deep: Any = "x"
+        for _ in range(MAX_DEPTH):
+            deep = [deep]
+        body, read = encode_json_read({"model": "m", "messages": USER, "metadata": deep})
+        assert read is not None
+        seen["deep"] = await access.own_call("/chat/completions", access.api_key, body, read)
+        seen["deep bytes"] = await access.own_call("/chat/completions", access.api_key, body)
+
+    state = await harness(mock, program).run({"prompt": "x"})
+    assert state["error"] is None, state["error"]
+    assert seen["answer"]["choices"][0]["message"]["content"] == "one"
+    [step] = state["trajectory"]
+    assert step["prompt"] == USER and step["completion"][0]["content"] == "one"
+    deep, deep_bytes = seen["deep"], seen["deep bytes"]
+    assert deep.status == deep_bytes.status == 400
+    assert json.loads(deep.body) == json.loads(deep_bytes.body)
+    assert "nested more than" in json.loads(deep.body)["error"]["message"]
+    assert len(mock.requests) == 1
+
+
 async def test_own_calls_are_handed_over_with_the_rollouts_key_and_checked_as_requests(mock: MockModelServer) -> None:
     """`call_model` on the endpoint's loop hands its bytes and key to the endpoint (`EndpointAccess.own_call`):
     a wrong key, a body that is no JSON and a stale key (the program's, after its phase) get the answers a

@@ -130,4 +130,18 @@ def loads(
     return value
 
 
-__all__ = ["MAX_DEPTH", "UnsafeJSONError", "check_depth", "loads"]
+def read_already(text: bytes, value: Any, what: str = "the JSON value", *, max_depth: int = MAX_DEPTH) -> Any:
+    """`value`, which orjson read from `text` (`v1._util.json_check.compact_json_read`), within `loads`' limits.
+
+    orjson wrote `text` from a value equal to `value`, so it holds no number `loads` refuses (orjson writes
+    no ``NaN`` and no int wider than 64 bits): only the depth is left to check, as `loads` checks it.
+
+    Raises:
+        UnsafeJSONError: it nests deeper than `max_depth` (named by `what`).
+    """
+    if text.count(b"[") + text.count(b"{") > max_depth:
+        check_depth(value, what, max_depth)
+    return value
+
+
+__all__ = ["MAX_DEPTH", "UnsafeJSONError", "check_depth", "loads", "read_already"]

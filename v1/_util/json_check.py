@@ -33,13 +33,21 @@ import orjson
 _PLAIN_TYPES_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
-def _orjson_text(value: Any) -> bytes | None:
-    """orjson's text of `value` when reading it back gives `value` again (so `json.dumps` writes the same value), else None."""
+def _read_back(value: Any) -> tuple[bytes, Any] | None:
+    """orjson's text of `value` and that text read back, when the reading equals `value` (so `json.dumps`
+    writes the same value), else None."""
     try:
         text = orjson.dumps(value, option=_PLAIN_TYPES_ONLY)
     except TypeError:  # orjson.JSONEncodeError included: a wide int, a lone surrogate, a non-str key, ...
         return None
-    return text if orjson.loads(text) == value else None
+    reading = orjson.loads(text)
+    return (text, reading) if reading == value else None
+
+
+def _orjson_text(value: Any) -> bytes | None:
+    """orjson's text of `value` when reading it back gives `value` again (so `json.dumps` writes the same value), else None."""
+    read = _read_back(value)
+    return read[0] if read is not None else None
 
 
 def _right_sized(text: bytes) -> bytes:
@@ -70,6 +78,19 @@ def compact_json(value: Any, *, allow_nan: bool = True) -> bytes:
     return text if text is not None else _json_dumps(value, allow_nan)
 
 
+def compact_json_read(value: Any, *, allow_nan: bool = True) -> tuple[bytes, Any]:
+    """`compact_json(value)` and the JSON value that text reads as, a value of its own (what `json.loads` of
+    it gives), or None in its place where orjson did not write the text (a value `json.dumps` writes otherwise).
+
+    Raises:
+        TypeError, ValueError, RecursionError, UnicodeEncodeError: as `compact_json`.
+    """
+    read = _read_back(value)
+    if read is not None:
+        return _right_sized(read[0]), read[1]
+    return _json_dumps(value, allow_nan), None
+
+
 def compact_json_text(value: Any, *, allow_nan: bool = True) -> str:
     """`compact_json`'s text as a `str` (what `json.dumps(value, separators=(",", ":"), ensure_ascii=False)` returns).
 
@@ -97,4 +118,4 @@ def is_json(value: Any) -> bool:
     return True
 
 
-__all__ = ["compact_json", "compact_json_text", "exact_json", "is_json"]
+__all__ = ["compact_json", "compact_json_read", "compact_json_text", "exact_json", "is_json"]

@@ -26,7 +26,8 @@ from v1.clients._http import http_library
 class InProcessApp(Protocol):
     """A server's in-process entry: a request of the SDK's HTTP library in, its `Response` (or None: declined) out.
 
-    An app may also offer ``own_call(rollout, route, api_key, body)`` (`InProcessTransport.own_call`),
+    An app may also offer ``own_call(rollout, route, api_key, body, read)`` (`InProcessTransport.own_call`;
+    ``read``: the value the body reads as, a value of its own, or None: not read),
     answering as ``post`` does, and ``post(path, headers, body)``, answering ``(status, headers, body)`` or
     ``(status, headers, body, value)`` (or None: declined; header names in lower case) for a POST read
     whole: `InProcessTransport.post` then hands it the bytes as they are. ``value``, when not None, is
@@ -120,7 +121,7 @@ class InProcessCall:
 
     Holds the origin and the rollout id only (no app or server: whoever holds it reaches nothing else).
     Calling it with a route under the rollout's base URL, the rollout's key and a JSON body gives the
-    app's ``own_call(rollout, route, api_key, body)`` answer, or None where no app of this loop serves the
+    app's ``own_call(rollout, route, api_key, body, read)`` answer, or None where no app of this loop serves the
     origin or offers ``own_call`` (the caller then posts the request through the carrier).
     """
 
@@ -130,11 +131,11 @@ class InProcessCall:
         self.origin = _origin_of(url)
         self.rollout = rollout
 
-    async def __call__(self, route: str, api_key: str, body: bytes) -> WholeAnswer | None:
+    async def __call__(self, route: str, api_key: str, body: bytes, read: Any = None) -> WholeAnswer | None:
         own_call = getattr(_app_for(*self.origin), "own_call", None)
         if own_call is None:
             return None
-        answer: tuple[Any, ...] | None = await own_call(self.rollout, route, api_key, body)
+        answer: tuple[Any, ...] | None = await own_call(self.rollout, route, api_key, body, read)
         return WholeAnswer(*answer) if answer is not None else None
 
 

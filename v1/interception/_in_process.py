@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 Dispatch = Callable[[Any], Coroutine[Any, Any, Answer | None]]
 WholeTuple = tuple[int, Mapping[str, str], bytes, Any]
 """A whole answer as the carrier takes it (`v1.clients` reads it as its `WholeAnswer`): status, headers, body, value."""
-AnswerOwn = Callable[[str, str, str, bytes], Coroutine[Any, Any, Answer | None]]
+AnswerOwn = Callable[[str, str, str, bytes, Any], Coroutine[Any, Any, Answer | None]]
 _HANDLERS: set[asyncio.Task[Any]] = set()  # handlers running, kept referenced until they finish
 _END = object()
 _SERVER_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
@@ -216,12 +216,12 @@ class EndpointApp:
         self.max_body_bytes = max_body_bytes
         self.answer_own = answer_own
 
-    async def own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> WholeTuple | None:
+    async def own_call(self, rollout: str, route: str, api_key: str, body: bytes, read: Any = None) -> WholeTuple | None:
         """v1's own whole-answer call of `rollout` (`InProcessTransport.own_call`, `EndpointServer.answer_own_call`),
         answered as `post` answers one; None: declined (the caller posts it)."""
         if self.answer_own is None:
             return None
-        return await _carried_whole(self.answer_own(rollout, route, api_key, body), route)
+        return await _carried_whole(self.answer_own(rollout, route, api_key, body, read), route)
 
     @staticmethod
     async def _ready(exchange: _InProcessExchange) -> None:

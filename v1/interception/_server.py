@@ -452,19 +452,20 @@ class EndpointServer:
             return f"request body is larger than {self.max_body_bytes} bytes (set {MAX_BODY_ENV} to raise the limit)"
         return self.body_budget.take(rollout, size)
 
-    async def answer_own_call(self, rollout: str, route: str, api_key: str, body: bytes) -> Answer | None:
+    async def answer_own_call(self, rollout: str, route: str, api_key: str, body: bytes, read: Any = None) -> Answer | None:
         """v1's own whole-answer call (`call_model`) of `rollout` at `route` under its base URL, handed over in
         process with its key (`EndpointAccess.own_call`). None for a route that is no model call and for a
-        request to stream: the caller then posts it through the carrier.
+        request to stream: the caller then posts it through the carrier. `read`: the value `body` reads as,
+        when the caller wrote it and read it back (a value of its own), else None: the body is read here.
         """
         dialect = self._own_dialects.get(route)
         if dialect is None:
             return None
         if not self._holds_key(self.sessions.get(rollout), api_key):
             return error_response(401, UNAUTHORIZED, type_="authentication_error", code="invalid_api_key", dialect=dialect)
-        return await self._whole_call(rollout, dialect, body)
+        return await self._whole_call(rollout, dialect, body, read)
 
-    async def _whole_call(self, rollout: str, dialect: DialectPart, body: bytes) -> Answer | None:
+    async def _whole_call(self, rollout: str, dialect: DialectPart, body: bytes, read: Any = None) -> Answer | None:
         """A whole-answer model call of `rollout`, its key checked: body size and budget, bounded JSON, the
         calls in flight, the dialect's parse, then the call (None: the request asks to stream)."""
         session = self.sessions[rollout]
@@ -473,7 +474,10 @@ class EndpointServer:
             return error_response(413, refusal, code="request_too_large", dialect=dialect)
         try:
             try:
-                request = _bounded_json.loads(body, "request body")
+                if read is None:
+                    request = _bounded_json.loads(body, "request body")
+                else:
+                    request = _bounded_json.read_already(body, read, "request body")
             except ValueError as exc:
                 return error_response(400, str(exc), code="invalid_json", dialect=dialect)
             crowded = _too_many_calls(session, dialect)

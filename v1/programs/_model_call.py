@@ -5,7 +5,9 @@ gets, and it records the exchange as a trajectory step. The request is JSON byte
 the loop the endpoint serves they are handed to it with the rollout's key (`EndpointAccess.own_call`,
 `EndpointServer.answer_own_call`: the checks of a request, no URL, headers or carrier) and the answer
 comes back as a JSON value, not text to be read again; on another loop they are posted through the
-rollout's endpoint transport, the carrier the SDK clients of `state.get_client()` use, over HTTP. A
+rollout's endpoint transport, the carrier the SDK clients of `state.get_client()` use, over HTTP. Handed
+over, the bytes come with the value they read as (written and read back to check them, a value of their
+own), so the endpoint does not read them again. A
 refusal raises the SDK's own `APIStatusError` for it, a failure on the way its `APIConnectionError` /
 `APITimeoutError`.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from v1._util.bounded_json import loads
-from v1.clients import encode_json, http_library, status_error, transport_error
+from v1.clients import encode_json_read, http_library, status_error, transport_error
 from v1.errors import EndpointError
 
 if TYPE_CHECKING:
@@ -40,9 +42,9 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
     if access is None or not access.open:
         raise EndpointError("this rollout has no open endpoint")
     url = access.base_url + route
-    body = encode_json({**request, "model": state.get_model()})
+    body, read = encode_json_read({**request, "model": state.get_model()})
     own_call = access.own_call
-    answer = await own_call(route, access.api_key, body) if own_call is not None else None
+    answer = await own_call(route, access.api_key, body, read) if own_call is not None else None
     if answer is None:  # not on the endpoint's loop: through the carrier, as any request
         headers = {
             "authorization": "Bearer " + access.api_key,

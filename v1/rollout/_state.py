@@ -126,9 +126,12 @@ class RolloutSandboxHandles(Protocol):
     async def get(self, config: SandboxConfig | str = "program") -> Sandbox: ...
 
 
-OwnCall = Callable[[str, str, bytes], Awaitable[Any]]
-"""v1's own whole-answer model call handed to the endpoint (`EndpointAccess.own_call`): route, key and JSON body
-in; the carrier's whole answer out (status, headers, body, value), or None."""
+class OwnCall(Protocol):
+    """v1's own whole-answer model call handed to the endpoint (`EndpointAccess.own_call`): route, key, JSON body
+    and, when the caller has it, the value the body reads as (a value of its own: the endpoint keeps it) in; the
+    carrier's whole answer out (status, headers, body, value), or None."""
+
+    def __call__(self, route: str, api_key: str, body: bytes, read: Any = None, /) -> Awaitable[Any]: ...
 
 
 @dataclass(eq=False)
