@@ -110,3 +110,30 @@ def test_an_unknown_responder_is_one_line() -> None:
         "python -m v1.testing: error: --reply 'shouting': not a built-in responder "
         "(echo, reverse, imperfect-reverse, tool-call, fail-STATUS) nor a 'module:function' reference\n"
     )
+
+
+def resident_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_the_command_line_server_counts_requests_and_keeps_none_of_them() -> None:
+    """A load test sends it millions: kept, they grew it by gigabytes and its collector's passes into stalls."""
+    process = subprocess.Popen([sys.executable, "-m", "v1.testing"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        origin = url.removesuffix("/v1")
+        padding = "x" * 50_000
+        with httpx.Client(timeout=HANG_S) as http:
+            http.post(f"{url}/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "warm"}]})
+            rss_before = resident_kib(process.pid)
+            for _ in range(1000):  # 50 MB of request bodies in all
+                body = {"model": "m", "messages": [{"role": "user", "content": padding}]}
+                assert http.post(f"{url}/chat/completions", json=body).status_code == 200
+            stats = http.get(f"{origin}/mock/stats").json()
+        assert stats["requests"] == 1001 and stats["in_flight"] == 0
+        assert resident_kib(process.pid) - rss_before < 20_000  # kept, the bodies alone would be 50,000 KiB
+    finally:
+        process.terminate()
+        process.wait(timeout=HANG_S)

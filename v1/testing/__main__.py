@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         responder = requiring_key(args.api_key, responder)
     raise_descriptor_limit()  # each connection it holds is a descriptor: thousands in flight pass a soft limit of 1024
     try:
-        server = MockModelServer(responder, model=args.model, host=args.host, port=args.port).start()
+        server = MockModelServer(responder, model=args.model, host=args.host, port=args.port, keep_requests=False).start()
     except OSError as exc:
         print(f"python -m v1.testing: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

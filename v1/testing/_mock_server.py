@@ -200,16 +200,29 @@ class MockModelServer:
         responder: the default reply (see the module docs); `echo` when omitted.
         model: the model name it reports.
         host, port: where to listen; port 0 picks a free one.
+        keep_requests: keep every request in `requests` (for a test to read); False counts them only, as
+            the command-line server does (a load test of hours would otherwise keep them all, and the
+            collector's full passes over them grow into pauses of the whole server).
     """
 
     def __init__(
-        self, responder: Responder | None = None, *, model: str = "mock-model", host: str = "127.0.0.1", port: int = 0
+        self,
+        responder: Responder | None = None,
+        *,
+        model: str = "mock-model",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_requests: bool = True,
     ) -> None:
         self.responder: Responder = responder if responder is not None else echo
         self.model = model
         self.host = host
         self.port = port
         self.requests: list[MockRequest] = []
+        """The requests received (with `keep_requests`; else always empty)."""
+        self.keep_requests = keep_requests
+        self.received = 0
+        """How many model requests it has received (since the last `reset`)."""
         self._script: deque[Reply | str] = deque()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -238,6 +251,7 @@ class MockModelServer:
         with self._lock:
             self._script.clear()
             self.requests.clear()
+            self.received = 0
             self.peak_in_flight = self.in_flight
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -316,7 +330,9 @@ class MockModelServer:
     async def _record_and_take_reply(self, request: MockRequest) -> Reply:
         """Record `request` and take the next scripted reply (else the responder's), after that reply's `delay`."""
         with self._lock:
-            self.requests.append(request)
+            self.received += 1
+            if self.keep_requests:
+                self.requests.append(request)
             scripted = self._script.popleft() if self._script else None
         source: Any = scripted if scripted is not None else self.responder
         if callable(source) and not isinstance(source, Reply):
@@ -352,7 +368,7 @@ class MockModelServer:
 
     async def _stats(self, request: web.Request) -> web.Response:
         with self._lock:
-            received = len(self.requests)
+            received = self.received
         return web.json_response({"requests": received, "in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight})
 
     async def _models(self, request: web.Request) -> web.Response:
