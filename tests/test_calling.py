@@ -5,6 +5,7 @@ threads they start, and that a stuck call never holds up the interpreter's exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -96,12 +97,21 @@ async def test_call_user_code_awaits_async_and_threads_sync() -> None:
     assert await call_user_code(sync_wrapper_of_a_coroutine_function, 6) == 6  # its coroutine awaited too
 
 
+@contextlib.contextmanager
+def user_threads(size: int) -> Iterator[None]:
+    """The user-code pool at `size` threads within the block, then at its size before."""
+    before = pool_size("user")
+    resize_pool("user", size)
+    try:
+        yield
+    finally:
+        resize_pool("user", before)
+
+
 @pytest.fixture
 def one_user_thread() -> Iterator[None]:
-    before = pool_size("user")
-    resize_pool("user", 1)
-    yield
-    resize_pool("user", before)
+    with user_threads(1):
+        yield
 
 
 async def test_a_call_whose_caller_is_cancelled_while_it_queues_never_runs(one_user_thread: None) -> None:
@@ -149,10 +159,8 @@ async def test_a_worker_hands_back_results_errors_and_the_callers_context() -> N
 
 @pytest.fixture
 def two_user_threads() -> Iterator[None]:
-    before = pool_size("user")
-    resize_pool("user", 2)
-    yield
-    resize_pool("user", before)
+    with user_threads(2):
+        yield
 
 
 async def test_calls_one_after_another_reuse_one_thread(two_user_threads: None) -> None:
