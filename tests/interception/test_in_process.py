@@ -264,7 +264,7 @@ async def test_an_own_call_handed_over_with_its_value_is_checked_and_kept_as_the
     is the one the bytes alone give, the program's later changes to its messages do not reach it, and a value
     nested past the bounded reader's depth is refused as its bytes are."""
     from v1._util.bounded_json import MAX_DEPTH
-    from v1.clients import encode_json_read
+    from v1._util.json_check import compact_json_read
     from v1.programs import call_model
 
     mock.script(Reply.text("one"), Reply.text("two"))
@@ -278,7 +278,7 @@ async def test_an_own_call_handed_over_with_its_value_is_checked_and_kept_as_the
         deep: Any = "x"
         for _ in range(MAX_DEPTH):
             deep = [deep]
-        body, read = encode_json_read({"model": "m", "messages": USER, "metadata": deep})
+        body, read = compact_json_read({"model": "m", "messages": USER, "metadata": deep})
         assert read is not None
         seen["deep"] = await access.own_call("/chat/completions", access.api_key, body, read)
         seen["deep bytes"] = await access.own_call("/chat/completions", access.api_key, body)

@@ -30,7 +30,7 @@ from v1.clients._openai_chat_completions import OpenAIChatCompletionsClient
 from v1.clients._openai_chat_completions_token import OpenAIChatCompletionsTokenClient
 from v1.clients._openai_completions import OpenAICompletionsClient
 from v1.clients._openai_responses import OpenAIResponsesClient
-from v1.clients._openai_wire import encode_json, encode_json_read, status_error, transport_error
+from v1.clients._openai_wire import encode_json, status_error, transport_error
 from v1.clients._resolve import resolve_client, shared_client
 from v1.clients._tool_call_text import parse_tool_calls
 from v1.registry import CLIENT_TYPES
@@ -59,7 +59,6 @@ __all__ = [
     "bridge_prompt_ids",
     "client_config_for",
     "encode_json",
-    "encode_json_read",
     "http_library",
     "ids_digest",
     "load_endpoints",

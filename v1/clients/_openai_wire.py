@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 from v1._util import bounded_json as _bounded_json
-from v1._util.json_check import compact_json, compact_json_read
+from v1._util.json_check import compact_json
 from v1.clients._answer_limits import AnswerLimits
 from v1.clients._http import http_library
 from v1.clients._in_process import InProcessTransport, post_request, served_in_process
@@ -44,12 +44,6 @@ if TYPE_CHECKING:
 def encode_json(body: Any) -> bytes:
     """A request body as compact UTF-8 JSON (NaN and infinities refused, as JSON has none)."""
     return compact_json(body, allow_nan=False)
-
-
-def encode_json_read(body: Any) -> tuple[bytes, Any]:
-    """`encode_json(body)` and the JSON value it reads as, a value of its own, or None in its place
-    (`v1._util.json_check.compact_json_read`)."""
-    return compact_json_read(body, allow_nan=False)
 
 
 def status_error(status: int, headers: Mapping[str, str], content: bytes, url: str) -> openai.APIStatusError:

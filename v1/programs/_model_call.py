@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from v1._util.bounded_json import loads
-from v1.clients import encode_json_read, http_library, status_error, transport_error
+from v1._util.json_check import compact_json_read
+from v1.clients import http_library, status_error, transport_error
 from v1.errors import EndpointError
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ async def call_model(state: State, request: dict[str, Any], route: str = CHAT_RO
     if access is None or not access.open:
         raise EndpointError("this rollout has no open endpoint")
     url = access.base_url + route
-    body, read = encode_json_read({**request, "model": state.get_model()})
+    body, read = compact_json_read({**request, "model": state.get_model()}, allow_nan=False)  # as `encode_json` writes it
     own_call = access.own_call
     answer = await own_call(route, access.api_key, body, read) if own_call is not None else None
     if answer is None:  # not on the endpoint's loop: through the carrier, as any request
