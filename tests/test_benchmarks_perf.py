@@ -216,3 +216,19 @@ def test_instructions_without_valgrind_says_what_to_install(tmp_path: Path) -> N
         assert done.stderr.strip().splitlines()[-1] == (
             f"{script}: error: valgrind and callgrind_control not found: install valgrind (apt-get install valgrind)"
         )
+
+
+def test_sync_calls_times_each_checkout_at_each_concurrency(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(ROOT / "v1", other / "v1")  # another checkout's v1, as a worktree would hold it
+    done = run_script("sync_calls.py", "--n", "200", "--rounds", "1", "--concurrency", "1", "8", "--against", str(other))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if " concurrency " in line]
+    assert [(line.split()[0], line.split()[2].rstrip(":")) for line in rows] == [
+        (str(ROOT), "1"),
+        (str(ROOT), "8"),
+        (str(other), "1"),
+        (str(other), "8"),
+    ]
+    for line in rows:
+        assert float(line.split(":")[1].split("us")[0]) > 0 and line.endswith("threads")
