@@ -238,3 +238,18 @@ async def test_a_call_that_outlives_its_loop_leaves_its_thread_serving(one_user_
     await asyncio.to_thread(asyncio.run, on_a_loop_that_closes())  # its loop is closed with the call running
     release.set()
     assert await asyncio.wait_for(run_in_pool(lambda: "served"), 30) == "served"  # the pool's one thread lives on
+
+
+async def test_a_call_submitted_to_a_pool_already_resized_away_runs_on_its_successor() -> None:
+    """A caller that took the pool just before `resize_pool` replaced it: its call is handed on, not queued
+    behind the old pool's end mark where no thread would ever take it."""
+    from v1._util.calling import executor
+
+    with user_threads(1):
+        old = executor("user")
+        assert await run_in_pool(threading.current_thread)  # the old pool has its one thread
+        with user_threads(2):
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[str] = loop.create_future()
+            old.submit(loop, future, lambda: threading.current_thread().name)
+            assert (await asyncio.wait_for(future, 30)).startswith("v1-user")

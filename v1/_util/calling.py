@@ -63,7 +63,7 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]
 class WorkerPool:
     """At most `size` daemon threads running the calls `submit` queues, started as calls find none idle."""
 
-    __slots__ = ("_idle", "_jobs", "_lock", "_names", "_threads", "size")
+    __slots__ = ("_idle", "_jobs", "_lock", "_names", "_successor", "_threads", "size")
 
     def __init__(self, size: int, name: str) -> None:
         self.size = size
@@ -74,18 +74,26 @@ class WorkerPool:
         a thread free (or about to be) for the next call, so none is started for it."""
         self._threads = 0
         self._names = (f"{name}_{index}" for index in itertools.count())
+        self._successor: WorkerPool | None = None
+        """The pool that takes this one's calls once it is shut down (`resize_pool`)."""
 
     def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
         """Run `call` in a worker thread and post its answer to `future` on `loop` (unless `future` is
-        cancelled before it starts); a thread is started when none is idle and fewer than `size` run."""
-        self._jobs.put((loop, future, call))
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                return
-            if self._threads >= self.size:
-                return  # every thread busy: the call waits its turn
-            self._threads += 1
+        cancelled before it starts); a thread is started when none is idle and fewer than `size` run.
+        A pool shut down hands the call to its successor."""
+        with self._lock:  # a call is queued before the shutdown's end mark or handed on, never after it
+            successor = self._successor
+            if successor is None:
+                self._jobs.put((loop, future, call))
+                if self._idle:
+                    self._idle -= 1
+                    return
+                if self._threads >= self.size:
+                    return  # every thread busy: the call waits its turn
+                self._threads += 1
+        if successor is not None:
+            successor.submit(loop, future, call)
+            return
         try:
             threading.Thread(target=self._work, name=next(self._names), daemon=True).start()
         except BaseException:  # no thread (interpreter exit, the system's limit): the caller hears why
@@ -107,9 +115,12 @@ class WorkerPool:
             del loop, future, call, answer
         jobs.put(None)  # the next thread stops too
 
-    def shutdown(self) -> None:
-        """Stop the threads once the calls queued before this have run (none is waited for here)."""
-        self._jobs.put(None)
+    def shutdown(self, successor: WorkerPool) -> None:
+        """Stop the threads once the calls queued before this have run (none is waited for here); later
+        calls go to `successor`."""
+        with self._lock:
+            self._successor = successor
+            self._jobs.put(None)
 
 
 def executor(pool: Pool) -> WorkerPool:
@@ -136,9 +147,9 @@ def resize_pool(pool: Pool, size: int) -> None:
             return
         _resized[pool] = size
         old = _pools.pop(pool, None)
-        _pools[pool] = WorkerPool(size, f"v1-{pool}")
+        new = _pools[pool] = WorkerPool(size, f"v1-{pool}")
     if old is not None:
-        old.shutdown()
+        old.shutdown(new)
 
 
 class endpoint_calls:
