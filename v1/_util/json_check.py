@@ -9,7 +9,7 @@ floats, booleans and None; any other answer, and any value orjson refuses, is de
 `json.dumps` itself.
 
 Whether a value is JSON needs no text read back: orjson refusing every subclass of a built-in type
-(`_PLAIN_TYPES_ONLY`) writes only dicts with string keys, lists, tuples, strings, ints, floats, booleans
+(`PLAIN_TYPES_ONLY`) writes only dicts with string keys, lists, tuples, strings, ints, floats, booleans
 and None, plus the three types `json.dumps` refuses (`UUID`, an `Enum` member, `orjson.Fragment`);
 `marshal` writes none of those three (it takes built-in types only, never a subclass). A value both
 write is one `json.dumps` writes (NaN needs no read-back here: `json.dumps` writes it by default). On a
@@ -30,14 +30,15 @@ from typing import Any
 
 import orjson
 
-_PLAIN_TYPES_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+PLAIN_TYPES_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""orjson's options that refuse every subclass of a built-in type, dataclass and datetime (see the module doc)."""
 
 
 def _read_back(value: Any) -> tuple[bytes, Any] | None:
     """orjson's text of `value` and that text read back, when the reading equals `value` (so `json.dumps`
     writes the same value), else None."""
     try:
-        text = orjson.dumps(value, option=_PLAIN_TYPES_ONLY)
+        text = orjson.dumps(value, option=PLAIN_TYPES_ONLY)
     except TypeError:  # orjson.JSONEncodeError included: a wide int, a lone surrogate, a non-str key, ...
         return None
     reading = orjson.loads(text)
@@ -74,8 +75,7 @@ def compact_json(value: Any, *, allow_nan: bool = True) -> bytes:
     Raises:
         TypeError, ValueError, RecursionError, UnicodeEncodeError: as `json.dumps` and encoding its text raise them.
     """
-    text = exact_json(value)
-    return text if text is not None else _json_dumps(value, allow_nan)
+    return compact_json_read(value, allow_nan=allow_nan)[0]
 
 
 def compact_json_read(value: Any, *, allow_nan: bool = True) -> tuple[bytes, Any]:
@@ -106,7 +106,7 @@ def compact_json_text(value: Any, *, allow_nan: bool = True) -> str:
 def is_json(value: Any) -> bool:
     """Whether `json.dumps(value)` succeeds."""
     try:
-        orjson.dumps(value, option=_PLAIN_TYPES_ONLY)
+        orjson.dumps(value, option=PLAIN_TYPES_ONLY)
         marshal.dumps(value)
         return True
     except (TypeError, ValueError):  # not a plain type (see the module doc), too deep, ...: json.dumps decides
@@ -118,4 +118,4 @@ def is_json(value: Any) -> bool:
     return True
 
 
-__all__ = ["compact_json", "compact_json_read", "compact_json_text", "exact_json", "is_json"]
+__all__ = ["PLAIN_TYPES_ONLY", "compact_json", "compact_json_read", "compact_json_text", "exact_json", "is_json"]

@@ -21,7 +21,7 @@ import orjson
 
 from v1._util import bounded_json as _bounded_json
 from v1._util.entropy import token_hex
-from v1._util.json_check import compact_json_text
+from v1._util.json_check import PLAIN_TYPES_ONLY, compact_json_text
 from v1.types import Messages, Response, ResponseDelta, Tool
 
 if TYPE_CHECKING:
@@ -105,14 +105,13 @@ _PARSED_TOOLS: dict[tuple[Callable[[int, Any], Tool], bytes], list[Tool]] = {}
 """Tool lists read before, by dialect reader and exact JSON text (see `parse_tool_list`)."""
 _PARSED_TOOLS_MAX = 128
 _PARSED_TOOLS_MAX_TEXT = 16 * 1024
-_PLAIN_JSON_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 def _tool_list_key(raw: list[Any]) -> bytes | None:
     """`raw`'s JSON text when it tells every value apart (``1``, ``1.0`` and ``true`` write differently; ``NaN``
     writes as ``null``, so a text with ``null`` is not a key) and is short enough to keep; else None."""
     try:
-        text = orjson.dumps(raw, option=_PLAIN_JSON_ONLY)
+        text = orjson.dumps(raw, option=PLAIN_TYPES_ONLY)
     except TypeError:  # an int wider than 64 bits, a lone surrogate, a value of no JSON type
         return None
     return text if len(text) <= _PARSED_TOOLS_MAX_TEXT and b"null" not in text else None
