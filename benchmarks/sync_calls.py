@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--against", type=Path, default=None, help="another checkout to run interleaved with this one")
     args = parser.parse_args(argv)
+    if args.n < 1 or args.rounds < 1 or any(c < 1 for c in args.concurrency):
+        parser.error("--n, --rounds and every --concurrency must be at least 1")
+    if args.against is not None and not (args.against / "v1" / "__init__.py").is_file():
+        parser.error(f"--against {args.against}: not a checkout of v1 (no v1/__init__.py there)")
     trees = [HERE.parent] + ([args.against.resolve()] if args.against else [])
     runs: dict[tuple[Path, int], list[dict[str, Any]]] = {(t, c): [] for t in trees for c in args.concurrency}
     for _ in range(args.rounds):

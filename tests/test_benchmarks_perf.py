@@ -232,3 +232,13 @@ def test_sync_calls_times_each_checkout_at_each_concurrency(tmp_path: Path) -> N
     ]
     for line in rows:
         assert float(line.split(":")[1].split("us")[0]) > 0 and line.endswith("threads")
+
+
+def test_sync_calls_refuses_a_zero_count_and_a_folder_without_v1_in_one_line(tmp_path: Path) -> None:
+    for args, fragment in (
+        (["--n", "0"], "must be at least 1"),
+        (["--concurrency", "-4"], "must be at least 1"),
+        (["--against", str(tmp_path)], "not a checkout of v1"),
+    ):
+        done = run_script("sync_calls.py", *args)
+        assert done.returncode == 2 and fragment in done.stderr.strip().splitlines()[-1], done.stderr
