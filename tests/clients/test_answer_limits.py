@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import weakref
 from collections.abc import AsyncIterator
 
 import pytest
@@ -58,3 +60,29 @@ async def test_chunks_past_the_deadline_end_in_one_model_error() -> None:
         async for chunk in limits.bounded(drip()):
             received.append(chunk)
     assert received == [b"a"]
+
+
+async def test_an_answer_within_its_deadline_leaves_nothing_of_its_caller_on_the_loop() -> None:
+    """Plain asyncio keeps a cancelled timer in its heap until it reaches the front (or most are cancelled);
+    a deadline's timer made in the caller's context would keep, say, a finished rollout's state alive."""
+
+    class Held:
+        pass
+
+    held: contextvars.ContextVar[Held] = contextvars.ContextVar("held")
+    loop = asyncio.get_running_loop()
+    earlier = loop.call_later(HANG_S, lambda: None)  # in front of the deadline's timer, as other rollouts' are
+    refs: list[weakref.ref[Held]] = []
+
+    async def caller() -> str:
+        value = Held()
+        refs.append(weakref.ref(value))
+        held.set(value)
+        return await AnswerLimits("http://upstream/x", 100, HANG_S).within(asyncio.sleep(0, "answer"))
+
+    try:
+        assert await asyncio.create_task(caller()) == "answer"
+        await asyncio.sleep(0)
+        assert refs[0]() is None
+    finally:
+        earlier.cancel()

@@ -406,3 +406,41 @@ async def test_closing_the_wire_closes_its_idle_connections(
     await wire.post("/chat/completions", BODY)
     await wire.close()
     await asyncio.wait_for(closed.wait(), HANG_S)
+
+
+async def test_a_connection_opened_just_as_its_call_is_cancelled_is_kept_for_the_next_call(
+    scripted: Callable[[Script], Awaitable[str]], wires: Callable[..., OpenAIWire]
+) -> None:
+    """A connection is opened in a task of its own (its context is no rollout's); a caller cancelled after that task
+    finished but before the caller resumed must leave the connection in the pool, counted once, not leak it."""
+    connections = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        while True:
+            await read_request(reader)
+            writer.write(answer())
+
+    wire = wires(await scripted(serve))
+    loop = asyncio.get_running_loop()
+    cancelled_calls: list[asyncio.Task[Any]] = []
+
+    def cancel_the_caller_once_open(loop: asyncio.AbstractEventLoop, coro: Any, context: Any = None) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        if getattr(coro, "__qualname__", "") == "PlainHTTPPool._open":  # before its caller waits on it
+            caller = asyncio.current_task()
+            assert caller is not None
+            task.add_done_callback(lambda _: caller.cancel())
+            cancelled_calls.append(caller)
+        return task
+
+    loop.set_task_factory(cancel_the_caller_once_open)
+    call = asyncio.create_task(wire.post("/chat/completions", BODY))
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    loop.set_task_factory(None)
+    assert cancelled_calls == [call]
+    pool = wire.plain_pool()
+    assert pool is not None and pool.open == 1
+    assert (await wire.post("/chat/completions", BODY))["id"] == "c1"
+    assert connections == [1] and pool.open == 1  # the next call took the connection opened for the cancelled one

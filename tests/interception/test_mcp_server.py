@@ -3,6 +3,8 @@ rollout's key once the model asked for a call; other keys, methods, early calls 
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from typing import Any
 
 import httpx
@@ -80,3 +82,46 @@ async def test_official_mcp_client_lists_and_calls_the_rollouts_visible_tools() 
     assert found["before_asked"] is True  # no tool call runs before the model asked for it
     [step] = state["trajectory"]
     assert [call["name"] for call in step["extras"]["mcp_tool_calls"]] == ["add"]
+
+
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("caller_tag", default="unset")
+
+
+def read_tag() -> str:
+    """The caller's tag, as a tool sees it."""
+    return TAG.get()
+
+
+async def call_read_tag(task: vf.Task, state: vf.State) -> None:
+    config = state.get_endpoint_config()
+    await state.get_client().chat.completions.create(model="m", messages=[{"role": "user", "content": "tag?"}])
+    connection = vf.MCPTool(
+        url=config["base_url"].removesuffix("/v1") + "/mcp", headers={"Authorization": f"Bearer {config['api_key']}"}
+    ).connect()
+    try:
+        await connection.start()
+        state["seen"] = (await connection.call("read_tag", {})).content[0].text
+    finally:
+        await connection.aclose()
+
+
+async def test_the_endpoint_does_not_serve_every_rollout_in_the_context_of_the_one_that_started_it() -> None:
+    """Loop-wide parts (the endpoint, upstream pools) are made in a context of their own: made in the first
+    rollout's, every later request would run with that rollout's context variables (a logging or tracing
+    library's request id; the harness's running state, which kept that rollout's state alive)."""
+    with MockModelServer(Reply.tool("read_tag", {})) as mock:
+        harness = vf.Harness(
+            program=call_read_tag,
+            client=vf.ClientConfig(api_base_url=mock.url, max_retries=0),
+            model="m",
+            toolsets=[vf.Toolset([read_tag])],
+        )
+
+        async def run_tagged(tag: str) -> vf.State:
+            TAG.set(tag)  # in this task's own context
+            return await harness.run({"prompt": "hi"})
+
+        first = await asyncio.create_task(run_tagged("first rollout"))  # starts the endpoint
+        second = await asyncio.create_task(run_tagged("second rollout"))
+    assert first["error"] is None and second["error"] is None
+    assert second["seen"] != "first rollout"

@@ -11,6 +11,7 @@ scope keeps one suspended generator whose `finally` does the closing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import logging
 import os
@@ -49,7 +50,12 @@ class LoopScope:
             self._closers.append(closer)
             return resource
 
-        return await self._creations.run(key, create_and_keep)  # type: ignore[no-any-return]
+        def create_apart() -> Awaitable[Any]:
+            # In a context of its own: a loop-wide resource (the endpoint, a connection pool) serves every rollout,
+            # and its sockets' callbacks keep the context they were made in; the first caller's is one rollout's.
+            return asyncio.create_task(create_and_keep(), context=contextvars.Context())
+
+        return await self._creations.run(key, create_apart)  # type: ignore[no-any-return]
 
     def peek(self, key: Any) -> Any:
         return self._resources.get(key)

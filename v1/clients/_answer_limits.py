@@ -10,6 +10,7 @@ from a `ClientConfig` reads its answers within `ClientConfig.max_response_bytes`
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,7 +43,7 @@ class _Deadline:
         self._task = task
         self._cancelling = task.cancelling()
         self.expired = False
-        self._handle = loop.call_at(when, self._expire)
+        self._handle = loop.call_at(when, self._expire, context=contextvars.Context())  # see `PlainHTTPPool`'s timer
 
     def _expire(self) -> None:
         self.expired = True

@@ -20,6 +20,7 @@ TLS, proxies and streamed answers stay on aiohttp (`OpenAIWire`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import zlib
 from collections import deque
 from typing import TYPE_CHECKING
@@ -107,7 +108,9 @@ class _Connection(asyncio.Protocol):
         quiet_until = self.last_read + self.read_timeout
         self.at_deadline = quiet_until >= self.limits.deadline
         self.armed_after = self.last_read
-        self.timer = self.loop.call_at(self.limits.deadline if self.at_deadline else quiet_until, self._on_timer)
+        when = self.limits.deadline if self.at_deadline else quiet_until
+        # A context of its own: a cancelled timer waits in plain asyncio's heap, and the caller's would keep its rollout.
+        self.timer = self.loop.call_at(when, self._on_timer, context=contextvars.Context())
 
     def _on_timer(self) -> None:
         limits = self.limits
@@ -320,15 +323,25 @@ class PlainHTTPPool:
 
     async def _connect(self) -> _Connection:
         self.open += 1
+        # Opened in a context of its own: the transport's callbacks keep the context they were made in for
+        # the connection's life, and the caller's holds its rollout (its state, through the harness).
+        opening = asyncio.create_task(self._open(), context=contextvars.Context())
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                _, connection = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port)
+            connection = await opening
         except BaseException as exc:
+            if opening.done() and not opening.cancelled() and opening.exception() is None:
+                self.release(opening.result())  # opened as its caller was cancelled: the next request takes it
+                raise
             self.open -= 1
             self._wake()
             if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):  # refused, unreachable, no such host
                 raise ConnectionError(f"cannot connect to {self.host}:{self.port}") from exc
             raise
+        return connection
+
+    async def _open(self) -> _Connection:
+        async with asyncio.timeout(self.connect_timeout):
+            _, connection = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port)
         return connection
 
     def release(self, connection: _Connection) -> None:
