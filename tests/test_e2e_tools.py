@@ -4,7 +4,9 @@ against the mock model server over real HTTP."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from typing import Any, Literal
 
 import pytest
@@ -109,6 +111,41 @@ async def test_global_scope_builds_one_object_for_fifty_rollouts(mock: MockModel
     assert (ledger.created, ledger.closed) == (1, 1)
     await harness.teardown()
     assert ledger.closed == 1
+
+
+async def test_a_finished_tool_rollout_is_freed_by_reference_counting_not_left_to_the_cyclic_collector(
+    mock: MockModelServer, make_harness: Any
+) -> None:
+    """Each tool holds its context, and each context held the rollout's mapping of its tools: every tool
+    rollout's state (which a context holds) and scope objects hung off that cycle until the next collection."""
+    mock.responder = answer_after_tools
+    ledger = make_ledger_type()
+    toolset = vf.Toolset(
+        [calculate, add],
+        bindings={"calculate.precision": "state.info.precision", "calculate.ledger": "objects.ledger"},
+        objects={"ledger": ledger},
+        scope="rollout",
+    )
+    built: list[weakref.ref[Ledger]] = []
+    original_init = ledger.__init__
+
+    def recording_init(self: Ledger) -> None:
+        original_init(self)
+        built.append(weakref.ref(self))
+
+    ledger.__init__ = recording_init  # type: ignore[method-assign]
+    harness = make_harness(toolsets=[toolset])
+    gc.collect()
+    gc.disable()
+    try:
+        state = await harness.run({"prompt": "go", "info": {"precision": 2}})
+        assert state["completion"][1]["content"] == "3.23"  # the state binding resolved during the rollout
+        state_ref = weakref.ref(state)
+        del state
+        assert state_ref() is None
+        assert len(built) == 1 and built[0]() is None  # the rollout scope's object went with it
+    finally:
+        gc.enable()
 
 
 async def test_group_scope_builds_one_object_per_group(mock: MockModelServer, make_harness: Any) -> None:

@@ -298,6 +298,9 @@ class RolloutToolbox:
         for owner, key in self._owners:
             if key.startswith("rollout:") or (close_group and key.startswith("group:")):
                 errors += await owner.close_scope(key)
+        # Each tool's context holds this mapping of the tools: emptied, the rollout's tools and scopes are
+        # freed by reference counting when the state goes, not left as a cycle for the collector.
+        self.tools.clear()
         return errors
 
 
