@@ -108,7 +108,8 @@ async def call_read_tag(task: vf.Task, state: vf.State) -> None:
 async def test_the_endpoint_does_not_serve_every_rollout_in_the_context_of_the_one_that_started_it() -> None:
     """Loop-wide parts (the endpoint, upstream pools) are made in a context of their own: made in the first
     rollout's, every later request would run with that rollout's context variables (a logging or tracing
-    library's request id; the harness's running state, which kept that rollout's state alive)."""
+    library's request id; the harness's running state, which kept that rollout's state alive). A tool called
+    through the MCP route runs in the context its rollout's program runs in."""
     with MockModelServer(Reply.tool("read_tag", {})) as mock:
         harness = vf.Harness(
             program=call_read_tag,
@@ -124,4 +125,4 @@ async def test_the_endpoint_does_not_serve_every_rollout_in_the_context_of_the_o
         first = await asyncio.create_task(run_tagged("first rollout"))  # starts the endpoint
         second = await asyncio.create_task(run_tagged("second rollout"))
     assert first["error"] is None and second["error"] is None
-    assert second["seen"] != "first rollout"
+    assert second["seen"] == "second rollout"  # the tool ran in its own rollout's context

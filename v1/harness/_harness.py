@@ -574,6 +574,9 @@ class Harness:
         # A command program kills its own process tree at the timeout and records how it ended.
         timeout = None if getattr(program, "handles_timeout", False) else self.config.timeout_seconds
         running = _RUNNING.set(state)
+        session = upstream(state).session
+        if session is not None:  # tools the program calls through the endpoint's MCP route run in this context too
+            session.program_context = contextvars.copy_context()
         try:
             await _within(timeout, program(task, state, context))  # in this task: no task of its own per rollout
         except RolloutStopped as stopped:

@@ -21,6 +21,7 @@ in-flight cap like a model call.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -124,8 +125,10 @@ async def _call(session: RolloutSession, message_id: Any, params: Mapping[str, A
     session.tool_calls_made += 1
     made = _call_record(session)
     made.append({"name": name, "arguments": dict(arguments), "content": None, "isError": None})
+    calling = toolbox.call(name, dict(arguments))
+    context = session.program_context
     try:
-        value = await toolbox.call(name, dict(arguments))
+        value = await (calling if context is None else asyncio.create_task(calling, context=context.copy()))
     except RolloutStopped as stopped:
         session.state.stop(stopped.condition)
         result = {"content": [{"type": "text", "text": f"the rollout stopped: {stopped.condition}"}], "isError": True}

@@ -9,6 +9,7 @@ through the state's own setters.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -198,6 +199,9 @@ class RolloutSession:
         # the MCP route's count against the last answer, kept here for the same reason (`_mcp_server._refusal`)
         self.tool_calls_asked = 0  # the tool calls the last recorded answer asked for natively
         self.tool_calls_made = 0  # the MCP tool calls made since that answer
+        self.program_context: contextvars.Context | None = None
+        """The context the rollout's program runs in, while it runs (set by the harness): the MCP route runs a tool
+        in a copy of it, as the built-in loop would (a nested `Harness.run` borrows this rollout's model)."""
 
     def end_program_phase(self) -> None:
         """The program's key dies here; later calls (updates, judges, cleanups) are the framework's own.
@@ -210,6 +214,7 @@ class RolloutSession:
         """
         self.recording = False
         self.api_key = new_key()
+        self.program_context = None
         runtime = self.state.runtime
         endpoint = runtime.endpoint
         if endpoint is not None:  # built directly: `dataclasses.replace` costs a rollout more than this whole method
