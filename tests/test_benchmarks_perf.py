@@ -174,6 +174,7 @@ def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
         ["commit_driver.py", "--tool-loop"],
         ["commit_driver.py", "--no-call"],
         ["raw_driver.py"],
+        ["raw_pool_driver.py"],
         ["floor_driver.py"],
     ],
 )
