@@ -82,6 +82,33 @@ async def test_total_budget_ends_a_python_program_without_an_error(mock: MockMod
     assert mock.requests[2].body["max_tokens"] == 6
 
 
+@pytest.mark.parametrize("widen", ["runtime", "task"])
+async def test_a_program_cannot_widen_its_limits_by_writing_to_the_state(
+    mock: MockModelServer, make_harness: Any, widen: str
+) -> None:
+    """The endpoint keeps the turn limit and the budgets as the rollout opened: a program holds the state, and
+    raising `runtime.max_turns` or the budgets there, or swapping in a task with looser ones, changes nothing."""
+    calls: list[int] = []
+
+    async def program(task: vf.Task, state: vf.State) -> None:
+        if widen == "runtime":
+            state.runtime.max_turns = 100
+            state.runtime.token_budgets = {"max_total_tokens": 10**9}
+        else:
+            state.task = vf.Task({**task, "max_turns": 100, "max_total_tokens": 10**9}).freeze()
+        client = state.get_client()
+        for _ in range(10):
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            calls.append(len(calls))
+
+    mock.script(*(Reply.text("ok", completion_ids=[1, 2, 3], prompt_tokens=4) for _ in range(10)))
+    budget_bound = await make_harness(program=program, max_turns=8, max_total_tokens=20).run({"prompt": "x"})
+    assert budget_bound["stop_condition"] == "max_total_tokens_reached" and len(budget_bound["trajectory"]) == 3
+    turn_bound = await make_harness(program=program, max_turns=8).run({"prompt": "x", "max_turns": 2})
+    assert turn_bound["stop_condition"] == "max_turns_reached" and len(turn_bound["trajectory"]) == 2
+    assert len(mock.requests) == 5
+
+
 async def test_budgets_hold_for_streamed_calls(mock: MockModelServer, make_harness: Any) -> None:
     async def program(task: vf.Task, state: vf.State) -> None:
         client = state.get_client()

@@ -19,11 +19,12 @@ from v1.testing import MockModelServer, Reply
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hang"}]}
 
 
-async def open_rollout(mock: MockModelServer) -> tuple[vf.State, RolloutSession]:
+async def open_rollout(mock: MockModelServer, max_turns: int | None = None) -> tuple[vf.State, RolloutSession]:
     endpoint = await get_endpoint()
     state = vf.State.for_task({"prompt": "hi"})
     upstream(state).client = await resolve_client(vf.ClientConfig(api_base_url=mock.url, max_retries=0))
     state.runtime.model = "m"
+    state.runtime.max_turns = max_turns  # the harness's limit: the session reads it as it opens
     return state, endpoint.open(state)
 
 
@@ -138,8 +139,7 @@ async def test_calls_past_the_in_flight_cap_get_a_429_in_the_dialects_shape(
     from v1.interception._server import MAX_CALLS_IN_FLIGHT
 
     mock.responder = lambda request: Reply.hang()  # an hour: they stay in flight however slow the test
-    state, session = await open_rollout(mock)
-    state.runtime.max_turns = 10 * MAX_CALLS_IN_FLIGHT
+    _, session = await open_rollout(mock, max_turns=10 * MAX_CALLS_IN_FLIGHT)
     headers = {"Authorization": f"Bearer {session.api_key}", "x-api-key": session.api_key}
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=HANG_S)

@@ -199,6 +199,12 @@ class RolloutSession:
         # the MCP route's count against the last answer, kept here for the same reason (`_mcp_server._refusal`)
         self.tool_calls_asked = 0  # the tool calls the last recorded answer asked for natively
         self.tool_calls_made = 0  # the MCP tool calls made since that answer
+        # The limits as the rollout opened (the harness's, narrowed by the task): the program holds the state, and
+        # what it writes there later (`runtime.max_turns`, `runtime.token_budgets`, another `task`) can't widen them.
+        self.max_turns = state.get_max_turns(DEFAULT_MAX_TURNS)
+        self.token_budgets: dict[str, int] = {}
+        if state.runtime.token_budgets or not _BUDGET_FIELDS.isdisjoint(state.task):  # most rollouts set no budget
+            self.token_budgets = {name: limit for name in TOKEN_BUDGETS if (limit := state.get_token_budget(name))}
         self.program_context: contextvars.Context | None = None
         """The context the rollout's program runs in, while it runs (set by the harness): the MCP route runs a tool
         in a copy of it, as the built-in loop would (a nested `Harness.run` borrows this rollout's model)."""
@@ -237,7 +243,7 @@ class RolloutSession:
             if condition is not None:
                 state.stop(condition)
                 raise RolloutStopped(condition)
-        max_turns = state.get_max_turns(DEFAULT_MAX_TURNS)
+        max_turns = self.max_turns
         if self.turns_started >= max_turns:
             state.stop("max_turns_reached")
             raise RolloutStopped("max_turns_reached", f"rollout stopped: max_turns_reached ({max_turns} model calls allowed)")
@@ -347,11 +353,10 @@ class RolloutSession:
         if not recording:
             return
         state = self.state
-        limits: dict[str, Any] = {}
-        if state.runtime.token_budgets or not _BUDGET_FIELDS.isdisjoint(state.task):  # most rollouts set no budget
-            limits = {name: state.get_token_budget(name) for name in TOKEN_BUDGETS}
-        limits["max_total_completion_tokens"] = harness.get("max_total_completion_tokens")
-        budgets = {name: int(limit) for name, limit in limits.items() if limit}
+        budgets = dict(self.token_budgets)
+        total_completion = harness.get("max_total_completion_tokens")
+        if total_completion:
+            budgets["max_total_completion_tokens"] = int(total_completion)
         if not budgets and not self._max_seq_len:
             return
         caps = self._budget_caps(budgets)
