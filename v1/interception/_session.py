@@ -202,9 +202,12 @@ class RolloutSession:
         # The limits as the rollout opened (the harness's, narrowed by the task): the program holds the state, and
         # what it writes there later (`runtime.max_turns`, `runtime.token_budgets`, another `task`) can't widen them.
         self.max_turns = state.get_max_turns(DEFAULT_MAX_TURNS)
-        self.token_budgets: dict[str, int] = {}
+        self.token_budgets: dict[str, int] = {}  # with the harness's `max_total_completion_tokens`
         if state.runtime.token_budgets or not _BUDGET_FIELDS.isdisjoint(state.task):  # most rollouts set no budget
             self.token_budgets = {name: limit for name in TOKEN_BUDGETS if (limit := state.get_token_budget(name))}
+        total_completion = upstream.sampling_args.get("max_total_completion_tokens")
+        if total_completion:
+            self.token_budgets["max_total_completion_tokens"] = int(total_completion)
         self.program_context: contextvars.Context | None = None
         """The context the rollout's program runs in, while it runs (set by the harness): the MCP route runs a tool
         in a copy of it, as the built-in loop would (a nested `Harness.run` borrows this rollout's model)."""
@@ -353,10 +356,7 @@ class RolloutSession:
         if not recording:
             return
         state = self.state
-        budgets = dict(self.token_budgets)
-        total_completion = harness.get("max_total_completion_tokens")
-        if total_completion:
-            budgets["max_total_completion_tokens"] = int(total_completion)
+        budgets = self.token_budgets
         if not budgets and not self._max_seq_len:
             return
         caps = self._budget_caps(budgets)
