@@ -134,16 +134,18 @@ async def test_a_finished_tool_rollout_is_freed_by_reference_counting_not_left_t
         built.append(weakref.ref(self))
 
     ledger.__init__ = recording_init  # type: ignore[method-assign]
-    harness = make_harness(toolsets=[toolset])
+    harness = make_harness(toolsets=[toolset], timeout_seconds=HANG_S)  # a timer per rollout, around its program
     gc.collect()
     gc.disable()
     try:
-        state = await harness.run({"prompt": "go", "info": {"precision": 2}})
-        assert state["completion"][1]["content"] == "3.23"  # the state binding resolved during the rollout
-        state_ref = weakref.ref(state)
-        del state
-        assert state_ref() is None
-        assert len(built) == 1 and built[0]() is None  # the rollout scope's object went with it
+        # Several at once: each finds no idle upstream connection and waits for one (a timer per wait).
+        states = await asyncio.gather(*(harness.run({"prompt": "go", "info": {"precision": 2}}) for _ in range(4)))
+        assert [state["completion"][1]["content"] for state in states] == ["3.23"] * 4  # the state binding resolved
+        state_refs = [weakref.ref(state) for state in states]
+        del states
+        await asyncio.sleep(0)
+        assert [ref() for ref in state_refs] == [None] * 4
+        assert len(built) == 4 and [ref() for ref in built] == [None] * 4  # each rollout scope's object went with it
     finally:
         gc.enable()
 

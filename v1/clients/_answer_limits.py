@@ -10,10 +10,10 @@ from a `ClientConfig` reads its answers within `ClientConfig.max_response_bytes`
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from v1._util.deadline import Deadline
 from v1.clients._http import library_of, tls_context
 from v1.errors import ModelError
 
@@ -24,38 +24,6 @@ T = TypeVar("T")
 
 DECODED_AWAY = frozenset({"content-encoding", "content-length"})
 """Headers that describe the body as sent: a bounded answer carries it decoded (its size counted after decoding)."""
-
-
-class _Deadline:
-    """`asyncio.timeout_at(when)` around one stretch of a task, as a plain `with` on one timer handle.
-
-    The same semantics (the task is cancelled at `when`; on the way out that cancellation, and only
-    that one, becomes `TimeoutError`; a cancellation from elsewhere still propagates), without
-    `asyncio.Timeout`'s asynchronous enter and exit and its state machine: every answer runs one.
-    """
-
-    __slots__ = ("_cancelling", "_handle", "_task", "expired")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("a deadline needs a task")
-        self._task = task
-        self._cancelling = task.cancelling()
-        self.expired = False
-        self._handle = loop.call_at(when, self._expire, context=contextvars.Context())  # see `PlainHTTPPool`'s timer
-
-    def _expire(self) -> None:
-        self.expired = True
-        self._task.cancel()
-
-    def __enter__(self) -> _Deadline:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
-        self._handle.cancel()
-        if self.expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
-            raise TimeoutError from exc
 
 
 class AnswerLimits:
@@ -79,7 +47,7 @@ class AnswerLimits:
 
     async def within(self, awaitable: Awaitable[T]) -> T:
         """`awaitable`'s result (the answer's status and headers), unless the deadline passes first (then `ModelError`)."""
-        deadline = _Deadline(self._loop, self.deadline)
+        deadline = Deadline(self._loop, self.deadline)
         try:
             with deadline:
                 return await awaitable
@@ -94,7 +62,7 @@ class AnswerLimits:
         One deadline covers the wait and the read (a body that does not stream is read in one go);
         the answer is closed once read, or when a limit is passed.
         """
-        deadline = _Deadline(self._loop, self.deadline)
+        deadline = Deadline(self._loop, self.deadline)
         try:
             with deadline:
                 answer = await sending
@@ -127,7 +95,7 @@ class AnswerLimits:
         received = 0
         iterator = aiter(chunks)
         while True:
-            deadline = _Deadline(self._loop, self.deadline)
+            deadline = Deadline(self._loop, self.deadline)
             try:
                 with deadline:  # around the wait only: never across a yield
                     chunk = await anext(iterator)

@@ -293,18 +293,16 @@ class PlainHTTPPool:
         first one given back (within the answer's deadline)."""
         if self._closed:
             raise ConnectionError("the upstream's connection pool is closed")
-        try:
-            async with asyncio.timeout_at(limits.deadline):
-                while True:
-                    if self.open < self.max_connections:
-                        return await self._connect()
-                    handed = await self._wait()
-                    if handed is not None and not handed.closed:  # the server may have closed it on the way
-                        return handed
-        except TimeoutError:
-            if self.loop.time() >= limits.deadline:
-                raise limits.too_slow() from None
-            raise
+        # `within`'s timer holds no context (an `asyncio.timeout_at` here kept the caller's rollout in plain asyncio's heap)
+        return await limits.within(self._connection())
+
+    async def _connection(self) -> _Connection:
+        while True:
+            if self.open < self.max_connections:
+                return await self._connect()
+            handed = await self._wait()
+            if handed is not None and not handed.closed:  # the server may have closed it on the way
+                return handed
 
     async def _wait(self) -> _Connection | None:
         """A connection given back, or None when one closed (a slot to connect in)."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from v1._util.deadline import within
 from v1._util.entropy import uuid4_hex
 from v1._util.exact_sum import ExactSum, finite_number
 from v1._util.steps import take_out_foreign_entries
@@ -184,7 +185,7 @@ def _within(seconds: float | None, step: Awaitable[_T]) -> Awaitable[_T]:
 
 
 async def _timed(seconds: float, step: Awaitable[_T]) -> _T:
-    async with asyncio.timeout(seconds):
+    with within(seconds):  # its timer holds no context: the program's holds its rollout's state
         return await step
 
 
