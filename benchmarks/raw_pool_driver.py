@@ -29,7 +29,11 @@ ANSWER_SECONDS = 600.0
 
 async def requests(url: str, n: int, concurrency: int, gated: bool = False) -> dict[str, Any]:
     address = urlsplit(url)
-    assert address.hostname is not None and address.port is not None, f"{url!r} needs a host and a port"
+    if address.scheme != "http" or address.hostname is None or address.port is None:
+        print(
+            f"raw_pool_driver.py: --url {url!r} must be http://HOST:PORT/... (the plain pool speaks plain HTTP)", file=sys.stderr
+        )
+        raise SystemExit(2)
     path = f"{address.path.rstrip('/')}/chat/completions".encode()
     request = (
         b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nAuthorization: Bearer raw\r\n"

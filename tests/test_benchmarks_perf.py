@@ -167,6 +167,14 @@ def test_rate_vs_raw_refuses_a_zero_count_in_one_line() -> None:
     assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize("url", ["https://127.0.0.1:1/v1", "http://127.0.0.1/v1", "not a url", ""])
+def test_raw_pool_driver_refuses_a_url_it_cannot_post_to_in_one_line(url: str) -> None:
+    done = run_script("raw_pool_driver.py", "--url", url, "--n", "1")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"raw_pool_driver.py: --url {url!r} must be http://HOST:PORT/... (the plain pool speaks plain HTTP)"
+    ]
+
+
 @pytest.mark.parametrize(
     "driver",
     [
